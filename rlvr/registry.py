@@ -1,0 +1,51 @@
+"""One small registry type used by every extension point (advantages, losses, KL, verifiers, engines)."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Callable, Generic, Iterator, TypeVar
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Name -> object map with a decorator for registration.
+
+    Errors: ``KeyError`` on an unknown name, naming the nearest registered names; ``ValueError`` when a
+    name is registered twice.
+    """
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._items: dict[str, T] = {}
+
+    def register(self, name: str) -> Callable[[T], T]:
+        def deco(obj: T) -> T:
+            if name in self._items:
+                raise ValueError(f"{self.kind} {name!r} is registered twice")
+            self._items[name] = obj
+            return obj
+
+        return deco
+
+    def add(self, name: str, obj: T) -> None:
+        self.register(name)(obj)
+
+    def get(self, name: str) -> T:
+        try:
+            return self._items[name]
+        except KeyError:
+            near = difflib.get_close_matches(name, list(self._items), n=3)
+            hint = f" Did you mean {', '.join(map(repr, near))}?" if near else ""
+            raise KeyError(
+                f"unknown {self.kind} {name!r}.{hint} Registered: {', '.join(sorted(self._items))}"
+            ) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._items))
+
+    def names(self) -> list[str]:
+        return sorted(self._items)

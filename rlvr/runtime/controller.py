@@ -1,0 +1,366 @@
+"""The controller: sets up the roles and runs the training step loop (prompts -> rollout -> reward -> train -> sync).
+
+The loop reads top to bottom in :func:`train`; the roles are plain classes run by an executor
+(:mod:`rlvr.runtime.executors`). Metrics are namespaced (``reward/mean``, ``passk/8``, ``timing/rollout_s``,
+``sync/gbps``) and logged in one place, to ``RUN/metrics.jsonl`` and the console.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr.algos import ADVANTAGES
+from rlvr.config import Recipe, dump_yaml
+from rlvr.metrics.passk import pass_at_k
+from rlvr.metrics.progress import Progress
+from rlvr.metrics.sinks import JsonlSink
+from rlvr.runtime.executors import Handle, LocalExecutor, RayExecutor, Resources, RoleError, free_port, host_ip
+from rlvr.sync.weights import WeightSpec, WeightSyncError, check_specs, checksums_match
+from rlvr.train.batch import pack
+from rlvr.types import Completion, Prompt, SamplingConfig
+
+log = logging.getLogger("rlvr")
+
+STARTUP_TIMEOUT_S = 1800.0  # first DeepSpeed start compiles an op (~2 min on 2 cores); a hub download may follow
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_dir: str
+    final_dir: str | None
+    steps: int
+    last_metrics: dict[str, float]
+
+
+def prepare_run_dir(recipe: Recipe) -> Path:
+    """Create ``output_dir/name`` (``name-2``, ``name-3``... if it exists) and write the resolved recipe."""
+    base = Path(recipe.run.output_dir) / recipe.run.name
+    run_dir, i = base, 1
+    while run_dir.exists():
+        i += 1
+        run_dir = base.with_name(f"{base.name}-{i}")
+    run_dir.mkdir(parents=True)
+    (run_dir / "recipe.yaml").write_text(dump_yaml(recipe))
+    (run_dir / "derived.json").write_text(json.dumps(recipe.derived(), indent=2))
+    return run_dir
+
+
+def role_env(recipe: Recipe, run_dir: Path, threads: int) -> dict[str, str]:
+    """Environment for every role process: thread counts and caches inside writable places."""
+    cache = os.environ.get("RLVR_CACHE", str(Path.home() / ".cache" / "rlvr"))
+    env = {
+        "OMP_NUM_THREADS": str(max(1, threads)),
+        "TOKENIZERS_PARALLELISM": "false",
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0" if not torch.cuda.is_available() else "1",
+        "VLLM_CPU_KVCACHE_SPACE": str(max(1, int(round(recipe.rollout.kv_cache_gib)))),
+        "VLLM_CACHE_ROOT": os.environ.get("VLLM_CACHE_ROOT", str(Path(cache) / "vllm")),
+        "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", str(Path(cache) / "torch_extensions")),
+        "RLVR_CACHE": cache,
+        "PYTHONUNBUFFERED": "1",
+    }
+    for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "PYTHONPATH"):
+        if k in os.environ:
+            env[k] = os.environ[k]
+    return env
+
+
+class Roles:
+    """Spawns the roles of a run and owns the weight-sync group between trainer rank 0 and the engines."""
+
+    def __init__(self, recipe: Recipe, model_dir: str, run_dir: Path, executor: Any | None = None):
+        from rlvr.reward.pool import RewardWorker
+        from rlvr.train.policy import PolicyWorker
+
+        r = recipe
+        self.recipe = r
+        threads = r.rollout.threads
+        env = role_env(r, run_dir, threads)
+        if executor is None:
+            executor = LocalExecutor() if r.run.executor == "local" else RayExecutor(r.run.ray_address, r.run.num_cpus, env)
+        self.ex = executor
+        engine_cls = _engine_class(r.rollout.engine)
+        max_len = r.data.max_prompt_tokens + r.rollout.max_new_tokens
+        self.engines: list[Handle] = [
+            self.ex.spawn(
+                f"engine{i}",
+                engine_cls,
+                model_dir,
+                dtype=r.model.dtype,
+                max_model_len=max_len,
+                seed=r.run.seed + i,
+                kv_cache_gib=r.rollout.kv_cache_gib,
+                gpu_memory_utilization=r.rollout.gpu_memory_utilization,
+                enforce_eager=r.rollout.enforce_eager,
+                threads=threads,
+                resources=Resources(num_cpus=0.1, num_gpus=r.rollout.num_gpus, env=env),
+            )
+            for i in range(r.rollout.num_engines)
+        ]
+        self.reward = self.ex.spawn(
+            "reward",
+            RewardWorker,
+            list(r.reward.verifiers),
+            r.reward.num_workers,
+            r.reward.timeout_s,
+            resources=Resources(num_cpus=0.1, env=env),
+        )
+        dp_addr, dp_port = host_ip(), free_port()
+        tenv = dict(env, OMP_NUM_THREADS=str(max(1, r.trainer.threads)))
+        self.trainers: list[Handle] = [
+            self.ex.spawn(
+                f"trainer{k}",
+                PolicyWorker,
+                r,
+                model_dir,
+                k,
+                r.trainer.num_workers,
+                dp_addr,
+                dp_port,
+                resources=Resources(num_cpus=0.1, num_gpus=r.trainer.num_gpus, env=tenv),
+            )
+            for k in range(r.trainer.num_workers)
+        ]
+        self.all = self.engines + [self.reward] + self.trainers
+        self.get([h.call("ping") for h in self.all], STARTUP_TIMEOUT_S, "starting the roles")
+        self._init_sync()
+
+    def get(self, calls: list, timeout_s: float | None, what: str) -> list:
+        return self.ex.get(calls, timeout_s, what)
+
+    def _init_sync(self) -> None:
+        r = self.recipe
+        self.specs = self.get([self.trainers[0].call("weight_specs")], 600, "reading the trainer's weights")[0]
+        wspecs = [WeightSpec(n, tuple(s), d) for n, s, d in self.specs]
+        expected = self.get([e.call("expected_weights") for e in self.engines], 600, "reading the engines' weights")
+        for i, exp in enumerate(expected):
+            check_specs(wspecs, exp, f"engine{i}")
+        backend = r.sync.backend
+        if backend == "auto":
+            backend = "nccl" if r.trainer.num_gpus > 0 and r.rollout.num_gpus > 0 else "gloo"
+        host, port, world = host_ip(), free_port(), 1 + len(self.engines)
+        name = f"rlvr-sync-{port}"
+        calls = [t.call("init_weight_sync", host, port, world, backend, r.sync.timeout_s, name) for t in self.trainers]
+        calls += [
+            e.call("init_weight_sync", host, port, 1 + i, world, backend, r.sync.timeout_s, name)
+            for i, e in enumerate(self.engines)
+        ]
+        self.get(calls, r.sync.timeout_s + 30, "forming the weight-sync group")
+        self.sync_backend = backend
+        self.sync_bytes = float(sum(s.nbytes for s in wspecs))
+
+    def sync(self, version: int) -> dict[str, float]:
+        """Push the trainer's weights to every engine; check checksums; return ``sync/*`` metrics."""
+        r = self.recipe
+        t0 = time.perf_counter()
+        recv = [e.call("receive_weights", self.specs, version) for e in self.engines]
+        send = [t.call("send_weights") for t in self.trainers]
+        try:
+            sent = self.get(send, r.sync.timeout_s + 30, f"weight sync to policy version {version}")[0]
+            got = self.get(recv, r.sync.timeout_s + 30, f"weight sync to policy version {version}")
+        except RoleError as e:
+            raise WeightSyncError(f"{e}. The run stops: an engine with unknown weights cannot be trusted.") from e
+        seconds = time.perf_counter() - t0
+        if r.sync.check:
+            for i, c in enumerate(got):
+                if not checksums_match(c, sent["checksum"]):
+                    raise WeightSyncError(
+                        f"weight sync to engine{i}: checksum {c!r} != trainer's {sent['checksum']!r} (corrupted transfer)"
+                    )
+        gb = sent["bytes"] / 1e9
+        return {
+            "sync/seconds": seconds,
+            "sync/send_seconds": sent["seconds"],
+            "sync/gb": gb,
+            "sync/gbps": gb / max(sent["seconds"], 1e-9),
+            "sync/policy_version": float(version),
+        }
+
+    def generate(self, prompts: list[Prompt], sampling: SamplingConfig) -> list[Completion]:
+        """Split prompts evenly over engines; completions come back prompt-major, in input order."""
+        e = len(self.engines)
+        per = (len(prompts) + e - 1) // e
+        calls = [eng.call("generate", prompts[i * per : (i + 1) * per], sampling) for i, eng in enumerate(self.engines)]
+        parts = self.get(calls, 3600, "rollout")
+        return [c for part in parts for c in part]
+
+    def shutdown(self) -> None:
+        try:
+            self.get([self.reward.call("close")], 60, "closing the reward pool")
+        except Exception:
+            pass
+        self.ex.shutdown()
+
+
+def _engine_class(name: str) -> type:
+    if name == "vllm":
+        from rlvr.rollout.vllm_engine import VLLMEngine
+
+        return VLLMEngine
+    from rlvr.rollout.hf_engine import HFEngine
+
+    return HFEngine
+
+
+def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = None) -> RunResult:
+    """Run a recipe end to end; returns where the run folder and the final policy are.
+
+    Errors: :class:`~rlvr.config.RecipeError` for bad data or config found while preparing,
+    :class:`~rlvr.sync.weights.WeightSyncError` when a weight sync fails or times out,
+    :class:`~rlvr.runtime.executors.RoleError` when a role fails.
+    """
+    from transformers import AutoTokenizer
+
+    from rlvr.data import PromptSampler, build_prompts, load_rows
+    from rlvr.models import resolve_model
+
+    r = recipe
+    run_dir = run_dir or prepare_run_dir(r)
+    _log_to_file(run_dir)
+    log.info("run folder: %s", run_dir)
+    model_dir = resolve_model(r.model.path)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    rows = load_rows(r.data, r.run.seed)
+    prompts, dropped = build_prompts(rows, tok, r.data)
+    log.info("%d prompts (%d dropped as longer than %d tokens)", len(prompts), dropped, r.data.max_prompt_tokens)
+    if len(prompts) < r.rollout.prompts_per_step:
+        from rlvr.config import RecipeError
+
+        raise RecipeError(
+            f"data: {len(prompts)} usable prompts but rollout.prompts_per_step={r.rollout.prompts_per_step}; "
+            "lower prompts_per_step or raise data.max_prompt_tokens / data.limit"
+        )
+    sampler = PromptSampler(len(prompts), r.rollout.prompts_per_step, r.run.seed, r.data.shuffle)
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    sampling = SamplingConfig(
+        n=r.rollout.samples_per_prompt,
+        max_new_tokens=r.rollout.max_new_tokens,
+        temperature=r.rollout.temperature,
+        top_p=r.rollout.top_p,
+        top_k=r.rollout.top_k,
+    )
+    advantage_fn = ADVANTAGES.get(r.algorithm.advantage)
+    sink = JsonlSink(run_dir / "metrics.jsonl")
+    progress = Progress(r.run.steps, enabled=r.metrics.progress)
+    t_start = time.perf_counter()
+    roles = Roles(r, model_dir, run_dir, executor)
+    log.info("roles up in %.1fs (sync over %s, %.3f GB per sync)", time.perf_counter() - t_start, roles.sync_backend, roles.sync_bytes / 1e9)
+    metrics: dict[str, float] = {}
+    final_dir = None
+    try:
+        for step in range(1, r.run.steps + 1):
+            t_step = time.perf_counter()
+            batch_prompts = [prompts[i] for i in sampler.next_batch()]
+
+            t0 = time.perf_counter()
+            completions = roles.generate(batch_prompts, sampling)
+            t_rollout = time.perf_counter() - t0
+
+            t0 = time.perf_counter()
+            by_index = {p.index: p for p in batch_prompts}
+            scored = roles.get(
+                [
+                    roles.reward.call(
+                        "score",
+                        [c.text for c in completions],
+                        [by_index[c.prompt_index].gold for c in completions],
+                        [by_index[c.prompt_index].row for c in completions],
+                    )
+                ],
+                None,
+                "reward",
+            )[0]
+            t_reward = time.perf_counter() - t0
+
+            p, g = len(batch_prompts), r.rollout.samples_per_prompt
+            rewards = torch.tensor([s.reward for s in scored], dtype=torch.float32).view(p, g)  # [P, G]
+            advantages = advantage_fn(rewards, r.algorithm)  # [P, G]
+            batch = pack(completions, advantages.reshape(-1), pad_id, r.rollout.max_new_tokens)
+
+            t0 = time.perf_counter()
+            train_stats = roles.get([t.call("train_step", batch) for t in roles.trainers], None, "policy update")[0]
+            t_train = time.perf_counter() - t0
+
+            t0 = time.perf_counter()
+            sync_stats = roles.sync(version=step)
+            t_sync = time.perf_counter() - t0
+
+            metrics = {
+                **rollout_metrics(completions, scored, r.pass_k, g, primary=r.reward.verifiers[0].name),
+                **{k: v for k, v in train_stats.items() if k != "timing/train_inner_s"},
+                **sync_stats,
+                "timing/rollout_s": t_rollout,
+                "timing/reward_s": t_reward,
+                "timing/train_s": t_train,
+                "timing/sync_s": t_sync,
+                "timing/step_s": time.perf_counter() - t_step,
+                "rollout/tokens_per_s": sum(len(c.token_ids) for c in completions) / max(t_rollout, 1e-9),
+                "data/epoch": float(sampler.epoch),
+                "policy_version": float(step),
+            }
+            sink.log(step, metrics)
+            progress.update(step, metrics)
+        if r.run.save_final:
+            final_dir = str(run_dir / "final")
+            roles.get([t.call("save_pretrained", final_dir) for t in roles.trainers], 1800, "saving the final policy")
+            log.info("final policy saved to %s", final_dir)
+    finally:
+        progress.close()
+        sink.close()
+        roles.shutdown()
+    return RunResult(str(run_dir), final_dir, r.run.steps, metrics)
+
+
+def rollout_metrics(completions: list[Completion], scored: list, ks: tuple[int, ...], g: int, primary: str) -> dict[str, float]:
+    """Reward, pass@k and length metrics of one rollout batch (B = P x G completions, prompt-major).
+
+    A sample is *correct* when the first (primary) verifier gives it full marks (score >= 1); pass@k is the
+    unbiased estimator (Chen et al. 2021, eq. 1) over each prompt's G samples, averaged over the P prompts.
+    """
+    b = len(completions)
+    rewards = [s.reward for s in scored]
+    correct = [s.results[primary].score >= 1.0 if primary in s.results else s.reward >= 1.0 for s in scored]
+    lengths = [len(c.token_ids) for c in completions]
+    out: dict[str, float] = {
+        "reward/mean": sum(rewards) / b,
+        "reward/std": float(torch.tensor(rewards).std(unbiased=False)) if b > 1 else 0.0,
+        "reward/correct_frac": sum(correct) / b,
+        "response/length_mean": sum(lengths) / b,
+        "response/length_max": float(max(lengths)),
+        "response/truncated_frac": sum(c.truncated for c in completions) / b,
+    }
+    names = sorted({n for s in scored for n in s.results})
+    for n in names:
+        vals = [s.results[n].score for s in scored if n in s.results]
+        out[f"reward/{n}/mean"] = sum(vals) / max(len(vals), 1)
+    reasons: dict[str, int] = {}
+    for s in scored:
+        for res in s.results.values():
+            if res.reason:
+                key = res.reason.split(":")[0]
+                reasons[key] = reasons.get(key, 0) + 1
+    for key in ("timeout", "crashed", "no_answer", "error"):
+        out[f"reward/{key}_frac"] = reasons.get(key, 0) / b
+    groups = [correct[i : i + g] for i in range(0, b, g)]
+    for k in ks:
+        out[f"passk/{k}"] = sum(pass_at_k(g, sum(gr), k) for gr in groups) / len(groups)
+    solved = sum(1 for gr in groups if all(gr))
+    unsolved = sum(1 for gr in groups if not any(gr))
+    out["groups/all_correct_frac"] = solved / len(groups)
+    out["groups/none_correct_frac"] = unsolved / len(groups)
+    return out
+
+
+def _log_to_file(run_dir: Path) -> None:
+    h = logging.FileHandler(run_dir / "train.log")
+    h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(h)
+    if logging.getLogger().level > logging.INFO or logging.getLogger().level == logging.NOTSET:
+        logging.getLogger().setLevel(logging.INFO)

@@ -1,0 +1,163 @@
+"""Executors run the role classes (engines, reward worker, trainer ranks) in-process or as Ray actors.
+
+The role classes are plain Python. ``LocalExecutor`` constructs them in this process and runs each call on a
+thread (so that a weight sync's sender and receivers can wait on each other); breakpoints work. ``RayExecutor``
+wraps each in a Ray actor (one machine or a cluster). ``import ray`` lives in this module only.
+
+Both return :class:`Handle` objects: ``handle.call("method", *args)`` starts a call and returns a future;
+``executor.get(futures, timeout_s, what)`` waits for all of them and raises :class:`RoleError` naming the role and
+the call when one fails or the timeout passes.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class RoleError(RuntimeError):
+    """A call on a role (engine, reward worker, trainer rank) failed or timed out."""
+
+
+def free_port() -> int:
+    """A TCP port that is free on this host right now."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def host_ip() -> str:
+    """This node's IP as the other nodes reach it (127.0.0.1 when it has no other)."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.util.get_node_ip_address()
+    except Exception:
+        pass
+    return "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one role needs: CPUs (fractional allowed), GPUs and environment variables set before it starts."""
+
+    num_cpus: float = 0.1
+    num_gpus: float = 0.0
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Call:
+    role: str
+    method: str
+    future: Any
+
+
+class Handle:
+    def __init__(self, name: str, target: Any, executor: "LocalExecutor | RayExecutor"):
+        self.name, self._target, self._ex = name, target, executor
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> _Call:
+        return _Call(self.name, method, self._ex._submit(self._target, method, args, kwargs))
+
+
+class LocalExecutor:
+    """Roles as objects in this process; each call runs on a worker thread."""
+
+    def __init__(self) -> None:
+        self._pool = cf.ThreadPoolExecutor(max_workers=32, thread_name_prefix="rlvr-role")
+
+    def spawn(self, name: str, cls: type, *args: Any, resources: Resources = Resources(), **kwargs: Any) -> Handle:
+        for k, v in resources.env.items():
+            os.environ.setdefault(k, v)
+        return Handle(name, self._pool.submit(cls, *args, **kwargs), self)
+
+    def _submit(self, target: cf.Future, method: str, args: tuple, kwargs: dict) -> cf.Future:
+        def run():
+            return getattr(target.result(), method)(*args, **kwargs)
+
+        return self._pool.submit(run)
+
+    def get(self, calls: list[_Call], timeout_s: float | None, what: str) -> list[Any]:
+        out = []
+        for c in calls:
+            try:
+                out.append(c.future.result(timeout=timeout_s))
+            except cf.TimeoutError:
+                raise RoleError(f"{what}: {c.role}.{c.method} did not finish within {timeout_s:.0f}s") from None
+            except Exception as e:
+                raise RoleError(f"{what}: {c.role}.{c.method} failed: {type(e).__name__}: {e}") from e
+        return out
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class RayExecutor:
+    """Roles as Ray actors. Starts a local Ray (``address=None``) or joins a cluster (``"auto"`` or an address)."""
+
+    def __init__(self, address: str | None, num_cpus: float | None, env: dict[str, str]) -> None:
+        import ray
+
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+        self._started = not ray.is_initialized()
+        if self._started:
+            kwargs: dict[str, Any] = dict(
+                address=address,
+                include_dashboard=False,
+                log_to_driver=True,
+                runtime_env={"env_vars": env},
+                configure_logging=False,
+            )
+            if address is None and num_cpus is not None:
+                kwargs["num_cpus"] = num_cpus
+            ray.init(**kwargs)
+        self._ray = ray
+        self._actors: list[Any] = []
+
+    def spawn(self, name: str, cls: type, *args: Any, resources: Resources = Resources(), **kwargs: Any) -> Handle:
+        actor_cls = self._ray.remote(cls).options(
+            num_cpus=resources.num_cpus,
+            num_gpus=resources.num_gpus,
+            runtime_env={"env_vars": resources.env} if resources.env else None,
+            max_restarts=0,
+        )
+        actor = actor_cls.remote(*args, **kwargs)
+        self._actors.append(actor)
+        return Handle(name, actor, self)
+
+    def _submit(self, actor: Any, method: str, args: tuple, kwargs: dict) -> Any:
+        return getattr(actor, method).remote(*args, **kwargs)
+
+    def get(self, calls: list[_Call], timeout_s: float | None, what: str) -> list[Any]:
+        ray = self._ray
+        out = []
+        for c in calls:
+            try:
+                out.append(ray.get(c.future, timeout=timeout_s))
+            except ray.exceptions.GetTimeoutError:
+                raise RoleError(f"{what}: {c.role}.{c.method} did not finish within {timeout_s:.0f}s") from None
+            except ray.exceptions.RayActorError as e:
+                raise RoleError(f"{what}: the {c.role} actor died during {c.method}: {e}") from e
+            except ray.exceptions.RayTaskError as e:
+                cause = e.cause if getattr(e, "cause", None) is not None else e
+                raise RoleError(f"{what}: {c.role}.{c.method} failed: {type(cause).__name__}: {cause}") from e
+        return out
+
+    def shutdown(self) -> None:
+        for a in self._actors:
+            try:
+                self._ray.kill(a)
+            except Exception:
+                pass
+        self._actors.clear()
+        if self._started:
+            self._ray.shutdown()

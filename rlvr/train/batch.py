@@ -1,0 +1,78 @@
+"""Packing completions into padded tensors for the trainer.
+
+Each sequence is its prompt followed by its response, right-padded. Tensors are in the *shifted* frame used for
+next-token log-probabilities: position t of a ``[B, S-1]`` tensor refers to the token ``input_ids[:, t + 1]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rlvr.types import Completion
+
+
+@dataclass(frozen=True)
+class TrainBatch:
+    """A rollout batch ready for the policy update.
+
+    ``input_ids``: [B, S] prompt + response ids, right-padded with ``pad_id``; S = longest prompt + response.
+    ``attention_mask``: [B, S] 1 on real tokens.
+    ``loss_mask``: [B, S-1] 1 where the target token is a response token (up to and including eos, case R3).
+    ``rollout_logprobs``: [B, S-1] the engine's sampled logprobs on response positions, 0 elsewhere.
+    ``advantages``: [B] one advantage per sequence (broadcast over its tokens).
+    ``max_new_tokens``: the generation limit (the constant normaliser of Dr. GRPO aggregation).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    loss_mask: torch.Tensor
+    rollout_logprobs: torch.Tensor
+    advantages: torch.Tensor
+    max_new_tokens: int
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def select(self, idx: list[int] | torch.Tensor) -> "TrainBatch":
+        """Rows ``idx``, trimmed to their own longest sequence (less padding per micro-batch)."""
+        idx = torch.as_tensor(idx, dtype=torch.long)
+        am = self.attention_mask[idx]
+        s = int(am.sum(1).max())
+        return TrainBatch(
+            input_ids=self.input_ids[idx, :s],
+            attention_mask=am[:, :s],
+            loss_mask=self.loss_mask[idx, : s - 1],
+            rollout_logprobs=self.rollout_logprobs[idx, : s - 1],
+            advantages=self.advantages[idx],
+            max_new_tokens=self.max_new_tokens,
+        )
+
+
+def pack(completions: list[Completion], advantages: torch.Tensor, pad_id: int, max_new_tokens: int) -> TrainBatch:
+    """Pack B completions (with ``advantages``: [B]) into a :class:`TrainBatch`.
+
+    Completions with an empty response keep a zero loss mask (they contribute nothing, counted in no normaliser).
+    """
+    b = len(completions)
+    s = max(len(c.prompt_ids) + len(c.token_ids) for c in completions)
+    ids = torch.full((b, s), pad_id, dtype=torch.long)
+    am = torch.zeros((b, s), dtype=torch.long)
+    lm = torch.zeros((b, s - 1), dtype=torch.float32)
+    rl = torch.zeros((b, s - 1), dtype=torch.float32)
+    for i, c in enumerate(completions):
+        lp, lr = len(c.prompt_ids), len(c.token_ids)
+        ids[i, : lp + lr] = torch.tensor(c.prompt_ids + c.token_ids)
+        am[i, : lp + lr] = 1
+        if lr:
+            lm[i, lp - 1 : lp - 1 + lr] = 1.0
+            rl[i, lp - 1 : lp - 1 + lr] = torch.tensor(c.logprobs, dtype=torch.float32)
+    return TrainBatch(
+        input_ids=ids,
+        attention_mask=am,
+        loss_mask=lm,
+        rollout_logprobs=rl,
+        advantages=advantages.float().reshape(b),
+        max_new_tokens=max_new_tokens,
+    )

@@ -1,0 +1,300 @@
+"""The policy worker: one data-parallel rank of the trainer.
+
+Holds the policy (transformers) under DeepSpeed ZeRO (stage 2 by default, 3 selectable) or plain torch AdamW,
+an optional frozen reference model, and the trainer side of weight sync. Every rank receives the whole rollout
+batch and takes its own slice of each mini-batch; the loss normalisers are the counts of the *whole* mini-batch
+(all ranks, all micro-batches), so the update does not depend on how the batch is split (see
+:mod:`rlvr.algos.losses`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+from rlvr.algos import KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
+from rlvr.algos.logprobs import entropy_from_logits, token_logprobs
+from rlvr.config import Recipe
+from rlvr.rollout.base import set_threads
+from rlvr.sync.weights import WeightSender, spec_of
+from rlvr.train.batch import TrainBatch
+
+log = logging.getLogger(__name__)
+_DT = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
+
+
+def _init_dist(rank: int, world_size: int, master_addr: str, master_port: int, backend: str) -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    os.environ.update(
+        MASTER_ADDR=master_addr,
+        MASTER_PORT=str(master_port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(rank if torch.cuda.device_count() > 1 else 0),
+    )
+    dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
+
+
+class PolicyWorker:
+    """One trainer rank. Methods are called by the controller (in-process or through a Ray actor handle)."""
+
+    def __init__(self, recipe: Recipe, model_dir: str, rank: int, world_size: int, master_addr: str, master_port: int):
+        from transformers import AutoModelForCausalLM
+
+        tr = recipe.trainer
+        set_threads(tr.threads)
+        torch.manual_seed(recipe.run.seed + rank)
+        self.recipe, self.model_dir, self.rank, self.world_size = recipe, model_dir, rank, world_size
+        self.master_addr, self.master_port = master_addr, master_port
+        self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+        self.dtype = _DT[recipe.model.dtype]
+        self.algo = recipe.algorithm
+        self.policy_loss = POLICY_LOSSES.get(self.algo.policy_loss)
+        self.aggregate = LOSS_AGGREGATIONS.get(self.algo.loss_agg)
+        self.kl_fn = KL_ESTIMATORS.get(self.algo.kl_estimator)
+        self.temperature = recipe.rollout.temperature
+        self.sender: WeightSender | None = None
+
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        if tr.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+        self.ds = tr.backend == "deepspeed"
+        if self.ds:
+            self._init_deepspeed(model)
+        else:
+            if world_size != 1:
+                raise ValueError("trainer.backend=torch runs one rank: set trainer.num_workers=1 or backend=deepspeed")
+            self.module = model.to(self.device)
+            self.optimizer = torch.optim.AdamW(
+                self.module.parameters(), lr=tr.lr, betas=tr.betas, weight_decay=tr.weight_decay
+            )
+        self.ref = None
+        if self.algo.kl_coef > 0:
+            self.ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=self.dtype).to(self.device).eval()
+            self.ref.requires_grad_(False)
+        self.version = 0
+
+    def _init_deepspeed(self, model: torch.nn.Module) -> None:
+        import deepspeed
+
+        r, tr = self.recipe, self.recipe.trainer
+        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        _init_dist(self.rank, self.world_size, self.master_addr, self.master_port, backend)
+        micro = min(tr.micro_batch_size, r.mini_batch // self.world_size)
+        config = {
+            "train_micro_batch_size_per_gpu": micro,
+            "gradient_accumulation_steps": r.grad_accum_steps,
+            "train_batch_size": micro * r.grad_accum_steps * self.world_size,
+            "gradient_clipping": tr.grad_clip,
+            "zero_optimization": {"stage": tr.zero_stage},
+            "bf16": {"enabled": r.model.dtype == "bfloat16"},
+            "fp16": {"enabled": r.model.dtype == "float16"},
+            "zero_allow_untested_optimizer": True,
+            "zero_force_ds_cpu_optimizer": False,
+            "steps_per_print": 10**9,
+            "wall_clock_breakdown": False,
+        }
+        # a plain torch AdamW: DeepSpeed's own would compile FusedAdam first (~2.5 min on CPU)
+        opt = torch.optim.AdamW(model.parameters(), lr=tr.lr, betas=tr.betas, weight_decay=tr.weight_decay)
+        self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=config)
+        self.module = self.engine.module
+
+    # -- forward pieces -----------------------------------------------------------------------------------------
+    def _autocast(self):
+        if not self.ds and self.dtype != torch.float32:
+            return torch.autocast(self.device.type, dtype=self.dtype)
+        return nullcontext()
+
+    def _forward(self, model: torch.nn.Module, mb: TrainBatch, need_entropy: bool):
+        """Returns (logprobs [b, S-1], entropy [b, S-1] or None) of each target token at the rollout temperature."""
+        ids = mb.input_ids.to(self.device)
+        am = mb.attention_mask.to(self.device)
+        with self._autocast():
+            logits = model(input_ids=ids, attention_mask=am).logits[:, :-1]  # [b, S-1, V]
+        lp = token_logprobs(logits.float(), ids[:, 1:], self.temperature)
+        ent = None
+        if need_entropy:
+            with torch.no_grad():
+                ent = entropy_from_logits(logits.detach().float(), self.temperature)
+        return lp, ent
+
+    @torch.no_grad()
+    def compute_logprobs(self, batch: TrainBatch, reference: bool = False) -> torch.Tensor:
+        """Log-probabilities [B, S-1] of every target token under the policy (or the reference), no grad."""
+        model = self.ref if reference else self.module
+        was_training = model.training
+        model.eval()
+        out = torch.zeros_like(batch.loss_mask)
+        mbs = self.recipe.trainer.micro_batch_size
+        for i in range(0, len(batch), mbs):
+            idx = list(range(i, min(i + mbs, len(batch))))
+            mb = batch.select(idx)
+            lp, _ = self._forward(model, mb, need_entropy=False)
+            out[idx, : lp.shape[1]] = lp.float().cpu() * mb.loss_mask
+        model.train(was_training)
+        return out
+
+    # -- the update -----------------------------------------------------------------------------------------------
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        """Policy update on one rollout batch: ``ppo_epochs`` x (B / mini-batch) optimizer steps.
+
+        Old logprobs are recomputed with the current weights before the first step when more than one optimizer
+        step is taken; with exactly one, the detached logprobs of that step's own forward pass are the same numbers
+        and are used instead (one forward pass saved). Returns metrics averaged over optimizer steps.
+        """
+        r = self.recipe
+        t0 = time.perf_counter()
+        self.module.train()
+        multi = r.optimizer_steps_per_rollout > 1
+        old = self.compute_logprobs(batch) if multi else None
+        ref = self.compute_logprobs(batch, reference=True) if self.ref is not None else None
+        b, mb_size, world = len(batch), r.mini_batch, self.world_size
+        micro = min(r.trainer.micro_batch_size, mb_size // world)
+        stats: dict[str, list[float]] = {}
+        g = torch.Generator().manual_seed(r.run.seed * 7919 + self.version)
+        for _epoch in range(r.algorithm.ppo_epochs):
+            order = torch.randperm(b, generator=g) if b > mb_size else torch.arange(b)
+            for m0 in range(0, b, mb_size):
+                mini = order[m0 : m0 + mb_size]
+                num_tokens = float(batch.loss_mask[mini].sum().clamp(min=1.0))
+                num_seqs = float(len(mini))
+                mine = mini[self.rank :: world]  # this rank's share of the mini-batch
+                for k in range(0, len(mine), micro):
+                    idx = mine[k : k + micro]
+                    s = self._micro_step(batch.select(idx), old, ref, idx, num_tokens, num_seqs)
+                    for key, v in s.items():
+                        stats.setdefault(key, []).append(v)
+                grad_norm = self._optimizer_step()
+                stats.setdefault("train/grad_norm", []).append(grad_norm)
+        self.version += 1
+        out = {k: float(sum(v) / len(v)) for k, v in stats.items() if k != "train/loss"}
+        # the loss of the whole batch: the per-micro-batch parts sum to it (global normalisers)
+        steps = r.optimizer_steps_per_rollout
+        out["train/loss"] = float(sum(stats.get("train/loss", [0.0]))) / steps
+        out["train/optimizer_steps"] = float(steps)
+        out["timing/train_inner_s"] = time.perf_counter() - t0
+        return out
+
+    def _micro_step(self, mb: TrainBatch, old, ref, idx, num_tokens: float, num_seqs: float) -> dict[str, float]:
+        al = self.algo
+        mask = mb.loss_mask.to(self.device)
+        lp, ent = self._forward(self.module, mb, need_entropy=True)
+        s1 = lp.shape[1]
+        old_lp = old[idx, :s1].to(self.device) if old is not None else lp.detach()
+        adv = mb.advantages.to(self.device)
+        token_loss, pstats = self.policy_loss(lp, old_lp, adv, mask, al)
+        if self.ref is not None:
+            ref_lp = ref[idx, :s1].to(self.device)
+            kl = self.kl_fn(lp, ref_lp)  # [b, S-1]
+            token_loss = token_loss + al.kl_coef * kl
+        else:
+            kl = None
+        loss = self.aggregate(token_loss, mask, num_tokens=num_tokens, num_seqs=num_seqs, max_len=mb.max_new_tokens)
+        # gradients are averaged over data-parallel ranks; the global normaliser already divides by the whole batch
+        scaled = loss * self.world_size
+        if self.ds:
+            self.engine.backward(scaled, scale_wrt_gas=False)
+        else:
+            scaled.backward()
+        n = mask.sum().clamp(min=1.0)
+        rollout_lp = mb.rollout_logprobs.to(self.device)
+        gap = ((lp.detach() - rollout_lp).abs() * mask).sum() / n
+        out = {
+            "train/loss": float(loss.detach()),
+            "train/entropy": float((ent * mask).sum() / n),
+            "train/rollout_logprob_gap": float(gap),
+        }
+        for k, v in pstats.items():
+            if torch.is_tensor(v) and v.dim() > 0:
+                v = (v.float() * mask).sum() / n
+            out[f"train/{k}"] = float(v)
+        if kl is not None:
+            out["train/kl"] = float((kl.detach() * mask).sum() / n)
+        return out
+
+    def _optimizer_step(self) -> float:
+        tr = self.recipe.trainer
+        if self.ds:
+            self.engine.step()  # the accumulation boundary: micro-batches per rank == gradient_accumulation_steps
+            gn = self.engine.get_global_grad_norm()
+            return float(gn) if gn is not None else float("nan")
+        gn = torch.nn.utils.clip_grad_norm_(self.module.parameters(), tr.grad_clip if tr.grad_clip > 0 else float("inf"))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(gn)
+
+    # -- weights -------------------------------------------------------------------------------------------------------
+    def _named_weights(self):
+        """(HF name, tensor in the recipe dtype) for every parameter; gathers ZeRO-3 shards one at a time."""
+        zero3 = self.ds and self.recipe.trainer.zero_stage == 3
+        for name, p in self.module.named_parameters():
+            if zero3:
+                import deepspeed
+
+                with deepspeed.zero.GatheredParameters([p]):
+                    yield name, p.detach().to(self.dtype).clone()
+            else:
+                yield name, p.detach().to(self.dtype)
+
+    def weight_specs(self) -> list[tuple[str, tuple[int, ...], str]]:
+        """(name, shape, dtype) of every tensor a sync sends, in order (no tensor data)."""
+        out = []
+        for name, p in self.module.named_parameters():
+            shape = tuple(p.ds_shape) if hasattr(p, "ds_shape") else tuple(p.shape)
+            out.append((name, shape, str(self.dtype).removeprefix("torch.")))
+        return out
+
+    def init_weight_sync(self, host: str, port: int, world_size: int, backend: str, timeout_s: float, name: str) -> bool:
+        if self.rank == 0:
+            self.sender = WeightSender(host=host, port=port, world_size=world_size, backend=backend, timeout_s=timeout_s, name=name)
+        return True
+
+    def send_weights(self) -> dict[str, float]:
+        """Broadcast the current weights to every engine (rank 0 sends; ZeRO-3 ranks all take part in gathers)."""
+        if self.sender is None:
+            for _ in self._named_weights():  # ZeRO-3: every rank must join each gather
+                pass
+            return {}
+        return self.sender.send(self._named_weights())
+
+    def state_checksum(self) -> float:
+        """float64 sum over all parameters (tests: did the update change the weights?)."""
+        return float(sum(float(t.double().sum()) for _, t in self._named_weights()))
+
+    def save_pretrained(self, out_dir: str) -> str:
+        """Save the policy in Hugging Face format (safetensors + config + tokenizer files) under ``out_dir``."""
+        state = {n: t.cpu() for n, t in self._named_weights()}
+        if self.rank != 0:
+            return out_dir
+        from transformers import AutoTokenizer
+
+        tmp = Path(out_dir + ".tmp")
+        self.module.save_pretrained(str(tmp), state_dict=state, safe_serialization=True)
+        AutoTokenizer.from_pretrained(self.model_dir).save_pretrained(str(tmp))
+        import json
+
+        cfg_path = tmp / "config.json"
+        cfg = json.loads(cfg_path.read_text())
+        cfg["torch_dtype"] = cfg["dtype"] = self.recipe.model.dtype
+        cfg_path.write_text(json.dumps(cfg, indent=2))
+        gen = Path(self.model_dir) / "generation_config.json"
+        if gen.exists():
+            (tmp / "generation_config.json").write_text(gen.read_text())
+        if Path(out_dir).exists():
+            import shutil
+
+            shutil.rmtree(out_dir)
+        tmp.rename(out_dir)
+        return out_dir
+
+    def ping(self) -> bool:
+        return True

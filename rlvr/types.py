@@ -1,0 +1,80 @@
+"""Data passed between the roles of a training step.
+
+Dimension names used in docstrings across rlvr:
+    P = prompts in a step, G = samples per prompt (group size), B = P x G sequences,
+    T = tokens (padded) of a response, L = tokens of a prompt, V = vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prompt:
+    """One training or evaluation problem after templating.
+
+    ``prompt_ids``: [L] token ids of the fully templated prompt (chat template applied).
+    ``gold``: the gold answer as text; ``row``: the other fields of the data row (given to verifiers).
+    ``index``: position of the row in its data set (stable across epochs).
+    """
+
+    index: int
+    text: str
+    prompt_ids: list[int]
+    gold: str
+    row: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SamplingConfig:
+    """What an engine needs to sample: ``n`` samples per prompt, at most ``max_new_tokens`` each."""
+
+    n: int
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    seed: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Completion:
+    """One sampled response.
+
+    ``token_ids``: [T_i] generated ids, ending with the eos id when ``finish_reason == "stop"``.
+    ``logprobs``: [T_i] log-probabilities (nats) the sampler assigned to each generated token, after the
+    temperature transform (the same transform the trainer applies), so ratios are comparable (case R1).
+    ``policy_version``: the version of the weights the engine held when it sampled.
+    """
+
+    prompt_index: int
+    sample_index: int
+    prompt_ids: list[int]
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: FinishReason
+    policy_version: int
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyResult:
+    """A verifier's verdict on one completion.
+
+    ``score`` in [0, 1] for built-ins (full marks = 1); ``parsed`` the answer it extracted (None if none);
+    ``reason`` says why the score is not full marks (``None`` when it is): e.g. ``no_answer``, ``wrong``,
+    ``timeout``, ``crashed``.
+    """
+
+    score: float
+    parsed: str | None = None
+    reason: str | None = None

@@ -1,0 +1,309 @@
+"""Data sources, gold extraction on the real data sets, prompt templating / tokenizing, the generated task.
+
+Expected golds were read off the files by hand (e.g. GSM8K test row 146 ends in "#### 2,125").
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import re
+
+import pytest
+
+from rlvr.config import DataConfig, GeneratedTaskConfig
+from rlvr.data import (
+    build_prompts,
+    format_gold,
+    generated_rows,
+    generated_split,
+    load_rows,
+    resolve_data_path,
+)
+
+GSM8K = "data/gsm8k/test.jsonl"
+SVAMP = "data/svamp/test.jsonl"
+MATH500 = "data/math500/test.jsonl"
+CHATML = (
+    "{{ bos_token }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+SPECIALS = ["<unk>", "<s>", "<|im_start|>", "<|im_end|>"]
+WORDS = ["system", "user", "assistant", "What", "is", "7", "plus", "5", "?", "Be", "brief", "."]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    """A word-level ChatML tokenizer: one token per word / punctuation run, BOS ``<s>`` (id 1) added by default."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(SPECIALS + WORDS)}
+    inner = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    inner.pre_tokenizer = pre_tokenizers.Whitespace()
+    inner.add_special_tokens(SPECIALS)
+    inner.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=inner, bos_token="<s>", eos_token="<|im_end|>", unk_token="<unk>")
+    fast.chat_template = CHATML
+    return fast
+
+
+# ------------------------------------------------------------------------------------------------------
+# real data sets
+
+
+def test_gsm8k_gold_from_real_rows():
+    cfg = DataConfig(source=GSM8K, question="question", answer="answer", answer_format="gsm8k")
+    rows = load_rows(cfg, seed=0)
+    assert len(rows) == 1319
+    golds = [r["gold"] for r in rows]
+    # read off the file: "#### 18", "#### 3", "#### 70000", "#### 2,125", "#### 1,450,000", "#### 14"
+    assert golds[0] == "18"
+    assert golds[1] == "3"
+    assert golds[2] == "70000"
+    assert golds[146] == "2125"
+    assert golds[611] == "1450000"
+    assert golds[1318] == "14"
+    assert rows[0]["question"].startswith("Janet\u2019s ducks lay 16 eggs per day.")
+    assert rows[0]["row"]["answer"].endswith("#### 18")  # the whole source row is kept for verifiers
+    assert all(re.fullmatch(r"-?\d+", g) for g in golds)  # every GSM8K test gold is an integer
+
+
+def test_svamp_template_and_float_gold():
+    cfg = DataConfig(source=SVAMP, question="{Body} {Question}", answer="Answer", limit=2)
+    rows = load_rows(cfg, seed=0)
+    assert len(rows) == 2
+    assert rows[0]["question"] == (
+        "There are 87 oranges and 290 bananas in Philip's collection. If the bananas are organized into 2 "
+        "groups and oranges are organized into 93 groups How big is each group of bananas?"
+    )
+    assert [r["gold"] for r in rows] == ["145", "19"]  # Answer 145.0, 19.0
+    assert load_rows(DataConfig(source=SVAMP, question="{Body} {Question}", answer="Answer"), 0)[999]["gold"] == "91"
+
+
+def test_math500_problem_answer():
+    rows = load_rows(DataConfig(source=MATH500, question="problem", answer="answer"), seed=0)
+    assert len(rows) == 500
+    assert rows[0]["question"].startswith("Convert the point $(0,3)$ in rectangular coordinates")
+    assert rows[0]["gold"] == r"\left( 3, \frac{\pi}{2} \right)"
+    assert rows[2]["gold"] == r"\frac{14}{3}"
+    assert rows[499]["gold"] == r"106^\circ"
+    assert rows[0]["row"]["subject"] == "Precalculus"
+
+
+def test_relative_path_from_another_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rows = load_rows(DataConfig(source=SVAMP, question="{Body} {Question}", answer="Answer", limit=1), 0)
+    assert rows[0]["gold"] == "145"
+    # the working directory comes first: a file at the same relative path there shadows the repo's
+    (tmp_path / "data/svamp").mkdir(parents=True)
+    (tmp_path / SVAMP).write_text(json.dumps({"Body": "b", "Question": "q", "Answer": 2.5}) + "\n")
+    assert resolve_data_path(SVAMP) == (tmp_path / SVAMP).resolve()
+    rows = load_rows(DataConfig(source=SVAMP, question="{Body} {Question}", answer="Answer"), 0)
+    assert [(r["question"], r["gold"]) for r in rows] == [("b q", "2.5")]
+
+
+# ------------------------------------------------------------------------------------------------------
+# errors
+
+
+def test_missing_answer_field_names_file_row_and_fix():
+    with pytest.raises(ValueError) as e:
+        load_rows(DataConfig(source=SVAMP, question="{Body} {Question}", answer="answer"), 0)
+    msg = str(e.value)
+    assert "svamp/test.jsonl row 0" in msg
+    assert "set data.answer to one of: Answer, Question, Equation, Body, Type, ID, idx" in msg
+
+
+def test_missing_template_field_names_fix():
+    with pytest.raises(ValueError, match=r"no field 'Questoin'.*set data.question to one of"):
+        load_rows(DataConfig(source=SVAMP, question="{Body} {Questoin}", answer="Answer"), 0)
+
+
+def test_empty_gold_and_missing_marker(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"question": "a", "answer": "1"}\n\n{"question": "b", "answer": " "}\n')
+    with pytest.raises(ValueError, match=r"d\.jsonl row 1 \(counting from 0\): empty gold answer in field 'answer'"):
+        load_rows(DataConfig(source=str(path)), 0)
+    with pytest.raises(ValueError, match=r"row 0 .*no '#### ' marker.*answer_format=raw"):
+        load_rows(DataConfig(source=str(path), answer_format="gsm8k"), 0)
+    path.write_text('{"question": "a", "answer": null}\n')
+    with pytest.raises(ValueError, match="set data.answer to one of: question, answer"):
+        load_rows(DataConfig(source=str(path)), 0)
+
+
+def test_missing_file_lists_where_it_looked():
+    with pytest.raises(FileNotFoundError, match=r"data/nope\.jsonl.*looked in"):
+        load_rows(DataConfig(source="data/nope.jsonl"), 0)
+
+
+def test_bad_json_line(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"question": "a", "answer": "1"}\n{"question": \n')
+    with pytest.raises(ValueError, match="line 2 is not valid JSON"):
+        load_rows(DataConfig(source=str(path)), 0)
+
+
+# ------------------------------------------------------------------------------------------------------
+# other file types and `datasets`
+
+ROWS = [{"question": "q0", "answer": 3.0}, {"question": "q1", "answer": "x"}, {"question": "q2", "answer": 7}]
+EXPECTED = [("q0", "3"), ("q1", "x"), ("q2", "7")]
+
+
+def test_json_list_columns_and_parquet(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "list.json").write_text(json.dumps(ROWS))
+    (tmp_path / "cols.json").write_text(json.dumps({"question": ["q0", "q1"], "answer": [3.0, "x"]}))
+    pq.write_table(pa.Table.from_pylist([{"question": r["question"], "answer": str(r["answer"])} for r in ROWS]),
+                   tmp_path / "t.parquet")
+    got = lambda name, **kw: [(r["question"], r["gold"]) for r in load_rows(DataConfig(source=str(tmp_path / name), **kw), 0)]
+    assert got("list.json") == EXPECTED
+    assert got("cols.json") == EXPECTED[:2]
+    assert got("t.parquet") == [("q0", "3.0"), ("q1", "x"), ("q2", "7")]  # a string "3.0" stays as written
+    assert got("list.json", limit=1) == EXPECTED[:1]
+
+
+def test_datasets_folder_and_unknown_name(tmp_path, monkeypatch):
+    import datasets.config
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder/train.jsonl").write_text("\n".join(json.dumps(r) for r in ROWS) + "\n")
+    rows = load_rows(DataConfig(source=str(tmp_path / "folder"), split="train", limit=2), 0)
+    assert [(r["question"], r["gold"]) for r in rows] == EXPECTED[:2]
+    with pytest.raises(ValueError, match=r"'no-such/dataset-xyz'.*could not load it"):
+        load_rows(DataConfig(source="no-such/dataset-xyz"), 0)
+
+
+def test_format_gold():
+    assert format_gold(5.0) == "5"
+    assert format_gold(-12.0) == "-12"
+    assert format_gold(2.5) == "2.5"
+    assert format_gold(145) == "145"
+    assert format_gold(["$3$"]) == "$3$"
+    assert format_gold([1, 2.0]) == "1, 2"
+    assert format_gold(" 7\n") == "7"
+
+
+# ------------------------------------------------------------------------------------------------------
+# prompts
+
+
+def _rows(*questions: str) -> list[dict]:
+    return [{"question": q, "gold": "1", "row": {"i": i}} for i, q in enumerate(questions)]
+
+
+def test_chat_template_single_bos(tok):
+    cfg = DataConfig(source="x")
+    (p,), dropped = build_prompts(_rows("What is 7 plus 5?"), tok, cfg)
+    assert dropped == 0
+    assert p.text == "<s><|im_start|>user\nWhat is 7 plus 5?<|im_end|>\n<|im_start|>assistant\n"
+    v = {t: i for i, t in enumerate(SPECIALS + WORDS)}
+    assert p.prompt_ids == [v[t] for t in ["<s>", "<|im_start|>", "user", "What", "is", "7", "plus", "5", "?",
+                                          "<|im_end|>", "<|im_start|>", "assistant"]]
+    assert p.prompt_ids.count(1) == 1  # BOS once (tokenizing with special tokens would prepend a second)
+    assert (p.index, p.gold, p.row) == (0, "1", {"i": 0})
+
+
+def test_system_prompt_and_literal_braces(tok):
+    cfg = DataConfig(source="x", system_prompt="Be brief.",
+                     prompt_template="{question} Put your final answer within \\boxed{}.")
+    (p,), _ = build_prompts(_rows("Is {x} = {question}?"), tok, cfg)
+    assert p.text == (
+        "<s><|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n"
+        "Is {x} = {question}? Put your final answer within \\boxed{}.<|im_end|>\n<|im_start|>assistant\n"
+    )
+
+
+def test_raw_text_gets_one_bos(tok):
+    cfg = DataConfig(source="x", chat_template=False, prompt_template="Q: {question}")
+    (p,), _ = build_prompts(_rows("What is 7 plus 5?"), tok, cfg)
+    assert p.text == "Q: What is 7 plus 5?"
+    assert p.prompt_ids[0] == 1 and p.prompt_ids.count(1) == 1
+    assert len(p.prompt_ids) == 1 + 8  # <s> Q : What is 7 plus 5 ?
+
+
+def test_length_filter_count_exact(tok, caplog):
+    # chat prompt = 6 fixed tokens (<s> <|im_start|> user <|im_end|> <|im_start|> assistant) + n question words
+    ns = [5, 1, 4, 2, 6, 3]
+    rows = _rows(*[" ".join(["plus"] * n) for n in ns])
+    with caplog.at_level(logging.WARNING, logger="rlvr.data.datasets"):
+        prompts, dropped = build_prompts(rows, tok, DataConfig(source="x", max_prompt_tokens=9))
+    assert dropped == 3  # n = 5, 4, 6 give 11, 10, 12 tokens > 9
+    assert [p.index for p in prompts] == [1, 3, 5]  # positions in the loaded list
+    assert [len(p.prompt_ids) for p in prompts] == [7, 8, 9]  # 9 == max is kept
+    assert "dropped 3 of 6 prompts" in caplog.text
+    prompts, dropped = build_prompts(rows, tok, DataConfig(source="x", max_prompt_tokens=12))
+    assert (len(prompts), dropped) == (6, 0)
+    with pytest.raises(ValueError, match=r"data.max_prompt_tokens >= 7"):
+        build_prompts(rows, tok, DataConfig(source="x", max_prompt_tokens=6))
+
+
+def test_no_chat_template_is_a_clear_error(tok):
+    import copy
+
+    bare = copy.deepcopy(tok)
+    bare.chat_template = None
+    with pytest.raises(ValueError, match="data.chat_template=false"):
+        build_prompts(_rows("What is 7 plus 5?"), bare, DataConfig(source="x"))
+
+
+# ------------------------------------------------------------------------------------------------------
+# the generated task
+
+# random.Random(0).random() draws, in order (Python's guaranteed stream); three per row: op, a, b
+DRAWS0 = [0.8444218515250481, 0.7579544029403025, 0.420571580830845, 0.25891675029296335,
+          0.5112747213686085, 0.4049341374504143, 0.7837985890347726, 0.30331272607892745, 0.4765969541523558]
+
+
+def _qa(rows):
+    return [(r["question"], r["answer"]) for r in rows]
+
+
+def test_generated_rows_by_hand():
+    r = random.Random(0)
+    assert [r.random() for _ in DRAWS0] == DRAWS0
+    # one digit: a = floor(10 u): (7, 4), (5, 4), (3, 4)
+    assert _qa(generated_rows(GeneratedTaskConfig(ops=("plus",), size=3), 0)) == [
+        ("What is 7 plus 4?", "11"), ("What is 5 plus 4?", "9"), ("What is 3 plus 4?", "7")]
+    # op = ops[floor(3 u1)]: 0.844 -> times, 0.259 -> plus, 0.784 -> times
+    assert _qa(generated_rows(GeneratedTaskConfig(ops=("plus", "minus", "times"), size=3), 0)) == [
+        ("What is 7 times 4?", "28"), ("What is 5 plus 4?", "9"), ("What is 3 times 4?", "12")]
+    # minus puts the larger first: (3, 4) -> 4 minus 3
+    assert _qa(generated_rows(GeneratedTaskConfig(ops=("minus",), size=3), 0))[2] == ("What is 4 minus 3?", "1")
+    # two digits: a = 10 + floor(90 u): 10 + 68 = 78, 10 + 37 = 47
+    assert _qa(generated_rows(GeneratedTaskConfig(digits=2, size=1), 0)) == [("What is 78 plus 47?", "125")]
+
+
+def test_generated_properties():
+    cfg = GeneratedTaskConfig(ops=("plus", "minus", "times"), digits=2, size=2000)
+    rows = generated_rows(cfg, 3)
+    assert rows == generated_rows(cfg, 3)
+    assert _qa(rows) != _qa(generated_rows(cfg, 4))
+    assert {r["op"] for r in rows} == {"plus", "minus", "times"}
+    for r in rows:
+        a, op, b = re.fullmatch(r"What is (\d+) (plus|minus|times) (\d+)\?", r["question"]).groups()
+        a, b = int(a), int(b)
+        assert 10 <= a <= 99 and 10 <= b <= 99
+        assert r["answer"] == str({"plus": a + b, "minus": a - b, "times": a * b}[op])
+        assert int(r["answer"]) >= 0
+
+
+def test_generated_holdout_split_and_load_rows():
+    gen = GeneratedTaskConfig(ops=("plus", "times"), size=10, holdout=3)
+    every = generated_rows(gen, 5)
+    assert generated_split(gen, 5, "train") == every[:7]
+    assert generated_split(gen, 5, "holdout") == every[7:]
+    rows = load_rows(DataConfig(source="generated", generated=gen), 5)
+    assert [(r["question"], r["gold"]) for r in rows] == _qa(every[:7])
+    held = load_rows(DataConfig(source="generated", generated=gen, split="holdout", limit=2), 5)
+    assert [(r["question"], r["gold"]) for r in held] == _qa(every[7:9])
+    with pytest.raises(ValueError, match="data.generated.holdout=10"):
+        generated_rows(GeneratedTaskConfig(size=10, holdout=10), 0)
+    with pytest.raises(ValueError, match="choose from"):
+        generated_rows(GeneratedTaskConfig(ops=("divide",)), 0)

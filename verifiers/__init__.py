@@ -1,0 +1,18 @@
+"""Built-in verifier plugins of rlvr, installed under the import name ``rlvr_verifiers``.
+
+The top-level folder is ``verifiers/`` in the repository; a distribution named ``verifiers`` already exists on
+PyPI, so ``pyproject.toml`` maps this folder to ``rlvr_verifiers``. Recipes name these by short name
+(``math``, ``numeric``) through :data:`rlvr.reward.base.VERIFIERS`.
+
+Modules import their heavy dependencies (math-verify) where they are used, so importing this package is cheap.
+"""
+
+from __future__ import annotations
+
+BUILTINS: dict[str, str] = {
+    "math": "rlvr_verifiers.math:MathVerifier",
+    "numeric": "rlvr_verifiers.numeric:NumericVerifier",
+}
+"""Short name -> ``module:attr`` of each built-in verifier (loaded lazily by ``rlvr.reward.base``)."""
+
+__all__ = ["BUILTINS"]
