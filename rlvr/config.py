@@ -283,7 +283,7 @@ def _field_types(cls: type) -> dict[str, Any]:
 
 def _unknown_key(where: str, key: str, valid: list[str]) -> RecipeError:
     near = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
-    hint = f"did you mean '{near[0]}'?" if near else f"valid keys: {', '.join(valid)}"
+    hint = f"did you mean '{where}{near[0]}'?" if near else f"valid keys under '{where or '(top level)'}': {', '.join(valid)}"
     return RecipeError(f"unknown key '{where}{key}': {hint}")
 
 

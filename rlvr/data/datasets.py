@@ -107,12 +107,18 @@ def _hub_reachable(timeout_s: float = 2.0) -> bool:
 
 
 def _go_offline_without_network() -> None:
-    """Set ``HF_DATASETS_OFFLINE=1`` when the hub cannot be reached (and no offline flag is set already)."""
-    if os.environ.get("HF_DATASETS_OFFLINE") or os.environ.get("HF_HUB_OFFLINE") or _hub_reachable():
+    """Load offline when ``HF_DATASETS_OFFLINE`` / ``HF_HUB_OFFLINE`` say so or, unset, the hub is unreachable.
+
+    Sets ``HF_DATASETS_OFFLINE=1`` and patches ``datasets.config``, which reads the flags once at import.
+    """
+    flag = os.environ.get("HF_DATASETS_OFFLINE") or os.environ.get("HF_HUB_OFFLINE")
+    offline = flag.strip().upper() in ("1", "ON", "YES", "TRUE") if flag else not _hub_reachable()
+    if not offline:
         return
-    log.info("the Hugging Face hub is unreachable: loading data sets offline (HF_DATASETS_OFFLINE=1)")
-    os.environ["HF_DATASETS_OFFLINE"] = "1"
-    import datasets.config  # read at import time: patch it when already imported
+    if not flag:
+        log.info("the Hugging Face hub is unreachable: loading data sets offline (HF_DATASETS_OFFLINE=1)")
+        os.environ["HF_DATASETS_OFFLINE"] = "1"
+    import datasets.config
 
     datasets.config.HF_HUB_OFFLINE = True
     datasets.config.HF_DATASETS_OFFLINE = True

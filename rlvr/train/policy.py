@@ -203,6 +203,8 @@ class PolicyWorker:
         scaled = loss * self.world_size
         if self.ds:
             self.engine.backward(scaled, scale_wrt_gas=False)
+            # DeepSpeed counts micro-steps itself: step() after every backward, a real update at the boundary
+            self.engine.step()
         else:
             scaled.backward()
         n = mask.sum().clamp(min=1.0)
@@ -224,7 +226,8 @@ class PolicyWorker:
     def _optimizer_step(self) -> float:
         tr = self.recipe.trainer
         if self.ds:
-            self.engine.step()  # the accumulation boundary: micro-batches per rank == gradient_accumulation_steps
+            # the last micro-batch's engine.step() was the accumulation boundary (micro-batches per rank ==
+            # gradient_accumulation_steps), so the update is done; read its gradient norm
             gn = self.engine.get_global_grad_norm()
             return float(gn) if gn is not None else float("nan")
         gn = torch.nn.utils.clip_grad_norm_(self.module.parameters(), tr.grad_clip if tr.grad_clip > 0 else float("inf"))

@@ -160,7 +160,9 @@ def test_json_list_columns_and_parquet(tmp_path):
     (tmp_path / "cols.json").write_text(json.dumps({"question": ["q0", "q1"], "answer": [3.0, "x"]}))
     pq.write_table(pa.Table.from_pylist([{"question": r["question"], "answer": str(r["answer"])} for r in ROWS]),
                    tmp_path / "t.parquet")
-    got = lambda name, **kw: [(r["question"], r["gold"]) for r in load_rows(DataConfig(source=str(tmp_path / name), **kw), 0)]
+    def got(name, **kw):
+        return [(r["question"], r["gold"]) for r in load_rows(DataConfig(source=str(tmp_path / name), **kw), 0)]
+
     assert got("list.json") == EXPECTED
     assert got("cols.json") == EXPECTED[:2]
     assert got("t.parquet") == [("q0", "3.0"), ("q1", "x"), ("q2", "7")]  # a string "3.0" stays as written
@@ -171,6 +173,8 @@ def test_datasets_folder_and_unknown_name(tmp_path, monkeypatch):
     import datasets.config
 
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    for flag in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):  # load_rows sets them: restore them afterwards
+        monkeypatch.setattr(datasets.config, flag, getattr(datasets.config, flag))
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
     (tmp_path / "folder").mkdir()
     (tmp_path / "folder/train.jsonl").write_text("\n".join(json.dumps(r) for r in ROWS) + "\n")

@@ -1,0 +1,331 @@
+"""Math answers checked with math-verify (Hugging Face), after our own answer extraction.
+
+Extraction (:func:`extract_answer`) reads the whole response, with no fixed tail window (case V5):
+
+1. The last complete ``\\boxed{...}`` or ``\\fbox{...}``, found by brace-balanced scanning (cases V9, V10,
+   V11); a box cut off by the token limit is not an answer. Boxes that end the response joined only by
+   "or", "and", commas or spacing (``\\boxed{3} or \\boxed{7}``) are read together as one list of candidates.
+2. With no box: the configured ``answer_pattern`` (a regex; its first group, or the whole match, of the last
+   match), then, with ``fallback="last_number"``, an answer marker (``#### 42``, ``Answer: 42``,
+   ``the final answer is $x$``), a response that ends with a math span (``... $\\frac{1}{2}$.``), and at last
+   the last number in the text (the small models we train rarely box). ``fallback="none"`` stops after the
+   pattern.
+
+The extracted text is cleaned of wrappers (``$``, ``\\(``, ``\\text{}``, ``\\textbf{}``, markdown ``**``;
+cases V2, V3) and of thousands separators outside brackets (``1,000`` -> ``1000``, case V8; ``1,0`` and
+``(0,1)`` stay lists, cases V6, V7). It is then parsed with ``math_verify.parse`` and compared with
+``math_verify.verify(gold, pred)`` in that order (the check is not symmetric: case V1), both with their own
+``signal.alarm`` timeouts off (``parsing_timeout=None``, ``timeout_seconds=None``): the scoring pool enforces a
+hard wall-clock limit in a separate process instead.
+
+Hedging (case V12): an answer that lists more candidates than the gold holds values (``\\boxed{3, 5, 7}`` for
+the gold ``7``, or three boxes joined by "or") scores 0 with reason ``hedged``.
+
+Reasons: ``no_answer`` (nothing extracted, or an empty answer: case V13), ``hedged``, ``wrong``, ``bad_gold``
+(the gold is empty), ``error: <ExcType>: msg`` (math-verify or sympy failed on this input).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Literal
+
+from rlvr.types import VerifyResult
+from rlvr_verifiers.numeric import NUMBER_RE, number_token
+
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_JOINER_RE = re.compile(
+    r"\s+|\$|,|;|\\[,;:! ]|\\q?quad|\\\(|\\\)|\\\[|\\\]"
+    r"|\\(?:text|textrm|mathrm|mbox)\s*\{\s*(?:or|and)\s*\}|\b(?:or|and)\b",
+    re.IGNORECASE,
+)
+_ANCHOR_RE = re.compile(
+    r"####|\b(?:final\s+answer|answer)\s*(?:is\b|[:=\uff1a])(?:\s*(?:is\b|[:=]))?", re.IGNORECASE
+)
+_SPAN_RE = re.compile(r"\$\$(.+?)\$\$|\$([^$]+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
+_WRAPPER_CMD_RE = re.compile(r"\\(?:text|textbf|textrm|textit|mathrm|mathbf|mbox|boxed|fbox)\s*\{")
+_THOUSANDS_RE = re.compile(r"(?<![\d.,])[1-9]\d{0,2}(?:,\d{3})+(?!\d|,\d)")
+_OR_RE = re.compile(r"\\(?:text|textrm|mathrm|mbox)\s*\{\s*or\s*\}|\s+or\s+", re.IGNORECASE)
+_SIZING_RE = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|big|Big)(?![a-zA-Z])\s*")
+_NOT_A_LONE_NUMBER_RE = re.compile(r"[A-Za-z\\^_{(]|\s*[-+*/^=,;\\_{(\u00d7\u00f7]")
+_HEAD_NUMBER_RE = re.compile(r"\$?\s*(" + NUMBER_RE.pattern + ")")
+_OPEN, _CLOSE = "([{", ")]}"
+
+
+def _normalize(text: str) -> str:
+    """Unicode minus to ``-``, drop ``\\$`` (currency), ``{,}`` (LaTeX thousands separator) to ``,``."""
+    return text.replace("\u2212", "-").replace("\\$", "").replace("{,}", ",")
+
+
+def _brace_pairs(text: str) -> dict[int, int]:
+    """Index of each ``{`` -> index of its matching ``}``, skipping escaped characters (``\\{``, ``\\\\``)."""
+    pairs: dict[int, int] = {}
+    stack: list[int] = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "{":
+            stack.append(i)
+        elif c == "}" and stack:
+            pairs[stack.pop()] = i
+        i += 1
+    return pairs
+
+
+def find_boxes(text: str) -> list[tuple[int, int, str]]:
+    """Complete outermost ``\\boxed{...}`` / ``\\fbox{...}`` in order: ``(start, end, content)`` each.
+
+    A box whose braces never close (cut off by the token limit) is skipped; boxes nested in a complete box are
+    part of its content.
+    """
+    pairs = _brace_pairs(text)
+    boxes = []
+    pos = 0
+    while (m := _BOX_RE.search(text, pos)) is not None:
+        close = pairs.get(m.end() - 1)
+        if close is None:
+            pos = m.end()
+            continue
+        boxes.append((m.start(), close + 1, text[m.end() : close]))
+        pos = close + 1
+    return boxes
+
+
+def _last_box_run(text: str) -> str | None:
+    """Content of the last complete box, or of the run of boxes it ends (joined by or/and/commas) as a list."""
+    boxes = find_boxes(text)
+    if not boxes:
+        return None
+    run = [boxes[-1]]
+    for prev in reversed(boxes[:-1]):
+        between = text[prev[1] : run[0][0]]
+        if _JOINER_RE.sub("", between).strip():
+            break
+        run.insert(0, prev)
+    return ", ".join(clean_answer(b[2]) for b in run) if len(run) > 1 else run[0][2]
+
+
+def _depth_close(text: str, start: int) -> int | None:
+    """Index of the bracket closing the one at ``start`` (any of ``([{`` / ``)]}``), or None."""
+    depth = 0
+    for i in range(start, len(text)):
+        if text[i] in _OPEN:
+            depth += 1
+        elif text[i] in _CLOSE:
+            depth -= 1
+            if depth == 0:
+                return i
+    return None
+
+
+def _answer_head(s: str) -> str:
+    """The answer at the start of the text after an answer marker (a number, math span, bracket or sentence)."""
+    s = s.lstrip(" \t}*:=")
+    m = _HEAD_NUMBER_RE.match(s)
+    if m and not _NOT_A_LONE_NUMBER_RE.match(s, m.end()):
+        return m.group(1)
+    m = _SPAN_RE.match(s)
+    if m:
+        return next(g for g in m.groups() if g is not None)
+    if s[:1] in "([" or s.startswith("\\{"):
+        close = _depth_close(s, 0 if s[0] in "([" else 1)  # for "\{" the brace is at index 1
+        if close is not None:
+            return s[: close + 1]
+    return re.split(r"\.(?=\s|$)", s, maxsplit=1)[0]
+
+
+def _after_marker(text: str) -> str | None:
+    """The answer after the last answer marker (``####``, ``answer:``, ``the final answer is``), if any."""
+    marks = list(_ANCHOR_RE.finditer(text.replace("**", "")))
+    if not marks:
+        return None
+    rest = text.replace("**", "")[marks[-1].end() :]
+    lines = rest.split("\n")
+    line = lines[0] if lines[0].strip(" \t}*:=") else next((ln for ln in lines[1:] if ln.strip()), "")
+    return _answer_head(line)
+
+
+def _trailing_span(text: str) -> str | None:
+    """Content of the last math span when nothing but punctuation follows it (``... is $\\frac{1}{2}$.``)."""
+    spans = list(_SPAN_RE.finditer(text))
+    if not spans or text[spans[-1].end() :].strip(" \t\n.!"):
+        return None
+    return next(g for g in spans[-1].groups() if g is not None)
+
+
+def _rhs(s: str) -> str:
+    """The right-hand side of the last top-level ``=`` (``5 + 3 = 8`` -> ``8``); ``s`` when there is none."""
+    depth, cut = 0, -1
+    for i, c in enumerate(s):
+        depth += (c in _OPEN) - (c in _CLOSE)
+        if c == "=" and depth == 0 and s[i - 1 : i] not in ("<", ">", "!") and s[i + 1 : i + 2] != "=":
+            cut = i
+    return s[cut + 1 :] if cut >= 0 and s[cut + 1 :].strip() else s
+
+
+def extract_answer(
+    response: str, fallback: Literal["last_number", "none"] = "last_number", answer_pattern: str | None = None
+) -> tuple[str | None, str]:
+    """The answer text of a response and where it came from.
+
+    Returns ``(answer, source)``: ``answer`` cleaned (see :func:`clean_answer`), None when nothing was found;
+    ``source`` one of ``box``, ``pattern``, ``marker``, ``span``, ``last_number``, ``none``.
+    """
+    text = _normalize(response)
+    boxed = _last_box_run(text)
+    if boxed is not None:
+        return clean_answer(boxed), "box"
+    if answer_pattern is not None:
+        found = list(re.finditer(answer_pattern, text))
+        if found:
+            m = found[-1]
+            return clean_answer(m.group(1) if m.groups() else m.group(0)), "pattern"
+    if fallback == "none":
+        return None, "none"
+    marked = _after_marker(text)
+    if marked is not None and marked.strip():
+        return clean_answer(_rhs(marked)), "marker"
+    span = _trailing_span(text)
+    if span is not None and span.strip():
+        return clean_answer(_rhs(span)), "span"
+    numbers = NUMBER_RE.findall(text)
+    if numbers:
+        return number_token(numbers[-1]), "last_number"
+    return None, "none"
+
+
+def _strip_wrappers(s: str) -> str:
+    """One pass of removing a wrapper around the whole of ``s`` (math delimiters, ``\\text{}``, ``**``)."""
+    s = s.strip()
+    s = re.sub(r"^\\displaystyle\s*", "", s)
+    s = re.sub(r"(?<!\\)[.\u3002]$", "", s).strip()
+    for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ("**", "**")):
+        if len(s) >= len(left) + len(right) and s.startswith(left) and s.endswith(right):
+            return s[len(left) : len(s) - len(right)]
+    m = _WRAPPER_CMD_RE.match(s)
+    if m and _brace_pairs(s).get(m.end() - 1) == len(s) - 1:
+        return s[m.end() : -1]
+    return s
+
+
+def _drop_thousands(s: str) -> str:
+    """Remove thousands separators from numbers outside brackets (``1,000`` -> ``1000``; ``(1,000)`` kept)."""
+    out, last = [], 0
+    for m in _THOUSANDS_RE.finditer(s):
+        prefix = s[: m.start()]
+        depth = sum(prefix.count(c) for c in _OPEN) - sum(prefix.count(c) for c in _CLOSE)
+        if depth == 0:
+            out.append(s[last : m.start()] + m.group(0).replace(",", ""))
+            last = m.end()
+    return "".join(out) + s[last:]
+
+
+def clean_answer(answer: str) -> str:
+    """An extracted answer without wrappers, ``$`` signs and thousands separators (cases V2, V3, V8)."""
+    s = answer
+    while True:
+        stripped = _strip_wrappers(s)
+        if stripped == s:
+            break
+        s = stripped
+    s = s.replace("$", "").replace("\n", " ").strip()
+    return _drop_thousands(s)
+
+
+def split_items(answer: str) -> list[str]:
+    """The values an answer lists: its top-level comma, semicolon or "or" separated parts, or the parts inside
+    one bracket that encloses the whole answer (``(0,1)`` -> ``["0", "1"]``, ``3, 5, 7`` -> 3 parts)."""
+    s = _SIZING_RE.sub("", _OR_RE.sub(",", answer)).replace("\\{", "{").replace("\\}", "}").strip()
+    if s[:1] in _OPEN and _depth_close(s, 0) == len(s) - 1:
+        s = s[1:-1]
+    parts, depth, cur = [], 0, []
+    for c in s:
+        depth += (c in _OPEN) - (c in _CLOSE)
+        if c in ",;" and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(c)
+    parts.append("".join(cur))
+    return [p.strip() for p in parts if p.strip()] or [s]
+
+
+class _DropTimeoutDisabledWarning(logging.Filter):
+    """math-verify warns once per process that its own timeout is off; the scoring pool enforces one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Timeout is disabled")
+
+
+class MathVerifier:
+    """Math answer checking on math-verify: score 1 for an answer equivalent to the gold, else 0.
+
+    Args:
+        fallback: ``"last_number"`` (default): with no box, read an answer marker, a final math span, or the
+            last number; ``"none"``: no box (and no ``answer_pattern`` match) is ``no_answer``.
+        answer_pattern: a regular expression tried before the fallback when there is no box; the answer is its
+            first group (or the whole match) of the last match in the response.
+
+    Errors: ``ValueError`` at construction for an unknown ``fallback`` or an invalid ``answer_pattern``.
+    ``verify`` never raises: math-verify or sympy failures become reason ``error: <ExcType>: msg``.
+    """
+
+    def __init__(self, fallback: str = "last_number", answer_pattern: str | None = None) -> None:
+        if fallback not in ("last_number", "none"):
+            raise ValueError(f"fallback must be 'last_number' or 'none', got {fallback!r}")
+        if answer_pattern is not None:
+            try:
+                re.compile(answer_pattern)
+            except re.error as e:
+                raise ValueError(f"answer_pattern {answer_pattern!r} is not a valid regex: {e}") from None
+        import math_verify
+
+        for name in ("math_verify.parser", "math_verify.grader"):
+            log = logging.getLogger(name)
+            if not any(isinstance(f, _DropTimeoutDisabledWarning) for f in log.filters):
+                log.addFilter(_DropTimeoutDisabledWarning())
+        self.fallback = fallback
+        self.answer_pattern = answer_pattern
+        self._mv = math_verify
+        self._latex = [math_verify.LatexExtractionConfig()]
+
+    def gold_answer(self, gold: str) -> str:
+        """The gold's answer text: its last box if it has one, cleaned like a response's answer."""
+        text = _normalize(str(gold))
+        boxes = find_boxes(text)
+        return clean_answer(boxes[-1][2] if boxes else text)
+
+    def equivalent(self, gold_answer: str, answer: str) -> bool:
+        """math-verify's verdict on two cleaned answers, gold first (case V1); text equality (ignoring spaces
+        and case) when math-verify extracts nothing from either."""
+        g = self._mv.parse(f"${gold_answer}$", extraction_config=self._latex, parsing_timeout=None)
+        p = self._mv.parse(f"${answer}$", extraction_config=self._latex, parsing_timeout=None)
+        if g and p:
+            return bool(self._mv.verify(g, p, timeout_seconds=None))
+        if not g and not p:
+            return re.sub(r"\s+", "", gold_answer).lower() == re.sub(r"\s+", "", answer).lower()
+        return False
+
+    def verify(self, response: str, gold: str, **row: object) -> VerifyResult:
+        """Score one response against ``gold``; ``row`` (the data row's other fields) is ignored."""
+        try:
+            gold_ans = self.gold_answer(gold)
+            if not gold_ans:
+                return VerifyResult(score=0.0, parsed=None, reason="bad_gold")
+            answer, _ = extract_answer(str(response), self.fallback, self.answer_pattern)  # type: ignore[arg-type]
+            if not answer:
+                return VerifyResult(score=0.0, parsed=answer, reason="no_answer")
+            candidates, n_gold = split_items(answer), len(split_items(gold_ans))
+            if len(candidates) > n_gold:  # more values than the gold holds: right only if every one is
+                if n_gold == 1 and all(self.equivalent(gold_ans, c) for c in candidates):
+                    return VerifyResult(score=1.0, parsed=answer)
+                return VerifyResult(score=0.0, parsed=answer, reason="hedged")
+            if self.equivalent(gold_ans, answer):
+                return VerifyResult(score=1.0, parsed=answer)
+            return VerifyResult(score=0.0, parsed=answer, reason="wrong")
+        except Exception as e:  # noqa: BLE001 - untrusted input must not raise (DESIGN: Seams)
+            return VerifyResult(score=0.0, parsed=None, reason=f"error: {type(e).__name__}: {str(e)[:200]}")
