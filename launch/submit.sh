@@ -19,14 +19,14 @@ PASS_ENV=(
   NCCL_DEBUG NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME
 )
 # Not uploaded with the working directory (gitignore syntax; Ray also honours the repository's .gitignore).
-EXCLUDES=(.git .venv runs __pycache__ "*.egg-info" .pytest_cache .cache "*.log")
+EXCLUDES=(.git .venv runs __pycache__ "*.egg-info" .pytest_cache .hypothesis .cache "*.log")
 
 usage() {
   cat <<'EOF'
 Usage: launch/submit.sh [options] RECIPE.yaml [section.key=value ...] [--dry-run]
        launch/submit.sh [options] -- COMMAND [ARG ...]
 
-Runs `rlvr train RECIPE.yaml [overrides...] run.ray_address=auto` as a Ray job on a running cluster and
+Runs `rlvr train RECIPE.yaml run.ray_address=auto [overrides...]` as a Ray job on a running cluster and
 streams its logs until it ends. The second form runs any command (e.g. `rlvr eval ...`) the same way,
 without adding run.ray_address=auto.
 
@@ -89,7 +89,9 @@ if ((!raw)); then
   else
     [[ -f "$working_dir/$recipe" ]] || die_usage "recipe '$recipe' not found under the working directory $working_dir"
   fi
-  entrypoint=(rlvr train "$recipe" "$@" run.ray_address=auto)
+  # run.ray_address=auto goes first: a later override on the command line still wins, and argparse takes
+  # `--dry-run` only after the last override.
+  entrypoint=(rlvr train "$recipe" run.ray_address=auto "$@")
   label="$(basename "${recipe%.*}")"
 else
   entrypoint=("$@")

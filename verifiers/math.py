@@ -7,9 +7,9 @@ Extraction (:func:`extract_answer`) reads the whole response, with no fixed tail
    "or", "and", commas or spacing (``\\boxed{3} or \\boxed{7}``) are read together as one list of candidates.
 2. With no box: the configured ``answer_pattern`` (a regex; its first group, or the whole match, of the last
    match), then, with ``fallback="last_number"``, an answer marker (``#### 42``, ``Answer: 42``,
-   ``the final answer is $x$``), a response that ends with a math span (``... $\\frac{1}{2}$.``), and at last
-   the last number in the text (the small models we train rarely box). ``fallback="none"`` stops after the
-   pattern.
+   ``the final answer is $x$``), a response that ends with a math span (``... $\\frac{1}{2}$.``), a response
+   that is one expression with no prose (``\\frac{10}{9}``), and at last the last number in the text (the
+   small models we train rarely box). ``fallback="none"`` stops after the pattern.
 
 The extracted text is cleaned of wrappers (``$``, ``\\(``, ``\\text{}``, ``\\textbf{}``, markdown ``**``;
 cases V2, V3) and of thousands separators outside brackets (``1,000`` -> ``1000``, case V8; ``1,0`` and
@@ -18,8 +18,11 @@ cases V2, V3) and of thousands separators outside brackets (``1,000`` -> ``1000`
 ``signal.alarm`` timeouts off (``parsing_timeout=None``, ``timeout_seconds=None``): the scoring pool enforces a
 hard wall-clock limit in a separate process instead.
 
-Hedging (case V12): an answer that lists more candidates than the gold holds values (``\\boxed{3, 5, 7}`` for
-the gold ``7``, or three boxes joined by "or") scores 0 with reason ``hedged``.
+Hedging (case V12): an answer that lists more distinct candidates (separated by commas, semicolons, "or",
+"and") than the gold holds values (``\\boxed{3, 5, 7}`` for the gold ``7``, or three boxes joined by "or")
+scores 0 with reason ``hedged``, unless every candidate equals a one-value gold (``\\boxed{15\\frac{39}{40}}
+or \\boxed{\\frac{639}{40}}``, two forms of one number, as a MATH-500 reference solution writes it). A gold
+enclosed in one bracket counts the values inside it (the gold ``(0,1)`` holds 2).
 
 Reasons: ``no_answer`` (nothing extracted, or an empty answer: case V13), ``hedged``, ``wrong``, ``bad_gold``
 (the gold is empty), ``error: <ExcType>: msg`` (math-verify or sympy failed on this input).
@@ -29,8 +32,6 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Literal
-
 from rlvr.types import VerifyResult
 from rlvr_verifiers.numeric import NUMBER_RE, number_token
 
@@ -46,16 +47,22 @@ _ANCHOR_RE = re.compile(
 _SPAN_RE = re.compile(r"\$\$(.+?)\$\$|\$([^$]+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
 _WRAPPER_CMD_RE = re.compile(r"\\(?:text|textbf|textrm|textit|mathrm|mathbf|mbox|boxed|fbox)\s*\{")
 _THOUSANDS_RE = re.compile(r"(?<![\d.,])[1-9]\d{0,2}(?:,\d{3})+(?!\d|,\d)")
-_OR_RE = re.compile(r"\\(?:text|textrm|mathrm|mbox)\s*\{\s*or\s*\}|\s+or\s+", re.IGNORECASE)
 _SIZING_RE = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|big|Big)(?![a-zA-Z])\s*")
 _NOT_A_LONE_NUMBER_RE = re.compile(r"[A-Za-z\\^_{(]|\s*[-+*/^=,;\\_{(\u00d7\u00f7]")
 _HEAD_NUMBER_RE = re.compile(r"\$?\s*(" + NUMBER_RE.pattern + ")")
 _OPEN, _CLOSE = "([{", ")]}"
+_LATEX_THOUSANDS_RE = re.compile(r"(?<=\d),\\!\s*(?=\d{3})|(?<=\d)\\,(?=\d{3}(?!\d))")
+_AND_OR_RE = re.compile(
+    r"\\(?:text|textrm|mathrm|mbox)\s*\{\s*(?:or|and)\s*\}|\s+(?:or|and)\s+", re.IGNORECASE
+)
+_PROSE_WORD_RE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{3,}")
 
 
 def _normalize(text: str) -> str:
-    """Unicode minus to ``-``, drop ``\\$`` (currency), ``{,}`` (LaTeX thousands separator) to ``,``."""
-    return text.replace("\u2212", "-").replace("\\$", "").replace("{,}", ",")
+    """Unicode minus to ``-``; drop ``\\$`` (currency); LaTeX thousands separators ``{,}``, ``,\\!`` to ``,``
+    and ``\\,`` between digit groups to nothing (``10,\\!000`` -> ``10,000``, ``10\\,000`` -> ``10000``)."""
+    text = text.replace("\u2212", "-").replace("\\$", "").replace("{,}", ",")
+    return _LATEX_THOUSANDS_RE.sub(lambda m: "," if m.group(0).startswith(",") else "", text)
 
 
 def _brace_pairs(text: str) -> dict[int, int]:
@@ -122,8 +129,9 @@ def _depth_close(text: str, start: int) -> int | None:
     return None
 
 
-def _answer_head(s: str) -> str:
-    """The answer at the start of the text after an answer marker (a number, math span, bracket or sentence)."""
+def _answer_head(s: str, again: bool = True) -> str:
+    """The answer at the start of the text after an answer marker: a number, a math span, a bracket, or else
+    the sentence; in a sentence, what follows its last "is" (``The largest $n$ is 34.`` -> ``34``)."""
     s = s.lstrip(" \t}*:=")
     m = _HEAD_NUMBER_RE.match(s)
     if m and not _NOT_A_LONE_NUMBER_RE.match(s, m.end()):
@@ -135,7 +143,9 @@ def _answer_head(s: str) -> str:
         close = _depth_close(s, 0 if s[0] in "([" else 1)  # for "\{" the brace is at index 1
         if close is not None:
             return s[: close + 1]
-    return re.split(r"\.(?=\s|$)", s, maxsplit=1)[0]
+    sentence = re.split(r"\.(?=\s|$)", s, maxsplit=1)[0]
+    parts = re.split(r"\s(?:is|are|was|equals)\s", sentence)
+    return _answer_head(parts[-1], again=False) if again and len(parts) > 1 else sentence
 
 
 def _after_marker(text: str) -> str | None:
@@ -157,23 +167,14 @@ def _trailing_span(text: str) -> str | None:
     return next(g for g in spans[-1].groups() if g is not None)
 
 
-def _rhs(s: str) -> str:
-    """The right-hand side of the last top-level ``=`` (``5 + 3 = 8`` -> ``8``); ``s`` when there is none."""
-    depth, cut = 0, -1
-    for i, c in enumerate(s):
-        depth += (c in _OPEN) - (c in _CLOSE)
-        if c == "=" and depth == 0 and s[i - 1 : i] not in ("<", ">", "!") and s[i + 1 : i + 2] != "=":
-            cut = i
-    return s[cut + 1 :] if cut >= 0 and s[cut + 1 :].strip() else s
-
-
 def extract_answer(
-    response: str, fallback: Literal["last_number", "none"] = "last_number", answer_pattern: str | None = None
+    response: str, fallback: str = "last_number", answer_pattern: str | None = None
 ) -> tuple[str | None, str]:
     """The answer text of a response and where it came from.
 
     Returns ``(answer, source)``: ``answer`` cleaned (see :func:`clean_answer`), None when nothing was found;
-    ``source`` one of ``box``, ``pattern``, ``marker``, ``span``, ``last_number``, ``none``.
+    ``source`` one of ``box``, ``pattern``, ``marker``, ``span``, ``bare`` (the whole response is one
+    expression, no prose), ``last_number``, ``none``.
     """
     text = _normalize(response)
     boxed = _last_box_run(text)
@@ -188,10 +189,13 @@ def extract_answer(
         return None, "none"
     marked = _after_marker(text)
     if marked is not None and marked.strip():
-        return clean_answer(_rhs(marked)), "marker"
+        return clean_answer(marked), "marker"
     span = _trailing_span(text)
     if span is not None and span.strip():
-        return clean_answer(_rhs(span)), "span"
+        return clean_answer(span), "span"
+    bare = text.strip()
+    if bare and "\n" not in bare and not _PROSE_WORD_RE.search(bare):  # the response is just an expression
+        return clean_answer(bare), "bare"
     numbers = NUMBER_RE.findall(text)
     if numbers:
         return number_token(numbers[-1]), "last_number"
@@ -236,11 +240,12 @@ def clean_answer(answer: str) -> str:
     return _drop_thousands(s)
 
 
-def split_items(answer: str) -> list[str]:
-    """The values an answer lists: its top-level comma, semicolon or "or" separated parts, or the parts inside
-    one bracket that encloses the whole answer (``(0,1)`` -> ``["0", "1"]``, ``3, 5, 7`` -> 3 parts)."""
-    s = _SIZING_RE.sub("", _OR_RE.sub(",", answer)).replace("\\{", "{").replace("\\}", "}").strip()
-    if s[:1] in _OPEN and _depth_close(s, 0) == len(s) - 1:
+def split_items(answer: str, inside_bracket: bool = False) -> list[str]:
+    """The values an answer lists: its top-level parts separated by commas, semicolons, "or" or "and"
+    (``3, 5, 7`` -> 3 parts; ``(0,1)`` -> 1 part). With ``inside_bracket``, an answer that one bracket encloses
+    whole is split inside it (``(0,1)`` -> ``["0", "1"]``)."""
+    s = _SIZING_RE.sub("", _AND_OR_RE.sub(",", answer)).replace("\\{", "{").replace("\\}", "}").strip()
+    if inside_bracket and s[:1] in _OPEN and _depth_close(s, 0) == len(s) - 1:
         s = s[1:-1]
     parts, depth, cur = [], 0, []
     for c in s:
@@ -251,7 +256,8 @@ def split_items(answer: str) -> list[str]:
         else:
             cur.append(c)
     parts.append("".join(cur))
-    return [p.strip() for p in parts if p.strip()] or [s]
+    unique = {re.sub(r"\s+", "", p): p.strip() for p in parts if p.strip()}  # a value listed twice is one
+    return list(unique.values()) or [s]
 
 
 class _DropTimeoutDisabledWarning(logging.Filter):
@@ -294,10 +300,10 @@ class MathVerifier:
         self._latex = [math_verify.LatexExtractionConfig()]
 
     def gold_answer(self, gold: str) -> str:
-        """The gold's answer text: its last box if it has one, cleaned like a response's answer."""
+        """The gold's answer text: its last box (or run of boxes) if it has any, cleaned like an answer."""
         text = _normalize(str(gold))
-        boxes = find_boxes(text)
-        return clean_answer(boxes[-1][2] if boxes else text)
+        boxed = _last_box_run(text)
+        return clean_answer(boxed if boxed is not None else text)
 
     def equivalent(self, gold_answer: str, answer: str) -> bool:
         """math-verify's verdict on two cleaned answers, gold first (case V1); text equality (ignoring spaces
@@ -316,10 +322,11 @@ class MathVerifier:
             gold_ans = self.gold_answer(gold)
             if not gold_ans:
                 return VerifyResult(score=0.0, parsed=None, reason="bad_gold")
-            answer, _ = extract_answer(str(response), self.fallback, self.answer_pattern)  # type: ignore[arg-type]
+            answer, _ = extract_answer(str(response), self.fallback, self.answer_pattern)
             if not answer:
                 return VerifyResult(score=0.0, parsed=answer, reason="no_answer")
-            candidates, n_gold = split_items(answer), len(split_items(gold_ans))
+            candidates = split_items(answer)
+            n_gold = max(len(split_items(gold_ans)), len(split_items(gold_ans, inside_bracket=True)))
             if len(candidates) > n_gold:  # more values than the gold holds: right only if every one is
                 if n_gold == 1 and all(self.equivalent(gold_ans, c) for c in candidates):
                     return VerifyResult(score=1.0, parsed=answer)

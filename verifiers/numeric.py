@@ -20,8 +20,7 @@ from rlvr.types import VerifyResult
 
 NUMBER_RE = re.compile(
     r"(?<![\w.])(?:(?<![\w.)])-)?"  # a sign only after a non-word, non-')' character
-    r"(?:[1-9]\d{0,2}(?:,\d{3})+(?!\d)|\d+)"  # thousands groups (V8) or plain digits (V6: 1,0 is two numbers)
-    r"(?:\.\d+)?"
+    r"(?:(?:[1-9]\d{0,2}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|\.\d+)"  # thousands groups (V8) or digits (V6)
     r"(?:/\d+(?:\.\d+)?)?"  # a/b
 )
 """One number token in free text (see the module docstring for the rules)."""

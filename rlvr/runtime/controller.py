@@ -220,6 +220,7 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
 
     from rlvr.data import PromptSampler, build_prompts, load_rows
     from rlvr.models import resolve_model
+    from rlvr.reward.pool import verifier_keys
 
     r = recipe
     run_dir = run_dir or prepare_run_dir(r)
@@ -293,7 +294,7 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
             t_sync = time.perf_counter() - t0
 
             metrics = {
-                **rollout_metrics(completions, scored, r.pass_k, g, primary=r.reward.verifiers[0].name),
+                **rollout_metrics(completions, scored, r.pass_k, g, primary=verifier_keys(r.reward.verifiers)[0]),
                 **{k: v for k, v in train_stats.items() if k != "timing/train_inner_s"},
                 **sync_stats,
                 "timing/rollout_s": t_rollout,
@@ -321,40 +322,28 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
 def rollout_metrics(completions: list[Completion], scored: list, ks: tuple[int, ...], g: int, primary: str) -> dict[str, float]:
     """Reward, pass@k and length metrics of one rollout batch (B = P x G completions, prompt-major).
 
-    A sample is *correct* when the first (primary) verifier gives it full marks (score >= 1); pass@k is the
+    A sample is *correct* when the primary (first) verifier gives it full marks (score >= 1); pass@k is the
     unbiased estimator (Chen et al. 2021, eq. 1) over each prompt's G samples, averaged over the P prompts.
+    Length metrics count response tokens; means are over the B samples.
     """
+    from rlvr.reward.pool import reward_metrics
+
     b = len(completions)
-    rewards = [s.reward for s in scored]
-    correct = [s.results[primary].score >= 1.0 if primary in s.results else s.reward >= 1.0 for s in scored]
+    correct = [s.results[primary].score >= 1.0 for s in scored]
     lengths = [len(c.token_ids) for c in completions]
     out: dict[str, float] = {
-        "reward/mean": sum(rewards) / b,
-        "reward/std": float(torch.tensor(rewards).std(unbiased=False)) if b > 1 else 0.0,
+        **reward_metrics(scored),
+        "reward/std": float(torch.tensor([s.reward for s in scored]).std(unbiased=False)),
         "reward/correct_frac": sum(correct) / b,
         "response/length_mean": sum(lengths) / b,
         "response/length_max": float(max(lengths)),
         "response/truncated_frac": sum(c.truncated for c in completions) / b,
     }
-    names = sorted({n for s in scored for n in s.results})
-    for n in names:
-        vals = [s.results[n].score for s in scored if n in s.results]
-        out[f"reward/{n}/mean"] = sum(vals) / max(len(vals), 1)
-    reasons: dict[str, int] = {}
-    for s in scored:
-        for res in s.results.values():
-            if res.reason:
-                key = res.reason.split(":")[0]
-                reasons[key] = reasons.get(key, 0) + 1
-    for key in ("timeout", "crashed", "no_answer", "error"):
-        out[f"reward/{key}_frac"] = reasons.get(key, 0) / b
     groups = [correct[i : i + g] for i in range(0, b, g)]
     for k in ks:
         out[f"passk/{k}"] = sum(pass_at_k(g, sum(gr), k) for gr in groups) / len(groups)
-    solved = sum(1 for gr in groups if all(gr))
-    unsolved = sum(1 for gr in groups if not any(gr))
-    out["groups/all_correct_frac"] = solved / len(groups)
-    out["groups/none_correct_frac"] = unsolved / len(groups)
+    out["groups/all_correct_frac"] = sum(all(gr) for gr in groups) / len(groups)
+    out["groups/none_correct_frac"] = sum(not any(gr) for gr in groups) / len(groups)
     return out
 
 

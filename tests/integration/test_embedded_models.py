@@ -115,7 +115,7 @@ def test_smollm2_download_convert_and_answer(tmp_path, monkeypatch, vllm_env):
     del gguf_model
 
     # Greedy, default chat template (with SmolLM's system message): measured here, "12" first appears at
-    # about token 90 ("So, 7 + 5 equals 12."), so 32 new tokens are too few; 128 leave room.
+    # token 87 of 120 ("So, 7 + 5 equals 12."), so 32 new tokens are too few; 128 leave room.
     out = model.generate(**enc, max_new_tokens=128, do_sample=False)
     answer = tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
     assert "12" in answer, answer

@@ -92,7 +92,8 @@ def test_chat_template_exact_string_and_ids(tok):
 def test_model_has_hand_counted_parameters_and_init():
     model = tiny.build_model(seed=0)
     # per layer: q,k,v,o 4*128*128 + gate,up,down 3*128*256 + 2 norms of 128; final norm 128; embed + lm_head 2*50*128
-    assert sum(p.numel() for p in model.parameters()) == 2 * (4 * 128 * 128 + 3 * 128 * 256 + 2 * 128) + 128 + 2 * 50 * 128
+    per_layer = 4 * 128 * 128 + 3 * 128 * 256 + 2 * 128
+    assert sum(p.numel() for p in model.parameters()) == 2 * per_layer + 128 + 2 * 50 * 128 == 341_120
     sd = model.state_dict()
     assert sd["model.norm.weight"].eq(1).all() and sd["model.layers.1.input_layernorm.weight"].eq(1).all()
     q = sd["model.layers.0.self_attn.q_proj.weight"]  # 16,384 draws of N(0, 0.02^2): std error of std ~1.1e-4

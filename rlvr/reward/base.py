@@ -1,0 +1,214 @@
+"""The Verifier seam: protocol, built-in registry, and resolution of a recipe's verifier spec.
+
+A verifier scores one completion against its gold answer: ``verify(response, gold, **row) -> VerifyResult``.
+It is given the completion text only (it knows nothing of prompts), ``row`` holds the data row's other
+fields, and it never raises on model output: a bad answer is a score of 0 with a reason.
+
+:func:`build_verifier` resolves ``VerifierSpec.name`` in this order:
+
+1. a built-in short name (``math``, ``numeric``) from :data:`VERIFIERS`;
+2. ``package.module:attr``;
+3. ``path/to/file.py:attr`` (relative to the working directory);
+4. an entry point named ``name`` in the group ``rlvr.verifiers`` (third-party packages).
+
+``attr`` may be a class (instantiated with ``spec.args``), an object with a ``verify`` method, or a function
+``verify(response, gold, **row)``; a function that returns a float, int or bool is wrapped so that it returns a
+:class:`~rlvr.types.VerifyResult`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import importlib
+import importlib.metadata
+import importlib.util
+import inspect
+import math
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator, Protocol, runtime_checkable
+
+from rlvr.config import VerifierSpec
+from rlvr.registry import Registry
+from rlvr.types import VerifyResult
+
+ENTRY_POINT_GROUP = "rlvr.verifiers"
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    """Scores one completion: ``verify(response, gold, **row) -> VerifyResult``; never raises on model output."""
+
+    def verify(self, response: str, gold: str, **row: Any) -> VerifyResult: ...
+
+
+class UnknownVerifierError(KeyError):
+    """A verifier name that is neither built in, nor ``module:attr``, nor ``file.py:attr``, nor an entry point."""
+
+    def __str__(self) -> str:  # KeyError would print the message in quotes
+        return str(self.args[0]) if self.args else ""
+
+
+class _BuiltinRegistry(Registry[Callable[..., Any]]):
+    """A :class:`~rlvr.registry.Registry` that registers the built-ins of ``rlvr_verifiers`` on first use,
+    so that ``import rlvr.reward`` does not import every verifier module."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self._loaded = False
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
+        import rlvr_verifiers
+
+        for name, target in rlvr_verifiers.BUILTINS.items():
+            if name not in self._items:
+                module, attr = target.split(":")
+                self._items[name] = getattr(importlib.import_module(module), attr)
+
+    def get(self, name: str) -> Callable[..., Any]:
+        self._load()
+        return super().get(name)
+
+    def __contains__(self, name: object) -> bool:
+        self._load()
+        return super().__contains__(name)
+
+    def __iter__(self) -> Iterator[str]:
+        self._load()
+        return super().__iter__()
+
+    def names(self) -> list[str]:
+        self._load()
+        return super().names()
+
+
+VERIFIERS: Registry[Callable[..., Any]] = _BuiltinRegistry("verifier")
+"""Built-in verifier factories by short name (``math``, ``numeric``), loaded from ``rlvr_verifiers`` on first
+use. Names registered here in one process are not seen by scoring workers (separate processes): give your own
+verifiers as ``module:attr``, ``file.py:attr`` or an entry point instead."""
+
+
+def coerce_result(value: Any) -> VerifyResult:
+    """A verifier's return value as a :class:`VerifyResult`.
+
+    A VerifyResult passes through; a bool, int or float ``x`` becomes ``VerifyResult(score=float(x))`` with
+    reason None when ``x >= 1``, ``wrong`` when ``x <= 0``, else ``partial``.
+    Errors: ``TypeError`` for any other type; ``ValueError`` for a score that is NaN or infinite.
+    """
+    if isinstance(value, VerifyResult):
+        score = value.score
+    elif isinstance(value, (bool, int, float)):
+        score = float(value)
+        reason = None if score >= 1 else ("wrong" if score <= 0 else "partial")
+        value = VerifyResult(score=score, parsed=None, reason=reason)
+    else:
+        raise TypeError(f"a verifier returned {type(value).__name__}; expected VerifyResult, float or bool")
+    if not isinstance(score, (int, float)) or not math.isfinite(score):
+        raise ValueError(f"a verifier returned the score {score!r}; scores must be finite numbers")
+    return value
+
+
+class FunctionVerifier:
+    """Wraps a function ``fn(response, gold, **row)`` returning a VerifyResult, float or bool as a Verifier."""
+
+    def __init__(self, fn: Callable[..., Any], name: str = "") -> None:
+        self.fn = fn
+        self.name = name or getattr(fn, "__qualname__", repr(fn))
+
+    def verify(self, response: str, gold: str, **row: Any) -> VerifyResult:
+        return coerce_result(self.fn(response, gold, **row))
+
+    def __repr__(self) -> str:
+        return f"FunctionVerifier({self.name})"
+
+
+def _load_file(path_text: str) -> Any:
+    """Import a Python file as a module (cached in ``sys.modules`` under a name derived from its full path)."""
+    path = Path(path_text).expanduser().resolve()
+    if not path.is_file():
+        raise FileNotFoundError(f"verifier file {path_text!r} not found (resolved to {path})")
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
+    mod_name = f"rlvr_user_verifier_{path.stem}_{digest}"
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import verifier file {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[mod_name]
+        raise
+    return module
+
+
+def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def is_file_target(name: str) -> bool:
+    """True when ``name`` is ``path/to/file.py:attr`` (a path before the last colon)."""
+    target = name.rpartition(":")[0]
+    return target.endswith(".py") or "/" in target or "\\" in target
+
+
+def resolve_verifier(name: str) -> Any:
+    """The object a verifier name points at (a class, a function or an object), without instantiating it.
+
+    Errors: :class:`UnknownVerifierError` (a ``KeyError``) for an unknown short name, naming the nearest
+    built-in and entry point; ``FileNotFoundError``, ``ImportError`` or ``AttributeError`` for a ``file.py:attr``
+    or ``module:attr`` that does not resolve.
+    """
+    if name in VERIFIERS:
+        return VERIFIERS.get(name)
+    if ":" in name:
+        target, _, attr = name.rpartition(":")
+        module = _load_file(target) if is_file_target(name) else importlib.import_module(target)
+        obj: Any = module
+        for part in attr.split("."):
+            if not hasattr(obj, part):
+                raise AttributeError(f"verifier {name!r}: {target} has no attribute {attr!r}")
+            obj = getattr(obj, part)
+        return obj
+    eps = _entry_points()
+    if name in eps:
+        return eps[name].load()
+    known = VERIFIERS.names() + sorted(eps)
+    near = difflib.get_close_matches(name, known, n=1, cutoff=0.3)
+    hint = f" Did you mean {near[0]!r}?" if near else ""
+    raise UnknownVerifierError(
+        f"unknown verifier {name!r}.{hint} Built-in: {', '.join(VERIFIERS.names())}; entry points "
+        f"({ENTRY_POINT_GROUP}): {', '.join(sorted(eps)) or 'none'}; or give 'package.module:attr' or "
+        "'path/to/file.py:attr'."
+    )
+
+
+def build_verifier(spec: VerifierSpec) -> Verifier:
+    """Build the verifier a recipe names (see the module docstring for the resolution order).
+
+    A class is instantiated with ``spec.args``; a function is wrapped in :class:`FunctionVerifier`; an object
+    with a ``verify`` method is used as is. Errors: those of :func:`resolve_verifier`; ``TypeError`` when the
+    target is not a verifier, or when ``spec.args`` is given for a function or an object (they take none).
+    """
+    obj = resolve_verifier(spec.name)
+    if inspect.isclass(obj):
+        verifier = obj(**spec.args)
+        if not callable(getattr(verifier, "verify", None)):
+            raise TypeError(f"verifier {spec.name!r}: {obj.__name__} has no verify(response, gold, **row) method")
+        return verifier
+    if spec.args:
+        raise TypeError(
+            f"verifier {spec.name!r} is not a class, so it takes no args (got {sorted(spec.args)}); "
+            "make it a class whose constructor takes them"
+        )
+    if callable(getattr(obj, "verify", None)):
+        return obj
+    if callable(obj):
+        return FunctionVerifier(obj, name=spec.name)
+    raise TypeError(f"verifier {spec.name!r} is a {type(obj).__name__}: not a class, function or verifier")

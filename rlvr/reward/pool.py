@@ -1,0 +1,418 @@
+"""Scoring pool: the recipe's verifiers in worker processes, with a hard wall-clock limit per sample.
+
+Model output is untrusted input: a verifier can hang (math-verify on towers of powers), exhaust memory or kill
+its process. So every sample is scored in a worker process (a ``multiprocessing`` forkserver context where the
+platform has one, else spawn; never threads: math-verify relies on ``signal.alarm``, which only works on a
+main thread, and a hung thread cannot be killed). Each worker builds the verifiers once; the parent sends one
+sample at a time to each idle worker and waits for all of them with one ``multiprocessing.connection.wait``.
+
+Per sample, exactly one :class:`Scored` comes back, in input order, always:
+
+- a worker still busy ``timeout_s`` seconds after the sample was sent is killed (SIGKILL) and replaced; the
+  sample scores 0 with reason ``timeout`` for every verifier;
+- a worker that dies while scoring (a segfault, ``os._exit``, the OOM killer, ``memory_mb`` exceeded) is
+  replaced; the sample scores 0 with reason ``crashed``;
+- a verifier that raises scores 0 for that sample with reason ``error: <ExcType>: msg``; the worker lives on.
+
+A replacement worker's start-up (imports, building the verifiers) is not counted against any sample's limit.
+The pool works inside a Ray actor (forkserver and spawn start a fresh interpreter, unlike fork, which would
+copy the actor's threads' locks); the module that the host process runs as ``__main__`` is imported by the
+workers as ``__mp_main__``, so scripts need a ``__main__`` guard.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import multiprocessing as mp
+import multiprocessing.connection as mp_connection
+import os
+import signal
+import time
+import traceback
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from rlvr.config import VerifierSpec
+from rlvr.reward.base import build_verifier, coerce_result, is_file_target, resolve_verifier
+from rlvr.types import VerifyResult
+
+START_TIMEOUT_S = 120.0
+"""A worker that has not built its verifiers within this many seconds fails the pool (``RuntimeError``)."""
+_MAX_START_FAILURES = 3
+_ROW_KEYS_RESERVED = ("response", "gold")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scored:
+    """The reward of one sample.
+
+    ``reward``: sum over verifiers of ``weight * score`` (the recipe's weights; no normaliser).
+    ``results``: each verifier's verdict, keyed by verifier name (see :func:`verifier_keys`).
+    ``latency_s``: wall-clock seconds from sending the sample to a worker to its result (or to the kill).
+    """
+
+    reward: float
+    results: dict[str, VerifyResult]
+    latency_s: float
+
+    def failed(self, reason: str) -> bool:
+        """True when some verifier's reason is ``reason`` (or, for ``error``, starts with ``error:``)."""
+        if reason == "error":
+            return any((r.reason or "").startswith("error:") for r in self.results.values())
+        return any(r.reason == reason for r in self.results.values())
+
+
+def verifier_keys(specs: Sequence[VerifierSpec]) -> list[str]:
+    """Result keys of the verifiers: each spec's name, with ``#2``, ``#3`` ... on repeats of a name."""
+    seen: collections.Counter[str] = collections.Counter()
+    keys = []
+    for spec in specs:
+        seen[spec.name] += 1
+        keys.append(spec.name if seen[spec.name] == 1 else f"{spec.name}#{seen[spec.name]}")
+    return keys
+
+
+def _absolute(spec: VerifierSpec) -> VerifierSpec:
+    """The spec with a ``file.py:attr`` path made absolute (workers must not depend on the working directory)."""
+    if ":" not in spec.name or not is_file_target(spec.name):
+        return spec
+    target, _, attr = spec.name.rpartition(":")
+    return dataclasses.replace(spec, name=f"{Path(target).expanduser().resolve()}:{attr}")
+
+
+def _die_with_parent() -> None:
+    """Linux: have the kernel SIGKILL this process when its parent dies (best effort)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _safe(value: Any) -> VerifyResult:
+    """A verifier's result as a plain VerifyResult that pickles (parsed text capped at 2000 characters)."""
+    r = coerce_result(value)
+    parsed = None if r.parsed is None else str(r.parsed)[:2000]
+    reason = None if r.reason is None else str(r.reason)[:500]
+    return VerifyResult(score=float(r.score), parsed=parsed, reason=reason)
+
+
+def _error(exc: BaseException) -> VerifyResult:
+    return VerifyResult(score=0.0, parsed=None, reason=f"error: {type(exc).__name__}: {str(exc)[:300]}")
+
+
+def _worker_main(conn: Any, specs: tuple[VerifierSpec, ...], keys: list[str], memory_mb: int | None) -> None:
+    """Body of a scoring worker: build the verifiers, then score ``(index, response, gold, row)`` jobs until
+    ``None`` or the parent goes away. Replies ``("ready",)``, ``("init_error", traceback)`` or
+    ``("result", index, {key: VerifyResult})``."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    try:
+        verifiers = [(key, build_verifier(spec)) for key, spec in zip(keys, specs)]
+        if memory_mb is not None:
+            import resource
+
+            limit = memory_mb * 2**20
+            resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    except BaseException:  # noqa: BLE001 - reported to the parent, which raises
+        conn.send(("init_error", traceback.format_exc()))
+        return
+    conn.send(("ready",))
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return
+        if job is None:
+            return
+        index, response, gold, row = job
+        results = {}
+        for key, verifier in verifiers:
+            try:
+                results[key] = _safe(verifier.verify(response, gold, **row))
+            except Exception as e:  # noqa: BLE001 - a verifier's bug scores 0 with a reason
+                results[key] = _error(e)
+        conn.send(("result", index, results))
+
+
+@dataclass(eq=False)
+class _Worker:
+    proc: Any
+    conn: Any
+    started_at: float
+    ready: bool = False
+    job: int | None = None
+    sent_at: float = 0.0
+    deadline: float = math.inf
+
+
+def _kill_all(workers: list[_Worker]) -> None:
+    for w in workers:
+        if w.proc.is_alive():
+            w.proc.kill()
+        w.proc.join(timeout=5)
+        w.conn.close()
+    workers.clear()
+
+
+def _default_start_method() -> str:
+    return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+
+
+class ScoringPool:
+    """Scores completions with the recipe's verifiers in ``num_workers`` processes (see the module docstring).
+
+    Args:
+        specs: the verifiers; a sample's reward is the weighted sum of their scores.
+        num_workers: worker processes (each scores one sample at a time).
+        timeout_s: hard wall-clock limit per sample, all verifiers together, in seconds.
+        memory_mb: address-space limit per worker (``RLIMIT_AS``, MiB), set after the verifiers are built;
+            None: no limit. A sample over it scores ``error: MemoryError`` or ``crashed``.
+        start_method: ``forkserver`` (default where available) or ``spawn``.
+
+    Errors: ``ValueError`` for empty specs or non-positive sizes; the errors of
+    :func:`~rlvr.reward.base.resolve_verifier` for a name that does not resolve (raised here, in the caller's
+    process); ``RuntimeError`` when a worker cannot build its verifiers (the message holds its traceback) or
+    workers keep dying before they are ready.
+    """
+
+    def __init__(
+        self,
+        specs: Sequence[VerifierSpec],
+        num_workers: int,
+        timeout_s: float,
+        memory_mb: int | None = None,
+        *,
+        start_method: str | None = None,
+    ) -> None:
+        if not specs:
+            raise ValueError("ScoringPool needs at least one verifier spec")
+        if num_workers < 1 or not timeout_s > 0 or (memory_mb is not None and memory_mb < 1):
+            raise ValueError(
+                f"ScoringPool needs num_workers >= 1, timeout_s > 0, memory_mb None or >= 1; got {num_workers}, "
+                f"{timeout_s}, {memory_mb}"
+            )
+        self._specs = tuple(_absolute(s) for s in specs)
+        preload = ["rlvr.reward.pool"]
+        for spec in self._specs:  # fail fast, in the caller's process, on a name that does not resolve
+            target = resolve_verifier(spec.name)
+            preload.extend(getattr(target, "preload_modules", ()))
+        self.keys = verifier_keys(specs)  # the names as the recipe gives them
+        self.weights = {k: s.weight for k, s in zip(self.keys, self._specs)}
+        self.timeout_s = float(timeout_s)
+        self.memory_mb = memory_mb
+        self._ctx = mp.get_context(start_method or _default_start_method())
+        if self._ctx.get_start_method() == "forkserver":
+            self._ctx.set_forkserver_preload(preload)  # only the first pool of a process starts the server
+        self._stats: collections.Counter[str] = collections.Counter()
+        self._start_failures = 0
+        self._workers: list[_Worker] = []
+        self._finalizer = weakref.finalize(self, _kill_all, self._workers)
+        try:
+            for _ in range(num_workers):
+                self._workers.append(self._start())
+            while not all(w.ready for w in self._workers):
+                self._wait_and_service([])
+        except BaseException:
+            self.close()
+            raise
+
+    # -- public API --------------------------------------------------------------------------------------
+    def score(self, responses: Sequence[str], golds: Sequence[str], rows: Sequence[dict[str, Any]]) -> list[Scored]:
+        """Score ``B`` samples: ``responses[i]`` against ``golds[i]`` with the data row ``rows[i]``.
+
+        Returns ``[B]`` :class:`Scored`, in input order, one per sample whatever happens to the workers. Keys
+        ``response`` and ``gold`` of a row are not passed on (they would clash with the arguments).
+        Errors: ``ValueError`` when the three lists differ in length; ``RuntimeError`` on a closed pool or when
+        replacement workers cannot start.
+        """
+        n = len(responses)
+        if len(golds) != n or len(rows) != n:
+            raise ValueError(f"score needs equal lengths, got {n} responses, {len(golds)} golds, {len(rows)} rows")
+        if self._finalizer.alive is False:
+            raise RuntimeError("ScoringPool.score called after close()")
+        out: list[Scored | None] = [None] * n
+        queue = collections.deque(range(n))
+        while queue or any(w.job is not None for w in self._workers):
+            for w in self._workers:
+                if w.ready and w.job is None and queue:
+                    self._dispatch(w, queue, out, responses, golds, rows)
+            if queue or any(w.job is not None for w in self._workers):
+                self._wait_and_service(out)
+        self._stats["samples"] += n
+        return [s for s in out if s is not None]
+
+    def stats(self) -> dict[str, int]:
+        """Counters since the pool started: ``samples``, ``timeouts``, ``crashes``, ``errors`` (samples with a
+        verifier that raised), ``restarts`` (workers replaced)."""
+        return {k: int(self._stats[k]) for k in ("samples", "timeouts", "crashes", "errors", "restarts")}
+
+    def close(self) -> None:
+        """Stop the workers (politely, then SIGKILL after 2 s). Idempotent."""
+        for w in self._workers:
+            try:
+                w.conn.send(None)
+            except (OSError, ValueError):
+                pass
+        end = time.monotonic() + 2.0
+        for w in self._workers:
+            w.proc.join(timeout=max(0.0, end - time.monotonic()))
+        self._finalizer()
+
+    def __enter__(self) -> ScoringPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals ---------------------------------------------------------------------------------------
+    def _start(self) -> _Worker:
+        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
+        proc = self._ctx.Process(
+            target=_worker_main,
+            args=(child_conn, self._specs, self.keys, self.memory_mb),
+            name="rlvr-scorer",
+            daemon=True,
+        )
+        proc.start()
+        child_conn.close()
+        return _Worker(proc=proc, conn=parent_conn, started_at=time.monotonic())
+
+    def _replace(self, w: _Worker) -> None:
+        if w.proc.is_alive():
+            w.proc.kill()
+        w.proc.join(timeout=5)
+        w.conn.close()
+        self._workers[self._workers.index(w)] = self._start()
+        self._stats["restarts"] += 1
+
+    def _failed(self, reason: str, latency_s: float) -> Scored:
+        results = {k: VerifyResult(score=0.0, parsed=None, reason=reason) for k in self.keys}
+        return Scored(reward=0.0, results=results, latency_s=latency_s)
+
+    def _dispatch(self, w: _Worker, queue: collections.deque[int], out: list[Scored | None],
+                  responses: Sequence[str], golds: Sequence[str], rows: Sequence[dict[str, Any]]) -> None:
+        index = queue.popleft()
+        row = {k: v for k, v in (rows[index] or {}).items() if k not in _ROW_KEYS_RESERVED}
+        try:
+            w.conn.send((index, str(responses[index]), str(golds[index]), row))
+        except (BrokenPipeError, ConnectionError, EOFError):  # died while idle: not this sample's fault
+            queue.appendleft(index)
+            self._replace(w)
+            return
+        except Exception as e:  # noqa: BLE001 - e.g. a row that does not pickle
+            out[index] = Scored(reward=0.0, results={k: _error(e) for k in self.keys}, latency_s=0.0)
+            self._stats["errors"] += 1
+            return
+        w.job, w.sent_at = index, time.monotonic()
+        w.deadline = w.sent_at + self.timeout_s
+
+    def _wait_and_service(self, out: list[Scored | None]) -> None:
+        """Wait for a message, a death or the next deadline, then handle every worker once."""
+        now = time.monotonic()
+        waitables: list[Any] = []
+        wake = now + 1.0
+        for w in self._workers:
+            if w.job is not None or not w.ready:
+                waitables += [w.conn, w.proc.sentinel]
+                wake = min(wake, w.deadline if w.ready else w.started_at + START_TIMEOUT_S)
+        if waitables:
+            mp_connection.wait(waitables, timeout=max(0.0, wake - now))
+        for w in list(self._workers):
+            self._service(w, out)
+
+    def _service(self, w: _Worker, out: list[Scored | None]) -> None:
+        dead = False
+        try:
+            while w.conn.poll():
+                msg = w.conn.recv()
+                if msg[0] == "ready":
+                    w.ready, self._start_failures = True, 0
+                elif msg[0] == "init_error":
+                    raise RuntimeError(f"a scoring worker could not build its verifiers:\n{msg[1]}")
+                elif msg[0] == "result" and msg[1] == w.job:
+                    results: dict[str, VerifyResult] = msg[2]
+                    reward = sum(self.weights[k] * r.score for k, r in results.items())
+                    out[w.job] = Scored(reward=reward, results=results, latency_s=time.monotonic() - w.sent_at)
+                    self._stats["errors"] += any((r.reason or "").startswith("error:") for r in results.values())
+                    w.job, w.deadline = None, math.inf
+        except (EOFError, OSError):
+            dead = True
+        now = time.monotonic()
+        if dead or not w.proc.is_alive():
+            if w.job is not None:
+                out[w.job] = self._failed("crashed", now - w.sent_at)
+                self._stats["crashes"] += 1
+            elif not w.ready:
+                self._start_failures += 1
+                if self._start_failures >= _MAX_START_FAILURES:
+                    raise RuntimeError(
+                        f"scoring workers keep dying before they are ready (last exit code {w.proc.exitcode})"
+                    )
+            self._replace(w)
+        elif w.job is not None and now >= w.deadline:
+            out[w.job] = self._failed("timeout", now - w.sent_at)
+            self._stats["timeouts"] += 1
+            self._replace(w)
+        elif not w.ready and now - w.started_at > START_TIMEOUT_S:
+            raise RuntimeError(f"a scoring worker did not build its verifiers within {START_TIMEOUT_S:.0f} s")
+
+
+class RewardWorker:
+    """The reward role as a plain class (an executor runs it in-process or wraps it as a Ray actor).
+
+    Owns one :class:`ScoringPool`; ``score`` and ``close`` delegate to it. Errors: those of ScoringPool.
+    """
+
+    def __init__(
+        self,
+        specs: Sequence[VerifierSpec],
+        num_workers: int,
+        timeout_s: float,
+        memory_mb: int | None = None,
+    ) -> None:
+        self.pool = ScoringPool(specs, num_workers, timeout_s, memory_mb)
+
+    def score(self, responses: Sequence[str], golds: Sequence[str], rows: Sequence[dict[str, Any]]) -> list[Scored]:
+        """``[B]`` Scored in input order (see :meth:`ScoringPool.score`)."""
+        return self.pool.score(responses, golds, rows)
+
+    def stats(self) -> dict[str, int]:
+        """The pool's counters (see :meth:`ScoringPool.stats`)."""
+        return self.pool.stats()
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def ping(self) -> bool:
+        """Readiness check used by the executor once the role is constructed."""
+        return True
+
+
+def reward_metrics(scored: Sequence[Scored]) -> dict[str, float]:
+    """Metrics of one batch of B scored samples, each a mean over the B samples (normaliser B).
+
+    ``reward/mean``; ``reward/timeout_frac``, ``reward/crash_frac``, ``reward/error_frac``,
+    ``reward/no_answer_frac`` (samples where some verifier gave that reason); ``reward/latency_mean_s`` and
+    ``reward/latency_max_s``; ``reward/score/<verifier key>`` (mean unweighted score). Empty input: ``{}``.
+    """
+    b = len(scored)
+    if b == 0:
+        return {}
+    m = {
+        "reward/mean": sum(s.reward for s in scored) / b,
+        "reward/timeout_frac": sum(s.failed("timeout") for s in scored) / b,
+        "reward/crash_frac": sum(s.failed("crashed") for s in scored) / b,
+        "reward/error_frac": sum(s.failed("error") for s in scored) / b,
+        "reward/no_answer_frac": sum(s.failed("no_answer") for s in scored) / b,
+        "reward/latency_mean_s": sum(s.latency_s for s in scored) / b,
+        "reward/latency_max_s": max(s.latency_s for s in scored),
+    }
+    for key in scored[0].results:
+        m[f"reward/score/{key}"] = sum(s.results[key].score for s in scored if key in s.results) / b
+    return m

@@ -1,0 +1,37 @@
+"""Shared setup for integration tests: caches inside a per-session folder, one torch thread per process."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _integration_env(tmp_path_factory):
+    cache = os.environ.get("RLVR_CACHE") or str(Path.home() / ".cache" / "rlvr")
+    tmp = tmp_path_factory.mktemp("rlvr_integration")
+    env = {
+        "RLVR_CACHE": cache,
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_CACHE_ROOT": str(tmp / "vllm"),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
+        "TORCH_EXTENSIONS_DIR": str(Path(cache) / "torch_extensions"),
+        "RAY_AUTH_MODE": "disabled",
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+    }
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    yield
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
