@@ -31,8 +31,8 @@ streams its logs until it ends. The second form runs any command (e.g. `rlvr eva
 without adding run.ray_address=auto.
 
 Options (before the recipe):
-  --address ADDR       the cluster's job server, e.g. http://HEAD:8265 (default: $RAY_API_SERVER_ADDRESS,
-                       then $RAY_ADDRESS, as `ray job submit` reads them)
+  --address ADDR       the cluster's job server, e.g. http://HEAD:8265 (required unless
+                       $RAY_API_SERVER_ADDRESS or $RAY_ADDRESS holds it, as `ray job submit` reads them)
   --working-dir DIR    folder uploaded as the job's working directory (default: this repository)
   --env NAME[=VALUE]   set NAME in the job's environment; without =VALUE, this shell's $NAME (repeatable)
   --num-gpus N         GPUs reserved for the driver process itself (default 0; the roles reserve their own)
@@ -78,6 +78,10 @@ while (($#)); do
   esac
 done
 (($#)) || die_usage "name a recipe (e.g. recipes/tiny_test.yaml) or a command after --"
+# Without an address `ray job submit` may start a throw-away local Ray that ends with this command.
+if [[ -z "$address" && -z "${RAY_API_SERVER_ADDRESS:-}" && -z "${RAY_ADDRESS:-}" ]]; then
+  die_usage "no cluster given: pass --address http://HEAD:8265 (or set RAY_API_SERVER_ADDRESS)"
+fi
 [[ -d "$working_dir" ]] || die_usage "--working-dir '$working_dir' is not a folder"
 
 if ((!raw)); then

@@ -24,18 +24,20 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     try:
         recipe = load_recipe(args.recipe, args.overrides)
-    except (RecipeError, FileNotFoundError) as e:
+    except RecipeError as e:
         print(f"rlvr train: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # missing file, a folder, no permission
+        print(f"rlvr train: cannot read recipe file '{args.recipe}': {e.strerror or e}", file=sys.stderr)
+        return 2
     _print_recipe(recipe)
-    from rlvr.runtime.controller import prepare_run_dir
-
     if args.dry_run:
         print("dry run: recipe valid; nothing started.")
         return 0
+    from rlvr.runtime.controller import prepare_run_dir, train
+
     run_dir = prepare_run_dir(recipe)
     print(f"run folder: {run_dir}", flush=True)
-    from rlvr.runtime.controller import train
 
     result = train(recipe, run_dir)
     m = result.last_metrics
@@ -66,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("model", help="resolve (and for embedded models, build once) a model; print its folder")
     p.add_argument("name", help="smollm2-135m-instruct, tiny-random, a local folder or a hub id")
     p.set_defaults(fn=cmd_model)
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

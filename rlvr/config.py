@@ -192,7 +192,7 @@ class TrainerConfig:
 @dataclass(frozen=True, kw_only=True)
 class SyncConfig:
     backend: Literal["auto", "gloo", "nccl"] = "auto"
-    """Process-group backend for weight sync (auto: nccl when the trainer is on GPU, else gloo)."""
+    """Process-group backend for weight sync (auto: nccl when trainer and engines each hold whole GPUs, else gloo)."""
     timeout_s: float = 300.0
     """A sync that has not completed within this many seconds fails the run with a clear error."""
     check: bool = True
@@ -283,7 +283,7 @@ def _field_types(cls: type) -> dict[str, Any]:
 
 def _unknown_key(where: str, key: str, valid: list[str]) -> RecipeError:
     near = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
-    hint = f"did you mean '{where}{near[0]}'?" if near else f"valid keys under '{where or '(top level)'}': {', '.join(valid)}"
+    hint = f"did you mean '{where}{near[0]}'?" if near else f"valid keys under '{where.rstrip('.') or '(top level)'}': {', '.join(valid)}"
     return RecipeError(f"unknown key '{where}{key}': {hint}")
 
 
@@ -382,11 +382,21 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """``"trainer.lr=1e-6"`` -> ``("trainer.lr", 1e-6)``; the value is read as YAML."""
+    """``"trainer.lr=1e-6"`` -> ``("trainer.lr", 1e-6)``; the value is read as YAML.
+
+    Errors: :class:`RecipeError` when ``=`` is missing (a usage message) or the value is not valid YAML.
+    """
     if "=" not in text:
         raise RecipeError(f"override {text!r} must look like section.key=value (e.g. trainer.lr=1e-6)")
     key, raw = text.split("=", 1)
-    return key.strip(), yaml.safe_load(raw) if raw.strip() else ""
+    key = key.strip()
+    if not raw.strip():
+        return key, ""
+    try:
+        return key, yaml.safe_load(raw)
+    except yaml.YAMLError as e:
+        first = str(e).splitlines()[0]
+        raise RecipeError(f"override {key!r}: value {raw!r} is not valid YAML ({first}); quote it or fix it") from None
 
 
 def load_recipe(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
@@ -425,7 +435,9 @@ def validate(r: Recipe) -> None:
             f"algorithm.advantage={al.advantage} compares samples within a group: set "
             "rollout.samples_per_prompt >= 2"
         )
-    if ro.prompts_per_step % ro.num_engines:
+    if ro.num_engines < 1:
+        errs.append("rollout.num_engines must be >= 1")
+    elif ro.prompts_per_step % ro.num_engines:
         errs.append(
             f"rollout.prompts_per_step ({ro.prompts_per_step}) must divide evenly over "
             f"rollout.num_engines ({ro.num_engines})"
@@ -443,7 +455,14 @@ def validate(r: Recipe) -> None:
             f"(prompts_per_step x samples_per_prompt = {b})"
         )
     mb = r.mini_batch
-    if mb % tr.num_workers:
+    if tr.mini_batch_size < 0 or tr.num_workers < 1 or tr.micro_batch_size < 1:
+        errs.append(
+            "trainer.mini_batch_size must be >= 0 (0: the whole batch), trainer.num_workers and "
+            "trainer.micro_batch_size >= 1"
+        )
+    elif mb < 1:
+        pass  # an empty batch: reported above (prompts_per_step / samples_per_prompt)
+    elif mb % tr.num_workers:
         errs.append(f"the mini-batch ({mb}) must divide evenly over trainer.num_workers ({tr.num_workers})")
     elif (mb // tr.num_workers) % min(tr.micro_batch_size, mb // tr.num_workers):
         errs.append(

@@ -280,6 +280,9 @@ class MathVerifier:
     ``verify`` never raises: math-verify or sympy failures become reason ``error: <ExcType>: msg``.
     """
 
+    preload_modules = ("math_verify", "rlvr_verifiers.math")
+    """Imported once by the scoring pool's fork server (see ``rlvr.reward.pool.ScoringPool``)."""
+
     def __init__(self, fallback: str = "last_number", answer_pattern: str | None = None) -> None:
         if fallback not in ("last_number", "none"):
             raise ValueError(f"fallback must be 'last_number' or 'none', got {fallback!r}")

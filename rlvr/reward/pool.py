@@ -29,6 +29,7 @@ import multiprocessing as mp
 import multiprocessing.connection as mp_connection
 import os
 import signal
+import threading
 import time
 import traceback
 import weakref
@@ -84,14 +85,23 @@ def _absolute(spec: VerifierSpec) -> VerifierSpec:
     return dataclasses.replace(spec, name=f"{Path(target).expanduser().resolve()}:{attr}")
 
 
-def _die_with_parent() -> None:
-    """Linux: have the kernel SIGKILL this process when its parent dies (best effort)."""
-    try:
-        import ctypes
+def _exit_with_parent() -> None:
+    """Start a daemon thread that ends this worker when the pool's process dies, even mid-sample.
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    It waits on ``multiprocessing.parent_process().sentinel``, a pipe whose write end only the pool's process
+    holds (under forkserver too, where the OS parent is the fork server: a hung worker would otherwise keep
+    the fork server, and itself, alive after the pool's process was killed).
+    """
+    parent = mp.parent_process()
+    sentinel = getattr(parent, "sentinel", None)
+    if sentinel is None:
+        return
+
+    def watch() -> None:
+        mp_connection.wait([sentinel])
+        os._exit(0)
+
+    threading.Thread(target=watch, name="rlvr-scorer-watchdog", daemon=True).start()
 
 
 def _safe(value: Any) -> VerifyResult:
@@ -110,7 +120,7 @@ def _worker_main(conn: Any, specs: tuple[VerifierSpec, ...], keys: list[str], me
     """Body of a scoring worker: build the verifiers, then score ``(index, response, gold, row)`` jobs until
     ``None`` or the parent goes away. Replies ``("ready",)``, ``("init_error", traceback)`` or
     ``("result", index, {key: VerifyResult})``."""
-    _die_with_parent()
+    pass  # _exit_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     try:
         verifiers = [(key, build_verifier(spec)) for key, spec in zip(keys, specs)]
@@ -173,7 +183,9 @@ class ScoringPool:
         timeout_s: hard wall-clock limit per sample, all verifiers together, in seconds.
         memory_mb: address-space limit per worker (``RLIMIT_AS``, MiB), set after the verifiers are built;
             None: no limit. A sample over it scores ``error: MemoryError`` or ``crashed``.
-        start_method: ``forkserver`` (default where available) or ``spawn``.
+        start_method: ``forkserver`` (default where available) or ``spawn``. With forkserver, the modules a
+            verifier class lists in a ``preload_modules`` attribute are imported once in the fork server (by
+            the first pool of the process), so a replacement worker starts in milliseconds.
 
     Errors: ``ValueError`` for empty specs or non-positive sizes; the errors of
     :func:`~rlvr.reward.base.resolve_verifier` for a name that does not resolve (raised here, in the caller's
@@ -223,7 +235,9 @@ class ScoringPool:
             raise
 
     # -- public API --------------------------------------------------------------------------------------
-    def score(self, responses: Sequence[str], golds: Sequence[str], rows: Sequence[dict[str, Any]]) -> list[Scored]:
+    def score(
+        self, responses: Sequence[str], golds: Sequence[str], rows: Sequence[dict[str, Any]]
+    ) -> list[Scored]:
         """Score ``B`` samples: ``responses[i]`` against ``golds[i]`` with the data row ``rows[i]``.
 
         Returns ``[B]`` :class:`Scored`, in input order, one per sample whatever happens to the workers. Keys
@@ -233,8 +247,10 @@ class ScoringPool:
         """
         n = len(responses)
         if len(golds) != n or len(rows) != n:
-            raise ValueError(f"score needs equal lengths, got {n} responses, {len(golds)} golds, {len(rows)} rows")
-        if self._finalizer.alive is False:
+            raise ValueError(
+                f"score needs equal lengths, got {n} responses, {len(golds)} golds, {len(rows)} rows"
+            )
+        if not self._finalizer.alive:
             raise RuntimeError("ScoringPool.score called after close()")
         out: list[Scored | None] = [None] * n
         queue = collections.deque(range(n))
@@ -378,7 +394,9 @@ class RewardWorker:
     ) -> None:
         self.pool = ScoringPool(specs, num_workers, timeout_s, memory_mb)
 
-    def score(self, responses: Sequence[str], golds: Sequence[str], rows: Sequence[dict[str, Any]]) -> list[Scored]:
+    def score(
+        self, responses: Sequence[str], golds: Sequence[str], rows: Sequence[dict[str, Any]]
+    ) -> list[Scored]:
         """``[B]`` Scored in input order (see :meth:`ScoringPool.score`)."""
         return self.pool.score(responses, golds, rows)
 

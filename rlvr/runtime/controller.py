@@ -59,7 +59,6 @@ def role_env(recipe: Recipe, run_dir: Path, threads: int) -> dict[str, str]:
     env = {
         "OMP_NUM_THREADS": str(max(1, threads)),
         "TOKENIZERS_PARALLELISM": "false",
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0" if not torch.cuda.is_available() else "1",
         "VLLM_CPU_KVCACHE_SPACE": str(max(1, int(round(recipe.rollout.kv_cache_gib)))),
         "VLLM_CACHE_ROOT": os.environ.get("VLLM_CACHE_ROOT", str(Path(cache) / "vllm")),
         "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", str(Path(cache) / "torch_extensions")),
@@ -144,7 +143,8 @@ class Roles:
             check_specs(wspecs, exp, f"engine{i}")
         backend = r.sync.backend
         if backend == "auto":
-            backend = "nccl" if r.trainer.num_gpus > 0 and r.rollout.num_gpus > 0 else "gloo"
+            # NCCL needs each rank on its own GPU: whole GPUs on both sides; a shared GPU (fractions) or CPU: gloo
+            backend = "nccl" if r.trainer.num_gpus >= 1 and r.rollout.num_gpus >= 1 else "gloo"
         host, port, world = host_ip(), free_port(), 1 + len(self.engines)
         name = f"rlvr-sync-{port}"
         calls = [t.call("init_weight_sync", host, port, world, backend, r.sync.timeout_s, name) for t in self.trainers]

@@ -108,6 +108,8 @@ class RayExecutor:
 
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+        # inside a `ray job submit` job, let the roles' env vars override the job's instead of failing to merge
+        os.environ.setdefault("RAY_OVERRIDE_JOB_RUNTIME_ENV", "1")
         self._started = not ray.is_initialized()
         if self._started:
             kwargs: dict[str, Any] = dict(

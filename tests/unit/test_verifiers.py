@@ -114,7 +114,8 @@ def test_v12_hedging(mv: MathVerifier) -> None:
     assert mv.verify(r"$\boxed{3, 5, 7}$", r"\{3, 5, 7\}").score == 1.0
     assert mv.verify(r"x = \boxed{2} and \boxed{3}", "2, 3").score == 1.0
     # two forms of one value are not hedging (MATH-500 #451's reference solution writes it so)
-    assert mv.verify(r"$\boxed{15\frac{39}{40}},$ or $\boxed{\frac{639}{40}}$ inches", r"\frac{639}{40}").score == 1.0
+    two_forms = r"$\boxed{15\frac{39}{40}},$ or $\boxed{\frac{639}{40}}$ inches"
+    assert mv.verify(two_forms, r"\frac{639}{40}").score == 1.0
     assert split_items(r"3 \text{ or } 7") == ["3", "7"]
     assert split_items("(0,1)") == ["(0,1)"]
     assert split_items("(0,1)", inside_bracket=True) == ["0", "1"]
@@ -157,7 +158,8 @@ def test_math_verifier_bad_args() -> None:
 
 
 def test_math_verifier_never_raises_on_odd_input(mv: MathVerifier) -> None:
-    odd = [r"\boxed{\frac{}{}}", r"\boxed{)(}", "}" * 50 + "{" * 50, r"\boxed{" * 200, "$" * 7, "\x00\ufffd", r"\boxed{1/0}"]
+    odd = [r"\boxed{\frac{}{}}", r"\boxed{)(}", "}" * 50 + "{" * 50, r"\boxed{" * 200, "$" * 7, "\x00\ufffd",
+           r"\boxed{1/0}"]
     for response in odd:
         r = mv.verify(response, "1")
         assert r.score in (0.0, 1.0) and isinstance(r, VerifyResult)

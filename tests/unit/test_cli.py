@@ -1,0 +1,107 @@
+"""``rlvr train RECIPE [overrides] --dry-run`` and ``rlvr model NAME``, called in-process through rlvr.cli.main."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlvr.cli import main
+from rlvr.config import load_recipe
+
+TINY = Path(__file__).resolve().parents[2] / "recipes" / "tiny_test.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # tiny_test's output_dir is the relative "runs"
+
+
+def test_dry_run_prints_resolved_recipe_and_derived(tmp_path, capsys):
+    assert main(["train", str(TINY), "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    head, derived = out.split("# derived\n")
+    assert head.startswith("# resolved recipe\n")
+    assert list(tmp_path.iterdir()) == []  # no run folder
+    # the printed YAML is the resolved recipe, every default filled in
+    printed = head.removeprefix("# resolved recipe\n")
+    assert yaml.safe_load(printed)["trainer"]["zero_stage"] == 2
+    (tmp_path / "printed.yaml").write_text(printed)
+    assert load_recipe(tmp_path / "printed.yaml") == load_recipe(TINY)
+    # B = 4 x 4 = 16; 16 x (64 + 8) = 1152 tokens; 16 / 8 = 2 micro-batches; 16 x 3 steps = 48
+    assert derived.splitlines() == [
+        "#   prompts_per_step: 4",
+        "#   samples_per_step: 16",
+        "#   max_tokens_per_step: 1152",
+        "#   mini_batch_size: 16",
+        "#   optimizer_steps_per_rollout_batch: 1",
+        "#   grad_accum_steps_per_rank: 2",
+        "#   pass_k: [1, 2, 4]",
+        "#   total_samples: 48",
+        "dry run: recipe valid; nothing started.",
+    ]
+
+
+def test_dry_run_applies_overrides(tmp_path, capsys):
+    assert main(["train", str(TINY), "run.steps=5", "rollout.samples_per_prompt=6", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    # B = 4 x 6 = 24; 24 x 5 = 120; pass_k for G=6 is 1, 2, 4 and G
+    assert "#   samples_per_step: 24\n" in out
+    assert "#   total_samples: 120\n" in out
+    assert "#   pass_k: [1, 2, 4, 6]\n" in out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_override_returns_2_with_message_on_stderr(capsys):
+    assert main(["train", str(TINY), "trainer.lrr=1e-6", "--dry-run"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == "rlvr train: unknown key 'trainer.lrr': did you mean 'trainer.lr'?\n"
+
+
+def test_override_without_equals_returns_2(capsys):
+    assert main(["train", str(TINY), "run.steps", "--dry-run"]) == 2
+    assert "must look like section.key=value" in capsys.readouterr().err
+
+
+def test_invalid_recipe_returns_2(capsys):
+    assert main(["train", str(TINY), "rollout.num_engines=3", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rlvr train: invalid recipe:")
+    assert "rollout.prompts_per_step (4) must divide evenly over rollout.num_engines (3)" in err
+
+
+def test_missing_recipe_file_returns_2_with_clear_message(tmp_path, capsys):
+    missing = tmp_path / "nope.yaml"
+    assert main(["train", str(missing), "--dry-run"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == f"rlvr train: cannot read recipe file '{missing}': No such file or directory\n"
+
+
+def test_recipe_that_is_a_folder_returns_2(tmp_path, capsys):
+    assert main(["train", str(tmp_path), "--dry-run"]) == 2
+    assert capsys.readouterr().err == f"rlvr train: cannot read recipe file '{tmp_path}': Is a directory\n"
+
+
+def test_malformed_yaml_returns_2_naming_the_file(tmp_path, capsys):
+    p = tmp_path / "listy.yaml"
+    p.write_text("- run\n")
+    assert main(["train", str(p), "--dry-run"]) == 2
+    assert capsys.readouterr().err.startswith(f"rlvr train: {p}: a recipe must be a YAML mapping")
+
+
+def test_model_prints_a_local_folder_and_passes_hub_ids_through(tmp_path, capsys):
+    assert main(["model", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == f"{tmp_path}\n"
+    assert main(["model", "Qwen/Qwen2.5-0.5B-Instruct"]) == 0
+    assert capsys.readouterr().out == "Qwen/Qwen2.5-0.5B-Instruct\n"
+
+
+def test_usage_errors_exit_2(capsys):
+    with pytest.raises(SystemExit) as ei:
+        main(["train"])  # no recipe: argparse's usage error
+    assert ei.value.code == 2
+    assert "recipe" in capsys.readouterr().err
