@@ -68,7 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("model", help="resolve (and for embedded models, build once) a model; print its folder")
     p.add_argument("name", help="smollm2-135m-instruct, tiny-random, a local folder or a hub id")
     p.set_defaults(fn=cmd_model)
-    args = parser.parse_intermixed_args(argv)
+    # overrides may come before or after flags (`train r.yaml --dry-run a.b=1` and `train r.yaml a.b=1 --dry-run`)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if args.command != "train" or any(x.startswith("-") or "=" not in x for x in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = list(args.overrides) + extra
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
