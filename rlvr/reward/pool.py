@@ -15,6 +15,7 @@ Per sample, exactly one :class:`Scored` comes back, in input order, always:
 - a verifier that raises scores 0 for that sample with reason ``error: <ExcType>: msg``; the worker lives on.
 
 A replacement worker's start-up (imports, building the verifiers) is not counted against any sample's limit.
+Workers end with the pool's process, even when it is killed while one of them hangs on a sample.
 The pool works inside a Ray actor (forkserver and spawn start a fresh interpreter, unlike fork, which would
 copy the actor's threads' locks); the module that the host process runs as ``__main__`` is imported by the
 workers as ``__mp_main__``, so scripts need a ``__main__`` guard.
@@ -120,7 +121,7 @@ def _worker_main(conn: Any, specs: tuple[VerifierSpec, ...], keys: list[str], me
     """Body of a scoring worker: build the verifiers, then score ``(index, response, gold, row)`` jobs until
     ``None`` or the parent goes away. Replies ``("ready",)``, ``("init_error", traceback)`` or
     ``("result", index, {key: VerifyResult})``."""
-    pass  # _exit_with_parent()
+    _exit_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     try:
         verifiers = [(key, build_verifier(spec)) for key, spec in zip(keys, specs)]

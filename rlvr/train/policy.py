@@ -115,16 +115,32 @@ class PolicyWorker:
         return nullcontext()
 
     def _forward(self, model: torch.nn.Module, mb: TrainBatch, need_entropy: bool):
-        """Returns (logprobs [b, S-1], entropy [b, S-1] or None) of each target token at the rollout temperature."""
+        """Log-probabilities [b, S-1] of each response token at the rollout temperature (0 elsewhere), and the
+        policy's entropy on those positions ([b, S-1]) when ``need_entropy``.
+
+        The output layer runs on response positions only (N = response tokens of the micro-batch): for a 135M
+        model with a 49k vocabulary that skips ~20% of the FLOPs and the [b, S, V] logits of the prompt tokens.
+        Models whose forward post-processes logits (final soft-capping) take the plain full forward instead.
+        """
         ids = mb.input_ids.to(self.device)
         am = mb.attention_mask.to(self.device)
+        mask = mb.loss_mask.to(self.device).bool()  # [b, S-1]
+        targets = ids[:, 1:][mask]  # [N]
+        body, head = getattr(model, "model", None), model.get_output_embeddings()
+        lean = body is not None and head is not None and not getattr(model.config, "final_logit_softcapping", None)
         with self._autocast():
-            logits = model(input_ids=ids, attention_mask=am).logits[:, :-1]  # [b, S-1, V]
-        lp = token_logprobs(logits.float(), ids[:, 1:], self.temperature)
+            if lean:
+                hidden = body(input_ids=ids, attention_mask=am).last_hidden_state[:, :-1]  # [b, S-1, H]
+                logits = head(hidden[mask])  # [N, V]
+            else:
+                logits = model(input_ids=ids, attention_mask=am).logits[:, :-1][mask]  # [N, V]
+        lp_flat = token_logprobs(logits.float()[None], targets[None], self.temperature)[0]  # [N]
+        lp = torch.zeros(mask.shape, dtype=lp_flat.dtype, device=self.device).masked_scatter(mask, lp_flat)
         ent = None
         if need_entropy:
             with torch.no_grad():
-                ent = entropy_from_logits(logits.detach().float(), self.temperature)
+                ent_flat = entropy_from_logits(logits.detach().float()[None], self.temperature)[0]
+                ent = torch.zeros(mask.shape, dtype=ent_flat.dtype, device=self.device).masked_scatter(mask, ent_flat)
         return lp, ent
 
     @torch.no_grad()
@@ -139,7 +155,7 @@ class PolicyWorker:
             idx = list(range(i, min(i + mbs, len(batch))))
             mb = batch.select(idx)
             lp, _ = self._forward(model, mb, need_entropy=False)
-            out[idx, : lp.shape[1]] = lp.float().cpu() * mb.loss_mask
+            out[idx, : lp.shape[1]] = lp.float().cpu()
         model.train(was_training)
         return out
 

@@ -248,11 +248,16 @@ def test_hung_workers_exit_when_the_pool_process_is_killed(tmp_path) -> None:
             """
         )
     )
-    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
-    assert p.returncode == -9, p.stderr[-2000:]
-    pids = [int(x) for x in p.stdout.split()]
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    with out.open("w") as fo, err.open("w") as fe:  # files, not pipes: a surviving worker would hold a pipe open
+        rc = subprocess.run([sys.executable, str(script)], stdout=fo, stderr=fe, timeout=120).returncode
+    assert rc == -9, err.read_text()[-2000:]
+    pids = [int(x) for x in out.read_text().split()]
     assert len(pids) == 2
     deadline = time.monotonic() + 10.0
     while not all(_gone(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert all(_gone(pid) for pid in pids), "hung scoring workers outlived the pool's process"
+    left = [pid for pid in pids if not _gone(pid)]
+    for pid in left:  # do not leave them spinning if the check fails
+        os.kill(pid, 9)
+    assert left == [], "hung scoring workers outlived the pool's process"
