@@ -69,21 +69,23 @@ class Handle:
 
 
 class LocalExecutor:
-    """Roles as objects in this process; each call runs on a worker thread."""
+    """Roles as objects in this process. Like an actor, each role has one thread of its own: it is built there and
+    runs its calls there, one at a time (vLLM's CPU kernels check that the OpenMP thread count of a call matches
+    the one its batch metadata was built with, which differs between fresh threads)."""
 
     def __init__(self) -> None:
-        self._pool = cf.ThreadPoolExecutor(max_workers=32, thread_name_prefix="rlvr-role")
+        self._threads: list[cf.ThreadPoolExecutor] = []
 
     def spawn(self, name: str, cls: type, *args: Any, resources: Resources = Resources(), **kwargs: Any) -> Handle:
         for k, v in resources.env.items():
             os.environ.setdefault(k, v)
-        return Handle(name, self._pool.submit(cls, *args, **kwargs), self)
+        thread = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"rlvr-{name}")
+        self._threads.append(thread)
+        return Handle(name, (thread, thread.submit(cls, *args, **kwargs)), self)
 
-    def _submit(self, target: cf.Future, method: str, args: tuple, kwargs: dict) -> cf.Future:
-        def run():
-            return getattr(target.result(), method)(*args, **kwargs)
-
-        return self._pool.submit(run)
+    def _submit(self, target: tuple[cf.ThreadPoolExecutor, cf.Future], method: str, args: tuple, kwargs: dict) -> cf.Future:
+        thread, obj = target
+        return thread.submit(lambda: getattr(obj.result(), method)(*args, **kwargs))
 
     def get(self, calls: list[_Call], timeout_s: float | None, what: str) -> list[Any]:
         out = []
@@ -97,7 +99,9 @@ class LocalExecutor:
         return out
 
     def shutdown(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        for t in self._threads:
+            t.shutdown(wait=False, cancel_futures=True)
+        self._threads.clear()
 
 
 class RayExecutor:

@@ -31,8 +31,6 @@ _DT = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.fl
 def _init_dist(rank: int, world_size: int, master_addr: str, master_port: int, backend: str) -> None:
     import torch.distributed as dist
 
-    if dist.is_initialized():
-        return
     os.environ.update(
         MASTER_ADDR=master_addr,
         MASTER_PORT=str(master_port),
@@ -40,6 +38,8 @@ def _init_dist(rank: int, world_size: int, master_addr: str, master_port: int, b
         WORLD_SIZE=str(world_size),
         LOCAL_RANK=str(rank if torch.cuda.device_count() > 1 else 0),
     )
+    if dist.is_initialized():  # a second worker in one process (tests, the local executor) reuses the group
+        return
     dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
 
 
