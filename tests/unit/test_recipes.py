@@ -35,8 +35,8 @@ def test_recipe_prompt_template_survives_yaml_escapes(path):
 EXPECTED = {
     # P=4, G=4 -> B=16; whole batch, 1 step; 16/8 = 2 micro-batches; 16 x 3 steps = 48
     "tiny_test.yaml": (4, 4, 16, 1, 2, (1, 2, 4), 48),
-    # P=8, G=8 -> B=64; whole batch, 1 step; 64/8 = 8 micro-batches; 64 x 15 = 960
-    "smoke_cpu.yaml": (8, 8, 64, 1, 8, (1, 2, 4, 8), 960),
+    # P=8, G=8 -> B=64; whole batch, 1 step; 64/8 = 8 micro-batches; 64 x 20 = 1280
+    "smoke_cpu.yaml": (8, 8, 64, 1, 8, (1, 2, 4, 8), 1280),
     # P=64, G=8 -> B=512; mini 256 -> 2 steps; 256/4 = 64 micro-batches; 512 x 100 = 51200
     "gsm8k_qwen2.5_0.5b_gpu.yaml": (64, 8, 256, 2, 64, (1, 2, 4, 8), 51200),
 }
