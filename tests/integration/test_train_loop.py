@@ -64,6 +64,13 @@ def test_ray_vllm_deepspeed_gloo_three_steps(tmp_path):
     changed = [k for k in start if not torch.equal(start[k], final[k].to(start[k].dtype))]
     assert len(changed) == len(start), f"unchanged tensors: {set(start) - set(changed)}"
     assert Path(result.run_dir, "recipe.yaml").exists() and Path(result.run_dir, "derived.json").exists()
+    # vLLM serves the saved policy
+    from rlvr.rollout.vllm_engine import VLLMEngine
+    from rlvr.types import Prompt, SamplingConfig
+
+    eng = VLLMEngine(result.final_dir, dtype="float32", max_model_len=128)
+    (c,) = eng.generate([Prompt(index=0, text="", prompt_ids=[1, 10, 11], gold="")], SamplingConfig(n=1, max_new_tokens=4))
+    assert 1 <= len(c.token_ids) <= 4 and len(c.logprobs) == len(c.token_ids)
 
 
 def test_engine_logprobs_equal_trainer_after_sync(tmp_path):
