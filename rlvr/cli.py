@@ -1,4 +1,5 @@
-"""Command line: ``rlvr train RECIPE.yaml [section.key=value ...] [--dry-run]`` and ``rlvr model NAME``."""
+"""Command line: ``rlvr train RECIPE.yaml [section.key=value ...] [--dry-run]``, ``rlvr model NAME`` and
+``rlvr verify FILE.jsonl --verifier NAME`` (:mod:`rlvr.verify_cli`)."""
 
 from __future__ import annotations
 
@@ -68,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("model", help="resolve (and for embedded models, build once) a model; print its folder")
     p.add_argument("name", help="smollm2-135m-instruct, tiny-random, a local folder or a hub id")
     p.set_defaults(fn=cmd_model)
+    from rlvr.verify_cli import add_verify_parser
+
+    add_verify_parser(sub)  # rlvr verify FILE.jsonl --verifier NAME (rlvr/verify_cli.py)
     # overrides may come before or after flags (`train r.yaml --dry-run a.b=1` and `train r.yaml a.b=1 --dry-run`)
     args, extra = parser.parse_known_args(argv)
     if extra:

@@ -94,6 +94,9 @@ class DataConfig:
     """Use only the first N rows of the source."""
     shuffle: bool = True
     """Shuffle every epoch (seeded by ``run.seed`` and the epoch)."""
+    bad_gold: Literal["drop", "error"] = "drop"
+    """Rows whose gold the first verifier cannot parse (``rlvr.reward.golds``, case V15): ``drop`` them (count
+    and examples logged) or ``error``: stop with a RecipeError listing them."""
     generated: GeneratedTaskConfig = field(default_factory=GeneratedTaskConfig)
 
 
@@ -441,6 +444,11 @@ def validate(r: Recipe) -> None:
         errs.append(
             f"rollout.prompts_per_step ({ro.prompts_per_step}) must divide evenly over "
             f"rollout.num_engines ({ro.num_engines})"
+        )
+    if r.run.executor == "local" and ro.engine == "vllm" and ro.num_engines > 1:
+        errs.append(
+            "run.executor=local holds every role in one process, and vLLM allows one engine per process: "
+            "set run.executor=ray or rollout.num_engines=1"
         )
     if ro.temperature <= 0:
         errs.append("rollout.temperature must be > 0 for RL (sampled logprobs); use eval for greedy decoding")

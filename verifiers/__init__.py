@@ -12,6 +12,10 @@ from __future__ import annotations
 BUILTINS: dict[str, str] = {
     "math": "rlvr_verifiers.math:MathVerifier",
     "numeric": "rlvr_verifiers.numeric:NumericVerifier",
+    "countdown": "rlvr_verifiers.countdown:CountdownVerifier",
+    "format": "rlvr_verifiers.format:FormatVerifier",
+    "choice": "rlvr_verifiers.choice:ChoiceVerifier",
+    "gsm8k": "rlvr_verifiers.gsm8k:Gsm8kVerifier",
 }
 """Short name -> ``module:attr`` of each built-in verifier (loaded lazily by ``rlvr.reward.base``)."""
 

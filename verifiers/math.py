@@ -9,11 +9,14 @@ Extraction (:func:`extract_answer`) reads the whole response, with no fixed tail
    match), then, with ``fallback="last_number"``, an answer marker (``#### 42``, ``Answer: 42``,
    ``the final answer is $x$``), a response that ends with a math span (``... $\\frac{1}{2}$.``), a response
    that is one expression with no prose (``\\frac{10}{9}``), and at last the last number in the text (the
-   small models we train rarely box). ``fallback="none"`` stops after the pattern.
+   small models we train rarely box), or the whole last math span when that number lies inside it
+   (``Thus $x \\geq 5$ is the solution.`` -> ``x \\geq 5``; ``... is $(7, 6)$. <|im_start|>`` -> ``(7, 6)``).
+   ``fallback="none"`` stops after the pattern.
 
 The extracted text is cleaned of wrappers (``$``, ``\\(``, ``\\text{}``, ``\\textbf{}``, markdown ``**``;
 cases V2, V3) and of thousands separators outside brackets (``1,000`` -> ``1000``, case V8; ``1,0`` and
-``(0,1)`` stay lists, cases V6, V7). It is then parsed with ``math_verify.parse`` and compared with
+``(0,1)`` stay lists, cases V6, V7); an answer that is only space-separated digit groups (``1 000``) is one
+number. It is then parsed with ``math_verify.parse`` and compared with
 ``math_verify.verify(gold, pred)`` in that order (the check is not symmetric: case V1), both with their own
 ``signal.alarm`` timeouts off (``parsing_timeout=None``, ``timeout_seconds=None``): the scoring pool enforces a
 hard wall-clock limit in a separate process instead.
@@ -22,7 +25,8 @@ Hedging (case V12): an answer that lists more distinct candidates (separated by 
 "and") than the gold holds values (``\\boxed{3, 5, 7}`` for the gold ``7``, or three boxes joined by "or")
 scores 0 with reason ``hedged``, unless every candidate equals a one-value gold (``\\boxed{15\\frac{39}{40}}
 or \\boxed{\\frac{639}{40}}``, two forms of one number, as a MATH-500 reference solution writes it). A gold
-enclosed in one bracket counts the values inside it (the gold ``(0,1)`` holds 2).
+enclosed in one bracket counts the values inside it (the gold ``(0,1)`` holds 2); "or"/"and" between brackets
+separates values with or without spaces (the gold ``(11,7)or(7,11)`` holds 2).
 
 Reasons: ``no_answer`` (nothing extracted, or an empty answer: case V13), ``hedged``, ``wrong``, ``bad_gold``
 (the gold is empty), ``error: <ExcType>: msg`` (math-verify or sympy failed on this input).
@@ -53,8 +57,10 @@ _HEAD_NUMBER_RE = re.compile(r"\$?\s*(" + NUMBER_RE.pattern + ")")
 _OPEN, _CLOSE = "([{", ")]}"
 _LATEX_THOUSANDS_RE = re.compile(r"(?<=\d),\\!\s*(?=\d{3})|(?<=\d)\\,(?=\d{3}(?!\d))")
 _AND_OR_RE = re.compile(
-    r"\\(?:text|textrm|mathrm|mbox)\s*\{\s*(?:or|and)\s*\}|\s+(?:or|and)\s+", re.IGNORECASE
+    r"\\(?:text|textrm|mathrm|mbox)\s*\{\s*(?:or|and)\s*\}|\s+(?:or|and)\s+|(?<=[)\]])\s*(?:or|and)\s*(?=[(\[])",
+    re.IGNORECASE,
 )
+_SPACED_THOUSANDS_RE = re.compile(r"-?[1-9]\d{0,2}(?: \d{3})+(?:\.\d+)?")
 _PROSE_WORD_RE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{3,}")
 
 
@@ -174,7 +180,8 @@ def extract_answer(
 
     Returns ``(answer, source)``: ``answer`` cleaned (see :func:`clean_answer`), None when nothing was found;
     ``source`` one of ``box``, ``pattern``, ``marker``, ``span``, ``bare`` (the whole response is one
-    expression, no prose), ``last_number``, ``none``.
+    expression, no prose), ``last_span`` (the last math span, when it holds the last number of the text),
+    ``last_number``, ``none``.
     """
     text = _normalize(response)
     boxed = _last_box_run(text)
@@ -196,10 +203,16 @@ def extract_answer(
     bare = text.strip()
     if bare and "\n" not in bare and not _PROSE_WORD_RE.search(bare):  # the response is just an expression
         return clean_answer(bare), "bare"
-    numbers = NUMBER_RE.findall(text)
-    if numbers:
-        return number_token(numbers[-1]), "last_number"
-    return None, "none"
+    numbers = list(NUMBER_RE.finditer(text))
+    if not numbers:
+        return None, "none"
+    spans = list(_SPAN_RE.finditer(text))
+    if spans and spans[-1].start() <= numbers[-1].start() < spans[-1].end():
+        # the last number sits in the last math span: the span is the answer (``Thus $x \geq 5$ is ...``)
+        span = next(g for g in spans[-1].groups() if g is not None)
+        if span.strip():
+            return clean_answer(span), "last_span"
+    return number_token(numbers[-1].group(0)), "last_number"
 
 
 def _strip_wrappers(s: str) -> str:
@@ -237,6 +250,8 @@ def clean_answer(answer: str) -> str:
             break
         s = stripped
     s = s.replace("$", "").replace("\n", " ").strip()
+    if _SPACED_THOUSANDS_RE.fullmatch(s):  # a whole answer of space-separated digit groups: ``1 000`` -> 1000
+        s = s.replace(" ", "")
     return _drop_thousands(s)
 
 

@@ -75,7 +75,7 @@ def to_float(token: str) -> float | None:
 def parse_gold_number(gold: str) -> float | None:
     """The gold as a float when the whole gold is one number (``"1,000"``, ``"$5"``, ``"18.0"``, ``"-2"``,
     ``"3/4"``, ``"#### 42"``, ``"28%"``); None otherwise."""
-    text = normalize_text(str(gold)).strip()
+    text = normalize_text(str(gold)).replace("\\%", "%").strip()  # LaTeX 28\% (case V4)
     if "####" in text:
         text = text.rsplit("####", 1)[1]
     text = text.strip().strip("$").strip().rstrip(".%").strip()

@@ -413,12 +413,26 @@ class RewardWorker:
         return True
 
 
+def nearest_rank(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile of ``values`` by the nearest-rank method: the ``ceil(q / 100 * n)``-th smallest
+    of the ``n`` values (1-based; the smallest for ``q = 0``), always one of the values, never interpolated.
+
+    Errors: ``ValueError`` for empty ``values`` or ``q`` outside [0, 100].
+    """
+    if not values or not 0 <= q <= 100:
+        raise ValueError(f"nearest_rank needs values and 0 <= q <= 100, got {len(values)} values, q={q}")
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(q / 100 * len(ordered))) - 1]
+
+
 def reward_metrics(scored: Sequence[Scored]) -> dict[str, float]:
     """Metrics of one batch of B scored samples, each a mean over the B samples (normaliser B).
 
     ``reward/mean``; ``reward/timeout_frac``, ``reward/crash_frac``, ``reward/error_frac``,
-    ``reward/no_answer_frac`` (samples where some verifier gave that reason); ``reward/latency_mean_s`` and
-    ``reward/latency_max_s``; ``reward/score/<verifier key>`` (mean unweighted score). Empty input: ``{}``.
+    ``reward/no_answer_frac`` (samples where some verifier gave that reason); ``reward/latency_mean_s``,
+    ``reward/latency_max_s``, ``reward/latency_p50_s`` and ``reward/latency_p99_s`` (nearest-rank percentiles
+    over the B latencies, see :func:`nearest_rank`; seconds); ``reward/score/<verifier key>`` (mean
+    unweighted score). Empty input: ``{}``.
     """
     b = len(scored)
     if b == 0:
@@ -431,6 +445,8 @@ def reward_metrics(scored: Sequence[Scored]) -> dict[str, float]:
         "reward/no_answer_frac": sum(s.failed("no_answer") for s in scored) / b,
         "reward/latency_mean_s": sum(s.latency_s for s in scored) / b,
         "reward/latency_max_s": max(s.latency_s for s in scored),
+        "reward/latency_p50_s": nearest_rank([s.latency_s for s in scored], 50),
+        "reward/latency_p99_s": nearest_rank([s.latency_s for s in scored], 99),
     }
     for key in scored[0].results:
         m[f"reward/score/{key}"] = sum(s.results[key].score for s in scored if key in s.results) / b

@@ -183,13 +183,32 @@ class Roles:
             "sync/policy_version": float(version),
         }
 
-    def generate(self, prompts: list[Prompt], sampling: SamplingConfig) -> list[Completion]:
-        """Split prompts evenly over engines; completions come back prompt-major, in input order."""
+    def generate_and_score(self, prompts: list[Prompt], sampling: SamplingConfig) -> tuple[list[Completion], list, dict[str, float]]:
+        """Roll out ``prompts`` (split evenly over the engines) and score every completion.
+
+        Each engine's part goes to the reward worker as soon as that engine finishes, so scoring overlaps with the
+        engines still generating. Returns (completions [B], scored [B], timings), both prompt-major in input order
+        (B = len(prompts) x G). Timings: ``timing/rollout_s`` (until the last engine finished) and
+        ``timing/reward_s`` (from then until the last score arrived: the reward time not hidden by rollout).
+        """
+        t0 = time.perf_counter()
         e = len(self.engines)
         per = (len(prompts) + e - 1) // e
-        calls = [eng.call("generate", prompts[i * per : (i + 1) * per], sampling) for i, eng in enumerate(self.engines)]
-        parts = self.get(calls, 3600, "rollout")
-        return [c for part in parts for c in part]
+        chunks = [prompts[i * per : (i + 1) * per] for i in range(e)]
+        gen = [eng.call("generate", chunk, sampling) for eng, chunk in zip(self.engines, chunks)]
+        parts: list[list[Completion]] = [[] for _ in range(e)]
+        score_calls: list = [None] * e
+        for i, part in self.ex.as_completed(gen, 3600, "rollout"):
+            parts[i] = part
+            by_index = {p.index: p for p in chunks[i]}
+            golds = [by_index[c.prompt_index].gold for c in part]
+            rows = [by_index[c.prompt_index].row for c in part]
+            score_calls[i] = self.reward.call("score", [c.text for c in part], golds, rows)
+        t_rollout = time.perf_counter() - t0
+        scored = [s for part in self.get(score_calls, None, "reward") for s in part]
+        t_reward = time.perf_counter() - t0 - t_rollout
+        completions = [c for part in parts for c in part]
+        return completions, scored, {"timing/rollout_s": t_rollout, "timing/reward_s": t_reward}
 
     def shutdown(self) -> None:
         try:
@@ -220,6 +239,7 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
 
     from rlvr.data import PromptSampler, build_prompts, load_rows
     from rlvr.models import resolve_model
+    from rlvr.reward.golds import check_golds
     from rlvr.reward.pool import verifier_keys
 
     r = recipe
@@ -229,6 +249,7 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
     model_dir = resolve_model(r.model.path)
     tok = AutoTokenizer.from_pretrained(model_dir)
     rows = load_rows(r.data, r.run.seed)
+    rows, _ = check_golds(rows, r.reward.verifiers, r.data.bad_gold)  # case V15: drop or refuse unusable golds
     prompts, dropped = build_prompts(rows, tok, r.data)
     log.info("%d prompts (%d dropped as longer than %d tokens)", len(prompts), dropped, r.data.max_prompt_tokens)
     if len(prompts) < r.rollout.prompts_per_step:
@@ -260,25 +281,7 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
             t_step = time.perf_counter()
             batch_prompts = [prompts[i] for i in sampler.next_batch()]
 
-            t0 = time.perf_counter()
-            completions = roles.generate(batch_prompts, sampling)
-            t_rollout = time.perf_counter() - t0
-
-            t0 = time.perf_counter()
-            by_index = {p.index: p for p in batch_prompts}
-            scored = roles.get(
-                [
-                    roles.reward.call(
-                        "score",
-                        [c.text for c in completions],
-                        [by_index[c.prompt_index].gold for c in completions],
-                        [by_index[c.prompt_index].row for c in completions],
-                    )
-                ],
-                None,
-                "reward",
-            )[0]
-            t_reward = time.perf_counter() - t0
+            completions, scored, t_gen = roles.generate_and_score(batch_prompts, sampling)
 
             p, g = len(batch_prompts), r.rollout.samples_per_prompt
             rewards = torch.tensor([s.reward for s in scored], dtype=torch.float32).view(p, g)  # [P, G]
@@ -297,12 +300,11 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
                 **rollout_metrics(completions, scored, r.pass_k, g, primary=verifier_keys(r.reward.verifiers)[0]),
                 **{k: v for k, v in train_stats.items() if k != "timing/train_inner_s"},
                 **sync_stats,
-                "timing/rollout_s": t_rollout,
-                "timing/reward_s": t_reward,
+                **t_gen,
                 "timing/train_s": t_train,
                 "timing/sync_s": t_sync,
                 "timing/step_s": time.perf_counter() - t_step,
-                "rollout/tokens_per_s": sum(len(c.token_ids) for c in completions) / max(t_rollout, 1e-9),
+                "rollout/tokens_per_s": sum(len(c.token_ids) for c in completions) / max(t_gen["timing/rollout_s"], 1e-9),
                 "data/epoch": float(sampler.epoch),
                 "policy_version": float(step),
             }

@@ -98,6 +98,16 @@ class LocalExecutor:
                 raise RoleError(f"{what}: {c.role}.{c.method} failed: {type(e).__name__}: {e}") from e
         return out
 
+    def as_completed(self, calls: list[_Call], timeout_s: float | None, what: str):
+        """Yield ``(position in calls, result)`` as calls finish (first finished first)."""
+        pos = {c.future: i for i, c in enumerate(calls)}
+        try:
+            for f in cf.as_completed(list(pos), timeout=timeout_s):
+                i = pos[f]
+                yield i, self.get([calls[i]], 0, what)[0]
+        except cf.TimeoutError:
+            raise RoleError(f"{what}: not finished within {timeout_s:.0f}s") from None
+
     def shutdown(self) -> None:
         for t in self._threads:
             t.shutdown(wait=False, cancel_futures=True)
@@ -157,6 +167,20 @@ class RayExecutor:
                 cause = e.cause if getattr(e, "cause", None) is not None else e
                 raise RoleError(f"{what}: {c.role}.{c.method} failed: {type(cause).__name__}: {cause}") from e
         return out
+
+    def as_completed(self, calls: list[_Call], timeout_s: float | None, what: str):
+        """Yield ``(position in calls, result)`` as calls finish (first finished first)."""
+        import time
+
+        pending = {c.future: i for i, c in enumerate(calls)}
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while pending:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _ = self._ray.wait(list(pending), num_returns=1, timeout=left)
+            if not ready:
+                raise RoleError(f"{what}: not finished within {timeout_s:.0f}s")
+            i = pending.pop(ready[0])
+            yield i, self.get([calls[i]], None, what)[0]
 
     def shutdown(self) -> None:
         for a in self._actors:

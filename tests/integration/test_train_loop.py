@@ -90,7 +90,7 @@ def test_engine_logprobs_equal_trainer_after_sync(tmp_path):
         ids = tok.apply_chat_template([{"role": "user", "content": "what is 3 plus 4?"}], add_generation_prompt=True, tokenize=False)
         pids = tok(ids, add_special_tokens=False)["input_ids"]
         prompt = Prompt(index=0, text=ids, prompt_ids=pids, gold="7")
-        comps = roles.generate([prompt], SamplingConfig(n=4, max_new_tokens=8))
+        comps = roles.generate_and_score([prompt], SamplingConfig(n=4, max_new_tokens=8))[0]
         eng, trainer = roles.engines[0], roles.trainers[0]
         batch = pack(comps, torch.tensor([1.0, -1.0, 0.5, -0.5]), tok.pad_token_id, 8)
         before = roles.get([trainer.call("compute_logprobs", batch)], 60, "t")[0]
@@ -204,3 +204,23 @@ def test_update_independent_of_micro_batch_split(tmp_path):
             # Adam moves each weight by ~lr = 1e-2 (~sign of its gradient): float noise can only flip the sign of
             # near-zero gradients, so compare to a tenth of the step
             assert torch.allclose(got[n], ref[n], atol=1e-3), (backend, micro, n, float((got[n] - ref[n]).abs().max()))
+
+
+def test_two_engines_share_the_prompts_and_both_receive_weights(tmp_path):
+    """Two engines: prompts split between them (scored as each finishes), one sync group of 3 ranks, both updated."""
+    from rlvr.runtime.controller import Roles
+    from rlvr.types import Prompt, SamplingConfig
+
+    recipe = load_recipe(TINY, [f"run.output_dir={tmp_path}", "run.executor=ray", "run.num_cpus=2",
+                                "rollout.num_engines=2", "trainer.backend=torch"])  # fmt: skip
+    roles = Roles(recipe, resolve_model("tiny-random"), tmp_path)  # Ray: vLLM allows one engine per process
+    try:
+        prompts = [Prompt(index=i, text="", prompt_ids=[1, 10 + i, 11], gold=str(i)) for i in range(4)]
+        comps, scored, timing = roles.generate_and_score(prompts, SamplingConfig(n=3, max_new_tokens=4))
+        assert [(c.prompt_index, c.sample_index) for c in comps] == [(i, j) for i in range(4) for j in range(3)]
+        assert len(scored) == 12 and timing["timing/rollout_s"] > 0
+        roles.sync(version=1)
+        versions = roles.get([e.call("get_policy_version") for e in roles.engines], 10, "versions")
+        assert versions == [1, 1]
+    finally:
+        roles.shutdown()

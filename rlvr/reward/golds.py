@@ -1,0 +1,193 @@
+"""Load-time gold checks (case V15): rows whose gold the recipe's verifier cannot use are found before training.
+
+A gold the verifier cannot parse (a prose sentence, ``Anya needs to climb one floor``, for a math data set)
+scores every completion 0, or, with a lenient parser, may score 1 for nonsense: either way its group teaches
+nothing or the wrong thing, silently. :func:`check_golds` parses every row's gold with the gold parser of the
+recipe's first (primary) verifier, reports the unusable ones (count and up to :data:`EXAMPLES` examples, logged),
+and drops them (``data.bad_gold: drop``) or stops the run (``data.bad_gold: error``).
+
+Gold parsers (:func:`gold_checker`), in order:
+
+1. the verifier's own ``check_gold(gold) -> str | None`` (None: usable; a string: the reason it is not); for a
+   function verifier, a ``check_gold`` attribute of the function;
+2. ``math`` (:class:`~rlvr_verifiers.math.MathVerifier`): :func:`math_gold_problem`;
+3. ``numeric`` (:class:`~rlvr_verifiers.numeric.NumericVerifier`): the gold must be one finite number;
+4. anything else: not checked (logged once).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from rlvr.config import RecipeError, VerifierSpec
+from rlvr.reward.base import FunctionVerifier, build_verifier
+
+log = logging.getLogger(__name__)
+
+EXAMPLES = 5
+"""Bad golds shown in the log and in the error message."""
+_COMMAND_RE = re.compile(r"\\(?:begin|end)\s*\{[^{}]*\}|\\[A-Za-z]+")
+_WORD_RE = re.compile(r"(?<![A-Za-z])[A-Za-z]{2,}(?![A-Za-z])")
+_PROSE_WORDS = frozenset(
+    "is are was were be been the to of needs need has have had will can should would for it this that there we "
+    "so he she they his her their with in on at by".split()
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BadGold:
+    """One unusable gold: ``index`` is the row's position in the rows given (counting from 0)."""
+
+    index: int
+    gold: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class GoldReport:
+    """Outcome of :func:`check_golds`.
+
+    ``verifier``: the checked verifier's name; ``checked``: False when it has no gold parser (nothing was
+    checked); ``total``: rows given; ``kept``: rows returned; ``bad``: every unusable gold, in row order;
+    ``mode``: ``drop`` or ``error``.
+    """
+
+    verifier: str
+    checked: bool
+    total: int
+    kept: int
+    bad: tuple[BadGold, ...]
+    mode: str
+
+    def summary(self) -> str:
+        """One line: how many golds are unusable and the first :data:`EXAMPLES` with their reasons."""
+        if not self.checked:
+            return f"golds not checked: verifier {self.verifier!r} has no check_gold"
+        if not self.bad:
+            return f"all {self.total} golds usable by verifier {self.verifier!r}"
+        shown = "; ".join(f"row {b.index}: {b.gold[:80]!r} ({b.reason})" for b in self.bad[:EXAMPLES])
+        more = f"; and {len(self.bad) - EXAMPLES} more" if len(self.bad) > EXAMPLES else ""
+        return (
+            f"{len(self.bad)} of {self.total} rows have a gold that verifier {self.verifier!r} cannot use: "
+            f"{shown}{more}"
+        )
+
+
+def prose_problem(answer: str) -> str | None:
+    """A reason when ``answer`` reads as a sentence rather than an answer, else None.
+
+    Prose: outside LaTeX command names, four or more words of two or more letters, or three or more with a
+    function word among them (``is``, ``the``, ``to``, ``needs``...). ``\\text{Evelyn}``, ``5.4 \\text{ cents}``
+    and ``Monday, Wednesday, Friday`` are answers; ``The answer is 5`` and ``Anya needs to climb one floor``
+    are prose.
+    """
+    words = [w.lower() for w in _WORD_RE.findall(_COMMAND_RE.sub(" ", answer))]
+    if len(words) >= 4 or (len(words) >= 3 and _PROSE_WORDS.intersection(words)):
+        return f"reads as prose ({len(words)} words), not an answer"
+    return None
+
+
+def math_gold_problem(verifier: Any, gold: str) -> str | None:
+    """Why the ``math`` verifier cannot use ``gold`` (None: usable).
+
+    The gold's answer (:meth:`MathVerifier.gold_answer`: its last box, cleaned) must be non-empty, must not be
+    prose (:func:`prose_problem`), and ``math_verify.parse`` of it must give an expression (a result with more
+    than the raw string; math-verify's own timeout off, like the verifier's).
+    """
+    import math_verify
+
+    answer = verifier.gold_answer(gold)
+    if not answer:
+        return "empty answer"
+    prose = prose_problem(answer)
+    if prose is not None:
+        return prose
+    parsed = math_verify.parse(
+        f"${answer}$", extraction_config=[math_verify.LatexExtractionConfig()], parsing_timeout=None
+    )
+    if not any(not isinstance(p, str) for p in parsed):
+        return "math_verify.parse finds no expression in it"
+    return None
+
+
+def numeric_gold_problem(gold: str) -> str | None:
+    """Why the ``numeric`` verifier cannot use ``gold`` (None: it is one finite number)."""
+    from rlvr_verifiers.numeric import parse_gold_number
+
+    value = parse_gold_number(gold)
+    if value is None:
+        return "not one number"
+    return None if math.isfinite(value) else "not a finite number"
+
+
+def gold_checker(spec: VerifierSpec) -> Callable[[str], str | None] | None:
+    """The gold parser of the verifier ``spec`` names (see the module docstring), or None when it has none.
+
+    Builds the verifier in this process. Errors: those of :func:`rlvr.reward.base.build_verifier`.
+    """
+    verifier = build_verifier(spec)
+    own = getattr(verifier, "check_gold", None)
+    if own is None and isinstance(verifier, FunctionVerifier):
+        own = getattr(verifier.fn, "check_gold", None)
+    if callable(own):
+        return own
+    from rlvr_verifiers.math import MathVerifier
+    from rlvr_verifiers.numeric import NumericVerifier
+
+    if isinstance(verifier, MathVerifier):
+        return lambda gold: math_gold_problem(verifier, gold)
+    if isinstance(verifier, NumericVerifier):
+        return numeric_gold_problem
+    return None
+
+
+def check_golds(
+    rows: Sequence[dict[str, Any]], specs: Sequence[VerifierSpec], mode: str = "drop"
+) -> tuple[list[dict[str, Any]], GoldReport]:
+    """Check every row's ``gold`` with the first verifier of ``specs``; drop or refuse the unusable ones.
+
+    ``rows``: as :func:`rlvr.data.load_rows` returns them (each with a ``gold``). Each distinct gold is parsed
+    once. A ``check_gold`` that raises counts as a reason (``error: <ExcType>: msg``).
+    Returns ``(kept_rows, report)``: the rows whose gold is usable, in order (all rows when the verifier has no
+    gold parser), and a :class:`GoldReport` (logged: a warning when some gold is bad).
+
+    Errors: ``ValueError`` for a ``mode`` other than ``drop`` / ``error`` or no specs;
+    :class:`~rlvr.config.RecipeError` when ``mode`` is ``error`` and some gold is bad, or when no row is left.
+    """
+    if mode not in ("drop", "error"):
+        raise ValueError(f"data.bad_gold must be 'drop' or 'error', got {mode!r}")
+    if not specs:
+        raise ValueError("check_golds needs at least one verifier spec")
+    name = specs[0].name
+    checker = gold_checker(specs[0])
+    if checker is None:
+        log.info("verifier %r defines no check_gold: the %d golds are not checked at load time", name, len(rows))
+        return list(rows), GoldReport(verifier=name, checked=False, total=len(rows), kept=len(rows), bad=(), mode=mode)
+    verdicts: dict[str, str | None] = {}
+    kept, bad = [], []
+    for i, row in enumerate(rows):
+        gold = str(row.get("gold", ""))
+        if gold not in verdicts:
+            try:
+                verdicts[gold] = checker(gold)
+            except Exception as e:  # noqa: BLE001 - a plugin's bug names the row instead of stopping the load
+                verdicts[gold] = f"error: {type(e).__name__}: {str(e)[:200]}"
+        if verdicts[gold] is None:
+            kept.append(row)
+        else:
+            bad.append(BadGold(index=i, gold=gold, reason=str(verdicts[gold])))
+    report = GoldReport(verifier=name, checked=True, total=len(rows), kept=len(kept), bad=tuple(bad), mode=mode)
+    if not bad:
+        log.info("%s", report.summary())
+        return kept, report
+    fix = "fix data.answer / data.answer_format, or the data"
+    if mode == "error":
+        raise RecipeError(f"{report.summary()}. data.bad_gold=error: {fix}, or set data.bad_gold=drop")
+    if not kept:
+        raise RecipeError(f"{report.summary()}. No row is left: {fix}")
+    log.warning("%s. Dropped them (data.bad_gold=drop).", report.summary())
+    return kept, report
