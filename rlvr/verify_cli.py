@@ -110,7 +110,8 @@ class _Summary:
         lines = [f"rows: {self.rows}", f"mean score: {mean:.4f} (over all {self.rows} rows)", "reasons:"]
         lines += [f"  {k}: {n}" for k, n in self.reasons.most_common()]
         p50, p99 = percentile(self.latencies, 50), percentile(self.latencies, 99)
-        lines.append(f"latency: p50 {p50 * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms (over {len(self.latencies)} scored rows)")
+        n = len(self.latencies)
+        lines.append(f"latency: p50 {p50 * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms (over {n} scored rows)")
         return "\n".join(lines)
 
 

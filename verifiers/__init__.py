@@ -16,6 +16,7 @@ BUILTINS: dict[str, str] = {
     "format": "rlvr_verifiers.format:FormatVerifier",
     "choice": "rlvr_verifiers.choice:ChoiceVerifier",
     "gsm8k": "rlvr_verifiers.gsm8k:Gsm8kVerifier",
+    "code": "rlvr_verifiers.code:CodeVerifier",
 }
 """Short name -> ``module:attr`` of each built-in verifier (loaded lazily by ``rlvr.reward.base``)."""
 

@@ -11,7 +11,8 @@ importable), in a fresh temporary folder that is its working directory and is de
 - **Resource limits**, set in ``preexec_fn`` before the exec and inherited by every descendant: ``RLIMIT_CPU``
   (``ceil(timeout_s) + 1`` s soft, one more hard), ``RLIMIT_AS`` (``memory_mb``), ``RLIMIT_FSIZE``
   (``max_output_bytes`` per file), ``RLIMIT_NPROC`` (``nproc`` processes and threads; counted per user id
-  across all runs of that user at once), ``RLIMIT_NOFILE`` (64).
+  across all runs of that user at once; not enforced for root, so it binds only after the drop to ``nobody``
+  or for a non-root caller), ``RLIMIT_NOFILE`` (64).
 - **Kill the whole tree.** The run is a new session (its own process group); at the wall-clock limit, at the
   output cap, and after every run, the group is sent SIGKILL (``os.killpg``) and so is the PID namespace's
   init where there is one, which makes the kernel kill every process left in that namespace, including ones
@@ -34,8 +35,11 @@ Isolation mode, probed once per process (:func:`isolation`), the first that runs
 3. ``plain-nobody`` (root, no namespaces, the interpreter readable by ``nobody``): the runner drops to
    ``nobody``; network blocked by an audit hook (``sys.addaudithook``) that raises ``PermissionError`` on
    ``socket.__new__`` for AF_INET/AF_INET6 and on connect/bind/sendto/sendmsg/getaddrinfo (C code calling
-   libc directly, e.g. through ``ctypes``, gets past it).
+   libc directly, e.g. through ``ctypes``, gets past it). Files: what ``nobody`` may write (``/tmp`` too).
 4. ``plain``: no namespaces, no user change; the audit hook only. Files: whatever the calling user may write.
+
+Without a PID namespace (modes 3, 4) a child that leaves the process group with ``setsid`` outlives the run
+(``RLIMIT_NPROC`` still bounds how many there can be).
 
 Thread safety: ``run_python`` may be called from several threads at once (each run has its own folder and
 pipes). ``preexec_fn`` runs between fork and exec; it only calls ``setrlimit``.

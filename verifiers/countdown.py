@@ -16,7 +16,8 @@ the claimed result, is checked.
 The expression is never evaluated with ``eval``: it is parsed with :mod:`ast` and only integer literals, the four
 binary operators and unary minus are accepted; names, calls, attributes, powers, ``//``, ``%``, floats and
 literals over 12 digits are rejected before any arithmetic. Arithmetic is exact (:class:`fractions.Fraction`),
-so ``(1/3)*3`` is exactly 1 and ``7/2`` is not 3.
+so ``(1/3)*3`` is exactly 1 and ``7/2`` is not 3. The rules (allowed syntax, numbers given and not reused) are
+checked before any arithmetic, so ``8/(6-6)`` with one 6 is ``number_reused: 6``, not ``division_by_zero``.
 
 Reasons for a 0: ``no_answer``, ``bad_expression: <what>``, ``unknown_number: <n>`` (not among the given
 numbers), ``number_reused: <n>`` (used more often than given), ``unused_numbers: <list>`` (``use_all`` only),
@@ -69,38 +70,50 @@ def extract_expression(response: str) -> str | None:
     return found or None
 
 
-def _eval(node: ast.AST, used: list[int]) -> Fraction:
-    """Exact value of an accepted expression node; appends every literal to ``used``. Raises _Reject."""
+def _literals(node: ast.AST, used: list[int]) -> None:
+    """Check that ``node`` holds only accepted nodes; append its integer literals to ``used``. Raises _Reject."""
     if isinstance(node, ast.Expression):
-        return _eval(node.body, used)
+        return _literals(node.body, used)
     if isinstance(node, ast.Constant):
         if type(node.value) is not int:
             raise _Reject(f"bad_expression: {type(node.value).__name__} literal {node.value!r}")
         used.append(node.value)
-        return Fraction(node.value)
+        return None
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        value = _eval(node.operand, used)
-        return -value if isinstance(node.op, ast.USub) else value
+        return _literals(node.operand, used)
     if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-        left, right = _eval(node.left, used), _eval(node.right, used)
-        if isinstance(node.op, ast.Add):
-            return left + right
-        if isinstance(node.op, ast.Sub):
-            return left - right
-        if isinstance(node.op, ast.Mult):
-            return left * right
-        if right == 0:
-            raise _Reject("division_by_zero")
-        return left / right
+        _literals(node.left, used)
+        return _literals(node.right, used)
     what = type(node.op).__name__ if isinstance(node, (ast.BinOp, ast.UnaryOp)) else type(node).__name__
     raise _Reject(f"bad_expression: {what} not allowed")
 
 
-def evaluate(expression: str) -> tuple[Fraction, list[int]]:
-    """Exact value of ``expression`` and the integer literals it uses, in order.
+def _value(node: ast.AST) -> Fraction:
+    """Exact value of a node :func:`_literals` accepted. Raises _Reject on a division by zero."""
+    if isinstance(node, ast.Expression):
+        return _value(node.body)
+    if isinstance(node, ast.Constant):
+        return Fraction(node.value)
+    if isinstance(node, ast.UnaryOp):
+        return -_value(node.operand) if isinstance(node.op, ast.USub) else _value(node.operand)
+    assert isinstance(node, ast.BinOp)
+    left, right = _value(node.left), _value(node.right)
+    if isinstance(node.op, ast.Add):
+        return left + right
+    if isinstance(node.op, ast.Sub):
+        return left - right
+    if isinstance(node.op, ast.Mult):
+        return left * right
+    if right == 0:
+        raise _Reject("division_by_zero")
+    return left / right
 
-    Errors: ``ValueError`` whose message is the reason (``bad_expression: ...`` or ``division_by_zero``) for an
-    expression that breaks the rules of the module docstring. Never evaluates Python code.
+
+def parse_expression(expression: str) -> tuple[ast.Expression, list[int]]:
+    """The checked syntax tree of ``expression`` and its integer literals, in order (no arithmetic done).
+
+    Errors: ``ValueError`` whose message is the reason (``bad_expression: ...``) for an expression that breaks
+    the rules of the module docstring. Never evaluates Python code.
     """
     if len(expression) > MAX_EXPRESSION_CHARS:
         raise ValueError(f"bad_expression: too long ({len(expression)} > {MAX_EXPRESSION_CHARS} characters)")
@@ -112,7 +125,22 @@ def evaluate(expression: str) -> tuple[Fraction, list[int]]:
         raise ValueError(f"bad_expression: does not parse ({type(e).__name__})") from None
     used: list[int] = []
     try:
-        return _eval(tree, used), used
+        _literals(tree, used)
+    except _Reject as e:
+        raise ValueError(str(e)) from None
+    except RecursionError:
+        raise ValueError("bad_expression: nested too deeply") from None
+    return tree, used
+
+
+def evaluate(expression: str) -> tuple[Fraction, list[int]]:
+    """Exact value of ``expression`` and the integer literals it uses, in order.
+
+    Errors: ``ValueError`` whose message is the reason (``bad_expression: ...`` or ``division_by_zero``).
+    """
+    tree, used = parse_expression(expression)
+    try:
+        return _value(tree), used
     except _Reject as e:
         raise ValueError(str(e)) from None
     except RecursionError:
@@ -176,7 +204,7 @@ class CountdownVerifier:
         if expression is None:
             return VerifyResult(score=0.0, parsed=None, reason="no_answer")
         try:
-            value, used = evaluate(expression)
+            _, used = parse_expression(expression)
         except ValueError as e:
             return VerifyResult(score=0.0, parsed=expression, reason=str(e))
         left = collections.Counter(numbers)
@@ -187,6 +215,10 @@ class CountdownVerifier:
             left[n] -= 1
         if self.use_all and +left:
             return VerifyResult(score=0.0, parsed=expression, reason=f"unused_numbers: {sorted((+left).elements())}")
+        try:
+            value, _ = evaluate(expression)
+        except ValueError as e:
+            return VerifyResult(score=0.0, parsed=expression, reason=str(e))
         if value != target:
             return VerifyResult(score=0.0, parsed=expression, reason="wrong")
         return VerifyResult(score=1.0, parsed=expression)

@@ -231,10 +231,11 @@ def _strip_wrappers(s: str) -> str:
 
 def _drop_thousands(s: str) -> str:
     """Remove thousands separators from numbers outside brackets (``1,000`` -> ``1000``; ``(1,000)`` kept)."""
-    out, last = [], 0
-    for m in _THOUSANDS_RE.finditer(s):
-        prefix = s[: m.start()]
-        depth = sum(prefix.count(c) for c in _OPEN) - sum(prefix.count(c) for c in _CLOSE)
+    out, last, depth, scanned = [], 0, 0, 0
+    for m in _THOUSANDS_RE.finditer(s):  # bracket depth counted incrementally: linear in len(s)
+        segment = s[scanned : m.start()]
+        depth += sum(segment.count(c) for c in _OPEN) - sum(segment.count(c) for c in _CLOSE)
+        scanned = m.start()
         if depth == 0:
             out.append(s[last : m.start()] + m.group(0).replace(",", ""))
             last = m.end()

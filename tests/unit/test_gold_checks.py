@@ -1,0 +1,149 @@
+"""Load-time gold checks (rlvr.reward.golds), case V15 of /work/shared/cases/README.md, on made-up rows and on
+every gold of the real data sets in data/ (GSM8K train and test, SVAMP, MATH-500: all usable)."""
+
+from __future__ import annotations
+
+import logging
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rlvr.config import DataConfig, RecipeError, VerifierSpec, load_recipe
+from rlvr.data import load_rows
+from rlvr.reward.golds import check_golds, gold_checker, math_gold_problem, prose_problem
+from rlvr_verifiers.math import MathVerifier
+
+V15_GOLD = "Anya needs to climb one floor"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def rows_of(*golds: str) -> list[dict]:
+    return [{"question": f"q{i}", "gold": g, "row": {"i": i}} for i, g in enumerate(golds)]
+
+
+@pytest.mark.parametrize("name", ["math", "numeric", "gsm8k"])
+def test_v15_prose_gold_is_dropped(name: str, caplog: pytest.LogCaptureFixture) -> None:
+    rows = rows_of("42", V15_GOLD, "7", "1,000")
+    with caplog.at_level(logging.WARNING, logger="rlvr.reward.golds"):
+        kept, report = check_golds(rows, [VerifierSpec(name=name)])
+    assert [r["gold"] for r in kept] == ["42", "7", "1,000"]  # row 1 dropped, order kept
+    assert (report.total, report.kept, report.checked, report.mode) == (4, 3, True, "drop")
+    assert [(b.index, b.gold) for b in report.bad] == [(1, V15_GOLD)]
+    assert "1 of 4 rows" in caplog.text and "row 1: 'Anya needs to climb one floor'" in caplog.text
+
+
+def test_v15_error_mode_stops_the_run() -> None:
+    with pytest.raises(RecipeError, match=r"1 of 3 rows .*row 2: 'Anya needs.*data.bad_gold=drop"):
+        check_golds(rows_of("1", "2", V15_GOLD), [VerifierSpec(name="math")], mode="error")
+
+
+def test_all_bad_is_an_error_even_when_dropping() -> None:
+    with pytest.raises(RecipeError, match="No row is left"):
+        check_golds(rows_of(V15_GOLD, "n/a"), [VerifierSpec(name="numeric")])
+
+
+def test_report_shows_five_examples_and_the_count() -> None:
+    rows = rows_of(*(["five"] * 7 + ["5"]))
+    kept, report = check_golds(rows, [VerifierSpec(name="numeric")])
+    assert len(kept) == 1 and len(report.bad) == 7
+    summary = report.summary()
+    assert summary.count("(not one number)") == 5 and summary.endswith("and 2 more")
+    assert "7 of 8 rows" in summary
+
+
+def test_math_gold_reasons() -> None:
+    mv = MathVerifier()
+    for usable in ["42", r"\frac{1}{2}", r"\text{Evelyn}", r"5.4 \text{ cents}", "(0,1)", r"28\%",
+                   r"\begin{pmatrix} -1 \\ 2 \end{pmatrix}", "Monday, Wednesday, Friday",
+                   r"The sum is 10, so $\boxed{10}$."]:  # a solution with a box: its box is the answer
+        assert math_gold_problem(mv, usable) is None, usable
+    assert math_gold_problem(mv, V15_GOLD) == "reads as prose (6 words), not an answer"
+    assert math_gold_problem(mv, "The answer is 5") == "reads as prose (3 words), not an answer"
+    assert math_gold_problem(mv, r"\boxed{}") == "empty answer"
+    assert prose_problem(r"\text{no solution}") is None  # two words: an answer
+
+
+def test_first_verifier_is_the_one_checked() -> None:
+    # format ignores golds (check_gold -> None), so a prose gold passes when format comes first
+    specs = [VerifierSpec(name="format", args={"boxed": True}), VerifierSpec(name="numeric")]
+    kept, report = check_golds(rows_of(V15_GOLD), specs)
+    assert len(kept) == 1 and report.verifier == "format"
+    kept, _ = check_golds(rows_of(V15_GOLD, "3"), list(reversed(specs)))
+    assert [r["gold"] for r in kept] == ["3"]
+
+
+def test_builtin_check_golds() -> None:
+    kept, report = check_golds(rows_of("24", "24.5"), [VerifierSpec(name="countdown")])
+    assert [b.index for b in report.bad] == [1]
+    kept, report = check_golds(rows_of("B", "(C)", "G", "both"), [VerifierSpec(name="choice")])
+    assert [b.index for b in report.bad] == [2, 3]  # G is past A-E
+
+
+def test_plugin_check_gold_and_verifier_without_one(tmp_path: Path) -> None:
+    plugin = tmp_path / "plug.py"
+    plugin.write_text(textwrap.dedent(
+        """
+        class WithCheck:
+            def verify(self, response, gold, **row):
+                return float(response == gold)
+
+            def check_gold(self, gold):
+                return None if gold.isupper() else "not upper case"
+
+        def plain(response, gold, **row):
+            return response == gold
+
+        def checked(response, gold, **row):
+            return response == gold
+
+        def _raise(gold):
+            raise KeyError(gold)
+
+        checked.check_gold = _raise
+        """
+    ))
+    kept, report = check_golds(rows_of("AB", "cd"), [VerifierSpec(name=f"{plugin}:WithCheck")])
+    assert [r["gold"] for r in kept] == ["AB"] and report.bad[0].reason == "not upper case"
+    kept, report = check_golds(rows_of("anything", V15_GOLD), [VerifierSpec(name=f"{plugin}:plain")])
+    assert len(kept) == 2 and not report.checked  # no check_gold: skipped, nothing dropped
+    assert report.summary() == f"golds not checked: verifier '{plugin}:plain' has no check_gold"
+    with pytest.raises(RecipeError, match=r"error: KeyError"):  # a raising check names the row, mode error
+        check_golds(rows_of("x"), [VerifierSpec(name=f"{plugin}:checked")], mode="error")
+    assert gold_checker(VerifierSpec(name="rlvr_verifiers.example_custom:yes_no"))("maybe") is not None
+
+
+def test_bad_mode_is_rejected() -> None:
+    with pytest.raises(ValueError, match="drop' or 'error'"):
+        check_golds(rows_of("1"), [VerifierSpec(name="numeric")], mode="keep")
+
+
+def test_recipe_field_bad_gold(tmp_path: Path) -> None:
+    assert DataConfig().bad_gold == "drop"
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("data:\n  source: generated\n")
+    assert load_recipe(recipe, ["data.bad_gold=error"]).data.bad_gold == "error"
+    with pytest.raises(RecipeError):
+        load_recipe(recipe, ["data.bad_gold=keep"])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# real data: every gold is usable (counts: GSM8K 7473 + 1319, SVAMP 1000, MATH-500 500)
+
+REAL = [
+    ("gsm8k train", DataConfig(source=str(REPO / "data/gsm8k/train.jsonl"), answer_format="gsm8k"), 7473, "gsm8k"),
+    ("gsm8k test", DataConfig(source=str(REPO / "data/gsm8k/test.jsonl"), answer_format="gsm8k"), 1319, "numeric"),
+    ("gsm8k test, full solution as gold", DataConfig(source=str(REPO / "data/gsm8k/test.jsonl")), 1319, "gsm8k"),
+    ("svamp", DataConfig(source=str(REPO / "data/svamp/test.jsonl"), question="{Body} {Question}", answer="Answer"),
+     1000, "numeric"),
+    ("svamp, math", DataConfig(source=str(REPO / "data/svamp/test.jsonl"), question="{Body} {Question}",
+                               answer="Answer"), 1000, "math"),
+    ("math500", DataConfig(source=str(REPO / "data/math500/test.jsonl"), question="problem"), 500, "math"),
+]
+
+
+@pytest.mark.parametrize("label, cfg, n, verifier", REAL, ids=[r[0] for r in REAL])
+def test_real_golds_all_usable(label: str, cfg: DataConfig, n: int, verifier: str) -> None:
+    rows = load_rows(cfg, 0)
+    kept, report = check_golds(rows, [VerifierSpec(name=verifier)])
+    assert (len(rows), len(kept), report.bad) == (n, n, ())
