@@ -2,7 +2,8 @@
 
 The top-level folder is ``verifiers/`` in the repository; a distribution named ``verifiers`` already exists on
 PyPI, so ``pyproject.toml`` maps this folder to ``rlvr_verifiers``. Recipes name these by short name
-(``math``, ``numeric``) through :data:`rlvr.reward.base.VERIFIERS`.
+(``math``, ``numeric``, ``gsm8k``, ``countdown``, ``code``, ``format``, ``choice``) through
+:data:`rlvr.reward.base.VERIFIERS`; docs/verifiers.md describes each one's policy and how to write your own.
 
 Modules import their heavy dependencies (math-verify) where they are used, so importing this package is cheap.
 """
