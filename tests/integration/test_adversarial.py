@@ -2,31 +2,31 @@
 
 Each input must score 0 with reason ``timeout``, ``no_answer`` or ``wrong`` (never ``crashed`` or ``error``)
 within the limit + 2 s, and the pool must score a normal sample right afterwards. Seen here (2 busy cores,
-math-verify 0.9.0), seconds for one sample:
+load average ~5, math-verify 0.9.0), the slower of two runs, seconds for one sample:
 
-===================  =========  ======  ==========================================================
-input                chars      time    outcome
-===================  =========  ======  ==========================================================
-tower 9^9^9^9        21         3.0     timeout (sympy evaluates the tower)
-100000!              15         0.6     wrong
-braces 1e5 deep      200009     3.1     timeout (math-verify parse; our extraction takes 0.05 s)
-braces, no box       100001     3.0     timeout (read as a bare expression)
-1 MB prose + box     1000009    0.4     wrong
-1 MB prose, no box   1000001    0.3     no_answer
-1 MB "1 2 3 ..."     1020000    3.1     timeout (one bare expression for math-verify)
-\\frac nested 2000   20009      3.2     timeout
-\\sqrt nested 2000   14009      3.1     timeout
-2^2^...^2 (500)      2009       2.9     wrong or timeout
-3000 open \\left(    99001      0.1     wrong
-100x100 pmatrix      40132      2.9     wrong or timeout
-10^{10^{10}}         20         3.1     timeout
-1e6 dollar signs     1000000    0.5     no_answer
-100000-digit int     100008     0.2     wrong
-50000 x "1,000"      350006     3.0     timeout (was quadratic in our thousands stripping: > 5 s
-                                        before math-verify even started)
-10 MB prose + box    10440009   1.4     wrong
-10 MB prose, no box  10440000   2.1     wrong (last math span ``x^2``)
-===================  =========  ======  ==========================================================
+======================  =========  =====  =======================================================
+input                   chars      time   outcome
+======================  =========  =====  =======================================================
+tower 9^9^9^9           21         3.04   timeout (sympy evaluates the tower)
+100000!                 15         0.62   wrong
+braces 1e5 deep, boxed  200009     3.13   timeout (math-verify parse; our extraction takes 0.05 s)
+braces, no box          100001     3.10   timeout (read as a bare expression)
+1 MB prose + box        1000009    0.40   wrong
+1 MB prose, no box      1000001    0.39   no_answer
+1 MB "1 2 3 ..."        1020000    3.11   timeout (one bare expression for math-verify)
+\\frac nested 2000      20009      3.16   timeout
+\\sqrt nested 2000      14009      3.13   timeout
+2^2^...^2 (500 deep)    2009       3.02   wrong (2.88 s) or timeout
+unbalanced \\left(      78008      3.07   wrong or timeout
+100x100 pmatrix         40132      3.04   wrong (2.91 s) or timeout
+10^{10^{10}}            20         3.06   timeout
+1e6 dollar signs        1000000    1.22   no_answer
+100000-digit integer    100008     0.33   wrong
+50000 x "1,000" boxed   350006     3.07   timeout (our thousands stripping was quadratic: > 5 s before
+                                          math-verify started; now 0.11 s)
+10 MB prose + box       10440009   2.00   wrong
+10 MB prose, no box     10440000   3.11   wrong (2.05 s, last math span ``x^2``) or timeout
+======================  =========  =====  =======================================================
 """
 
 from __future__ import annotations
