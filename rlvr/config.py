@@ -165,6 +165,25 @@ class AlgorithmConfig:
     """KL estimator (registry ``rlvr.algos.kl.KL_ESTIMATORS``)."""
     ppo_epochs: int = 1
     """Passes over each rollout batch."""
+    passk_k: int = 4
+    """k of the pass@k objectives (advantages ``passk`` and ``pkpo``; read by no other estimator):
+    1 <= k <= rollout.samples_per_prompt (``pkpo`` with ``pkpo_baseline=loo``: k <= G - 1)."""
+    pkpo_baseline: Literal["loo_minus_one", "loo"] = "loo_minus_one"
+    """``pkpo`` baseline (Walder & Karkhanis 2025, sec. 4): ``loo_minus_one`` (their recommended k-1
+    estimator; needs k >= 2) or ``loo`` (leave-one-out pass@k of the other samples; needs k <= G - 1)."""
+    dual_clip_c: float = 0.0
+    """``ppo_clip`` dual clip (Ye et al. 2020): for A < 0 the loss is capped at ``-c * A``; 0: off, else > 1."""
+    gspo_clip_low: float = 3e-4
+    """``gspo``: sequence-ratio floor 1 - gspo_clip_low (Zheng et al. 2025 use 3e-4)."""
+    gspo_clip_high: float = 4e-4
+    """``gspo``: sequence-ratio ceiling 1 + gspo_clip_high (Zheng et al. 2025 use 4e-4)."""
+    cispo_clip_low: float = 1.0
+    """``cispo``: importance-weight floor 1 - cispo_clip_low (1.0: no floor, as in MiniMax-M1)."""
+    cispo_clip_high: float = 4.0
+    """``cispo``: importance-weight ceiling 1 + cispo_clip_high (not a value from the paper: tune it)."""
+    tis_cap: float = 0.0
+    """Truncated importance sampling between the rollout engine's and the trainer's old logprobs: each
+    token's loss is multiplied by the detached ``min(exp(old - rollout), tis_cap)``; 0: off, else >= 1."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -433,7 +452,8 @@ def validate(r: Recipe) -> None:
         errs.append("run.steps must be >= 1")
     if ro.prompts_per_step < 1 or ro.samples_per_prompt < 1:
         errs.append("rollout.prompts_per_step and rollout.samples_per_prompt must be >= 1")
-    if ro.samples_per_prompt < 2 and al.advantage in ("grpo", "dr_grpo", "rloo"):
+    group_based = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "passk", "pkpo")
+    if ro.samples_per_prompt < 2 and al.advantage in group_based:
         errs.append(
             f"algorithm.advantage={al.advantage} compares samples within a group: set "
             "rollout.samples_per_prompt >= 2"
@@ -487,6 +507,7 @@ def validate(r: Recipe) -> None:
         errs.append("algorithm.ppo_epochs must be >= 1")
     if al.kl_coef < 0:
         errs.append("algorithm.kl_coef must be >= 0")
+    errs.extend(_objective_errors(al, ro.samples_per_prompt))
     for k in r.metrics.pass_k:
         if not 1 <= k <= ro.samples_per_prompt:
             errs.append(
@@ -515,6 +536,37 @@ def validate(r: Recipe) -> None:
             errs.append(f"{key}={name!r} is not registered: {hint}")
     if errs:
         raise RecipeError("invalid recipe:\n  - " + "\n  - ".join(errs))
+
+
+def _objective_errors(al: AlgorithmConfig, g: int) -> list[str]:
+    """Invariants of the pass@k, dual-clip, GSPO, CISPO and TIS settings (G = samples per prompt)."""
+    errs = []
+    k = al.passk_k
+    if al.advantage == "passk" and not 1 <= k <= g:
+        errs.append(
+            f"algorithm.passk_k={k} must be in [1, rollout.samples_per_prompt={g}]: "
+            f"set algorithm.passk_k={min(max(k, 1), g)}"
+        )
+    if al.advantage == "pkpo" and al.pkpo_baseline == "loo_minus_one" and not 2 <= k <= g:
+        errs.append(
+            f"algorithm.advantage=pkpo with pkpo_baseline=loo_minus_one needs 2 <= passk_k <= "
+            f"samples_per_prompt ({g}), got {k}: set algorithm.passk_k={min(max(k, 2), max(g, 2))}"
+            + (" (k = 1 has no baseline; use pkpo_baseline=loo)" if k == 1 else "")
+        )
+    if al.advantage == "pkpo" and al.pkpo_baseline == "loo" and not 1 <= k <= g - 1:
+        errs.append(
+            f"algorithm.advantage=pkpo with pkpo_baseline=loo needs 1 <= passk_k <= "
+            f"samples_per_prompt - 1 ({g - 1}), got {k}: lower algorithm.passk_k or use pkpo_baseline=loo_minus_one (allows k = G)"
+        )
+    if al.dual_clip_c != 0 and not al.dual_clip_c > 1:
+        errs.append(f"algorithm.dual_clip_c={al.dual_clip_c} must be 0 (off) or > 1 (Ye et al. 2020 use 3)")
+    if al.gspo_clip_low < 0 or al.gspo_clip_high < 0 or al.cispo_clip_low < 0 or al.cispo_clip_high < 0:
+        errs.append("algorithm.gspo_clip_low/high and cispo_clip_low/high must be >= 0")
+    if al.tis_cap != 0 and not al.tis_cap >= 1:
+        errs.append(
+            f"algorithm.tis_cap={al.tis_cap} must be 0 (off) or >= 1 (a cap below 1 shrinks every token; 2 is common)"
+        )
+    return errs
 
 
 def _divisor(n: int, below: int) -> int:

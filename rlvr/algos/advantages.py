@@ -4,10 +4,14 @@ Every estimator has one signature, ``fn(rewards: Tensor [P, G], cfg: AlgorithmCo
 (float32, same device), where P = prompts and G = samples per prompt (group size). Row ``p`` holds the G
 samples of prompt ``p``; flatten with ``.reshape(-1)`` to get the [B] advantages of sequence ``p * G + g``.
 
-Every statistic is taken over one group (a row), never over the whole batch (case A3). A group with one
-sample, or whose rewards are all equal, carries no signal: its advantages are exactly 0, never NaN (case A2).
+Every statistic is taken over one group (a row), never over the whole batch (case A3), except in the two
+REINFORCE++ estimators, whose paper normalises by batch statistics (said in their docstrings). A group with
+one sample, or whose rewards are all equal, carries no signal: its advantages are exactly 0, never NaN (case
+A2); ``reinforce_pp_global`` is the exception (its baseline is the batch).
 
-Errors: ``ValueError`` when ``rewards`` is not 2-D or holds NaN/inf.
+The pass@k estimators (``passk``, ``pkpo``) take k from ``cfg.passk_k`` and need binary (0/1) rewards.
+
+Errors: ``ValueError`` when ``rewards`` is not 2-D or holds NaN/inf, and as each estimator documents.
 """
 
 from __future__ import annotations
@@ -86,3 +90,158 @@ def rloo(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
         return torch.zeros_like(r)
     adv = _centred(r) * (g / (g - 1))
     return torch.where(_no_signal(r), torch.zeros_like(adv), adv)
+
+
+# ------------------------------------------------------------------------------------------------------
+# batch-normalised REINFORCE (REINFORCE++)
+
+
+@ADVANTAGES.register("reinforce_pp")
+def reinforce_pp(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
+    """REINFORCE++-baseline advantages (Hu 2025, "REINFORCE++", arXiv 2501.03262, sec. 3, the "-baseline"
+    variant for several samples per prompt): subtract the GROUP mean, then normalise by the BATCH std.
+
+    ``A'[p, g] = r[p, g] - mean_g r[p]`` (normaliser G, per group), then
+    ``A = (A' - mean(A')) / (std(A') + STD_EPS)`` with mean and UNBIASED std over all B = P * G samples of
+    the batch (normalisers B and B - 1); ``mean(A')`` is 0 up to rounding. The batch statistics are the one
+    exception to "statistics per group" (case A3); they are taken over sequences, not tokens (OpenRLHF
+    whitens over tokens, which weights long responses more). A group with equal rewards gets exactly 0
+    (case A2), and so does every sample when B = 1 or all groups are constant.
+    ``cfg.std_normalize`` is ignored. rewards: [P, G] -> [P, G] float32.
+    Case A1 alone in the batch: +0.625 / -0.375 divided by their std 0.5175 -> +1.2076 / -0.7246.
+    """
+    r = _rewards_f32(rewards)
+    flat_signal = _no_signal(r)
+    centred = torch.where(flat_signal, torch.zeros_like(r), _centred(r))
+    if centred.numel() < 2:
+        return torch.zeros_like(r)
+    flat = centred.reshape(-1)
+    adv = (centred - flat.mean()) / (flat.std(correction=1) + STD_EPS)
+    return torch.where(flat_signal, torch.zeros_like(adv), adv)
+
+
+@ADVANTAGES.register("reinforce_pp_global")
+def reinforce_pp_global(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
+    """REINFORCE++ advantages without a group baseline (Hu 2025, arXiv 2501.03262, sec. 3, global
+    advantage normalisation; the per-token KL penalty of that section is :func:`rlvr.algos.kl.kl_as_reward`).
+
+    ``A = (r - mean(r)) / (std(r) + STD_EPS)`` with mean and UNBIASED std over all B = P * G samples
+    (normalisers B and B - 1). A solved prompt's samples are positive here: the baseline is the batch, not
+    the group, so G = 1 is fine. All-equal batch (or B = 1): exactly 0. rewards: [P, G] -> [P, G] float32.
+    """
+    r = _rewards_f32(rewards)
+    if r.numel() < 2 or bool(r.max() == r.min()):
+        return torch.zeros_like(r)
+    return (r - r.mean()) / (r.std(correction=1) + STD_EPS)
+
+
+# ------------------------------------------------------------------------------------------------------
+# pass@k objectives (binary rewards)
+
+
+def _binary(r: Tensor, name: str) -> Tensor:
+    """[P, 1] float64 count of correct samples per group; rewards must be exactly 0 or 1."""
+    if not bool(((r == 0) | (r == 1)).all()):
+        raise ValueError(
+            f"advantage {name!r} is defined for binary rewards (0 or 1) only; got values such as "
+            f"{sorted(set(r.flatten().tolist()) - {0.0, 1.0})[:3]}: use a verifier whose score is 0/1"
+        )
+    return r.to(torch.float64).sum(dim=-1, keepdim=True)
+
+
+def _check_k(k: int, lo: int, hi: int, name: str, g: int) -> None:
+    if not lo <= k <= hi:
+        raise ValueError(
+            f"advantage {name!r} needs {lo} <= algorithm.passk_k <= {hi} for group size G = {g}, got k = {k}"
+        )
+
+
+def comb_ratio(a: Tensor, b: int, k: int) -> Tensor:
+    """``C(a, k) / C(b, k)`` as the product ``prod_{i=0}^{k-1} max(a - i, 0) / (b - i)`` (never a
+    factorial or ``comb()`` float, so no overflow: every factor lies in [0, 1] when a <= b).
+
+    a: any-shape float tensor of integers (a < k gives 0; k = 0 gives 1); b: int >= k. Same shape, float64.
+    Errors: ``ValueError`` when b < k or k < 0.
+    """
+    if k < 0 or b < k:
+        raise ValueError(f"comb_ratio needs 0 <= k <= b, got k = {k}, b = {b}")
+    out = torch.ones_like(a, dtype=torch.float64)
+    a64 = a.to(torch.float64)
+    for i in range(k):
+        out = out * (a64 - i).clamp(min=0.0) / (b - i)
+    return out
+
+
+@ADVANTAGES.register("passk")
+def passk(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
+    """Analytic pass@k advantages (Chen et al. 2025, "Pass@k Training for Adaptively Balancing Exploration
+    and Exploitation of Large Reasoning Models", arXiv 2508.10751, sec. 3.3 "analytical derivation"), with
+    k = ``cfg.passk_k``, for binary rewards.
+
+    Per group of N = G samples with N_neg incorrect: the mean pass@k reward over all k-subsets
+    ``R = 1 - C(N_neg, k) / C(N, k)``, its std ``s = sqrt(R (1 - R))`` (population std of a 0/1 reward),
+    ``A_pos = (1 - R) / s`` for correct samples and
+    ``A_neg = (1 - R - C(N_neg - 1, k - 1) / C(N - 1, k - 1)) / s`` for incorrect ones.
+    Sums to 0 over each group: N_neg * C(N_neg-1, k-1) / C(N-1, k-1) = N * C(N_neg, k) / C(N, k).
+    k = 1 is GRPO with the POPULATION std (normaliser G): ``(r - mean) / sqrt(mean (1 - mean))``.
+    s = 0 (no correct sample, or fewer than k incorrect so every k-subset passes): exactly 0.
+    Ratios are products (:func:`comb_ratio`), computed in float64. rewards: [P, G] -> [P, G] float32.
+    Case A1 (1,1,1,0,0,0,0,0): k = 2 -> +0.7454 / -0.4472; k = 4 -> +0.2774 / -0.1664.
+    Errors: ``ValueError`` on non-binary rewards or k outside [1, G].
+    """
+    r = _rewards_f32(rewards)
+    g, k = r.shape[-1], cfg.passk_k
+    _check_k(k, 1, g, "passk", g)
+    n_neg = g - _binary(r, "passk")
+    fail_all = comb_ratio(n_neg, g, k)  # 1 - R: share of k-subsets with no correct sample
+    std = (fail_all * (1.0 - fail_all)).sqrt()
+    safe = torch.where(std > 0, std, torch.ones_like(std))
+    pos = fail_all / safe
+    neg = (fail_all - comb_ratio(n_neg - 1, g - 1, k - 1)) / safe
+    adv = torch.where(r == 1, pos, neg)
+    return torch.where(std > 0, adv, torch.zeros_like(adv)).to(torch.float32)
+
+
+@ADVANTAGES.register("pkpo")
+def pkpo(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
+    """PKPO reward transform for binary rewards (Walder & Karkhanis 2025, "Pass@K Policy Optimization",
+    arXiv 2505.15201), k = ``cfg.passk_k``, with the baseline ``cfg.pkpo_baseline``.
+
+    With n = G samples, c correct and ``rho(n, c, k) = 1 - C(n - c, k) / C(n, k)`` (their unbiased pass@k,
+    sec. 3 eq. 3), the unbaselined effective rewards (their Theorem 1) are ``s_i = k/n`` for a correct
+    sample and ``s_i = (k/n) rho(n - 1, c, k - 1)`` for an incorrect one, i.e.
+    ``s_i = (1 / C(n, k)) sum_{|I| = k, i in I} max_{j in I} r_j``. Baselines (sec. 4, variance reduction):
+
+    ``loo_minus_one`` (their "k-1" estimator s^(loo-1), the one they recommend):
+    ``s_i - (1 / C(n, k)) sum_{|I| = k, i in I} max_{j in I \\ i} r_j``. For binary rewards:
+    correct ``(k/n) C(n - c, k - 1) / C(n - 1, k - 1)``, incorrect exactly 0. NOT zero-sum; needs k >= 2
+    (k = 1 leaves no baseline: plain r / n).
+    ``loo``: ``s_i - (k/n) rho(n - 1, c_{-i}, k)``, the pass@k estimate of the OTHER n - 1 samples on the
+    scale k/n of ``s_i``. Correct ``(k/n) C(n - c, k) / C(n - 1, k)``, incorrect
+    ``(k/n) (C(n - c - 1, k) / C(n - 1, k) - C(n - c - 1, k - 1) / C(n - 1, k - 1))``. Zero-sum per group
+    (the mean of leave-one-out U-statistics is the U-statistic); k = 1 gives RLOO / n = (r - mean) / (G - 1).
+    Needs k <= G - 1. (A published listing divides this baseline by n - 1 instead of scaling it by k/n,
+    which gives non-zero advantages to a group of equal rewards; we keep the consistent scale.)
+
+    Both are unbiased for grad pass@k (the baseline of sample i does not depend on sample i). Equal rewards
+    give exactly 0. rewards: [P, G] -> [P, G] float32, computed in float64.
+    Case A1 (1,1,1,0,0,0,0,0): loo_minus_one k = 2 -> +0.1786 / 0, k = 4 -> +0.1429 / 0;
+    loo k = 2 -> +0.1190 / -0.0714, k = 4 -> +0.0714 / -0.0429.
+    Errors: ``ValueError`` on non-binary rewards or k out of range for the baseline.
+    """
+    r = _rewards_f32(rewards)
+    g, k = r.shape[-1], cfg.passk_k
+    n_neg = g - _binary(r, "pkpo")
+    scale = k / g
+    if cfg.pkpo_baseline == "loo_minus_one":
+        _check_k(k, 2, g, "pkpo (pkpo_baseline=loo_minus_one)", g)
+        pos = scale * comb_ratio(n_neg, g - 1, k - 1)
+        neg = torch.zeros_like(pos)
+    elif cfg.pkpo_baseline == "loo":
+        _check_k(k, 1, g - 1, "pkpo (pkpo_baseline=loo)", g)
+        pos = scale * comb_ratio(n_neg, g - 1, k)
+        neg = scale * (comb_ratio(n_neg - 1, g - 1, k) - comb_ratio(n_neg - 1, g - 1, k - 1))
+    else:
+        raise ValueError(f"algorithm.pkpo_baseline must be 'loo_minus_one' or 'loo', got {cfg.pkpo_baseline!r}")
+    adv = torch.where(r == 1, pos, neg)
+    return torch.where(_no_signal(r), torch.zeros_like(adv), adv).to(torch.float32)

@@ -10,10 +10,16 @@ k3 clamps ``log r`` to [-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP] BEFORE ``exp`` (case 
 against a reference of -0.01 gives a finite loss and gradient; outside the clamp the gradient is 0).
 k1 and k2 take no ``exp`` and are not clamped.
 
+Also here (plain functions, not registry entries): :func:`kl_as_reward` (the penalty folded into
+token rewards), the DPH-RL divergences on samples of the reference :func:`dph_forward_kl` and
+:func:`dph_js`, and :func:`entropy_bonus`.
+
 Errors: ``ValueError`` when the two shapes differ.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
@@ -57,3 +63,77 @@ def k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     """
     log_r = _log_r(logprobs, ref_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     return torch.expm1(log_r) - log_r
+
+
+# ------------------------------------------------------------------------------------------------------
+# KL folded into the reward, mass-covering divergences (DPH-RL), entropy bonus. Plain functions, not
+# KL_ESTIMATORS entries: their inputs differ from "tokens sampled from the policy, penalty added to the loss".
+
+
+def _masked(x: Tensor, mask: Tensor) -> Tensor:
+    if mask.shape != x.shape:
+        raise ValueError(f"mask {tuple(mask.shape)} must have the shape [B, T] = {tuple(x.shape)}")
+    return torch.where(mask.bool(), x, torch.zeros_like(x))
+
+
+def kl_as_reward(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, beta: float) -> Tensor:
+    """The KL penalty folded into the reward instead of the loss (Ouyang et al. 2022, InstructGPT, eq. 2;
+    per token with a reward-to-go as in REINFORCE++, Hu 2025, arXiv 2501.03262, sec. 3).
+
+    Per-token reward ``-beta * k1_t`` with ``k1_t = logprobs - ref_logprobs`` (tokens sampled from the
+    policy), summed from each token to the end of its sequence (gamma = 1):
+    ``out[b, t] = -beta * sum_{s >= t} mask[b, s] * k1[b, s]``. Add it to the per-sequence advantages
+    (``advantages[:, None] + out`` -> [B, T] token advantages) for the REINFORCE++ form
+    ``A_t = r - beta * sum_{s >= t} KL_s``. Detached: a reward carries no gradient.
+    logprobs, ref_logprobs, mask: [B, T] -> [B, T] float32 (nats, scaled by beta), 0 where masked.
+    Errors: ``ValueError`` on shape mismatches or beta < 0.
+    """
+    if beta < 0:
+        raise ValueError(f"beta must be >= 0, got {beta}")
+    with torch.no_grad():
+        per_token = _masked(-beta * k1(logprobs, ref_logprobs), mask)
+        to_go = per_token.flip(-1).cumsum(dim=-1).flip(-1)
+    return _masked(to_go, mask)
+
+
+def dph_forward_kl(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
+    """Forward (mass-covering) KL(pi_ref || pi) on tokens SAMPLED FROM pi_ref (DPH-RL, Li et al. 2025,
+    "The Choice of Divergence", arXiv 2509.07430, sec. 4: f-divergence through its generator,
+    ``D_f = E_{y ~ pi_ref}[f(pi / pi_ref)]`` with ``f(u) = -log u`` for forward KL).
+
+    Per token: ``-log u = ref_logprobs - logprobs`` with ``u = pi / pi_ref``; its gradient is
+    ``-grad log pi``: likelihood training on the reference's own samples. Data it needs: responses sampled
+    ONCE from the initial policy (DPH-RL samples them offline, on prompts the initial policy already solves)
+    with the logprobs pi_ref reported at sampling; no reference model during training. Our on-policy
+    rollouts are samples of pi, not pi_ref, so this does not apply to them (for those use ``KL_ESTIMATORS``,
+    which estimate the reverse KL(pi || pi_ref)).
+    Applied per token (each token's conditional ratio); reduce with the loss aggregation and its mask.
+    logprobs (current policy), ref_logprobs (stored, pi_ref): [B, T] -> [B, T], unmasked, >= -inf.
+    Errors: ``ValueError`` when the shapes differ.
+    """
+    return _log_r(logprobs, ref_logprobs)
+
+
+def dph_js(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
+    """Jensen-Shannon divergence JS(pi, pi_ref) on tokens SAMPLED FROM pi_ref, through its generator
+    (DPH-RL, Li et al. 2025, arXiv 2509.07430, sec. 4): ``E_{y ~ pi_ref}[f(u)]``, ``u = pi / pi_ref``,
+    ``f(u) = 0.5 * (u log u - (1 + u) log((1 + u) / 2))`` (the 0.5 makes it JS exactly, bounded by log 2).
+
+    Same data as :func:`dph_forward_kl`. ``log u = logprobs - ref_logprobs`` is clamped to
+    +-LOG_RATIO_CLAMP; computed as ``0.5 * (u log u - (1 + u) (softplus(log u) - log 2))``, finite everywhere.
+    Per token, >= 0, 0 iff u = 1. logprobs, ref_logprobs: [B, T] -> [B, T], unmasked.
+    Errors: ``ValueError`` when the shapes differ.
+    """
+    log_u = (-_log_r(logprobs, ref_logprobs)).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    u = torch.exp(log_u)
+    return 0.5 * (u * log_u - (1.0 + u) * (torch.nn.functional.softplus(log_u) - math.log(2.0)))
+
+
+def entropy_bonus(entropy: Tensor, mask: Tensor, coef: float) -> Tensor:
+    """Per-token loss term ``-coef * entropy`` (an entropy bonus, Williams & Peng 1991; the c2 S term of
+    Schulman et al. 2017, eq. 9), 0 where masked; add it to the token loss before the loss aggregation,
+    which names the normaliser. ``entropy`` must carry gradient (the trainer's entropy is computed on
+    detached logits for metrics; a bonus needs it without the detach).
+    entropy, mask: [B, T] (nats) -> [B, T]. Errors: ``ValueError`` on a shape mismatch.
+    """
+    return _masked(-coef * entropy, mask)

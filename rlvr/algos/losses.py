@@ -3,10 +3,12 @@
 Dimensions: B = sequences in a micro-batch, T = response tokens (padded). ``mask: [B, T]`` is 1 (or True) on
 the response tokens that count (see :func:`rlvr.algos.logprobs.response_mask`), 0 on padding.
 
-Policy loss: ``fn(logprobs [B, T], old_logprobs [B, T], advantages [B], mask [B, T], cfg) ->
-(token_loss [B, T], stats)``. ``token_loss`` is 0 where ``mask`` is 0; ``stats`` maps names to detached
-per-token [B, T] tensors (0 where masked), to be reduced with
-``rlvr.algos.logprobs.masked_mean(stats[name], mask)`` for metrics.
+Policy loss: ``fn(logprobs [B, T], old_logprobs [B, T], advantages [B], mask [B, T], cfg, *,
+rollout_logprobs [B, T] | None = None) -> (token_loss [B, T], stats)``. ``rollout_logprobs`` are the engine's
+sampling logprobs, used for truncated importance sampling (``cfg.tis_cap``) and mismatch stats.
+``token_loss`` is 0 where ``mask`` is 0; ``stats`` maps names to detached per-token [B, T] tensors (0 where
+masked), to be reduced with ``rlvr.algos.logprobs.masked_mean(stats[name], mask)`` for metrics, or to 0-dim
+tensors already reduced over the micro-batch (``rollout_gap_abs_max``: a max; combine micro-batches with max).
 
 Loss aggregation: ``fn(token_loss [B, T], mask [B, T], *, num_tokens, num_seqs, max_len) -> scalar``.
 ``num_tokens`` (masked tokens) and ``num_seqs`` (sequences) are the GLOBAL counts of the whole mini-batch
@@ -53,6 +55,69 @@ def _advantages_b1(advantages: Tensor, like: Tensor) -> Tensor:
     )
 
 
+def _rollout_correction(
+    old_logprobs: Tensor, rollout_logprobs: Tensor | None, mask: Tensor, cfg: AlgorithmConfig
+) -> tuple[Tensor | None, dict[str, Tensor]]:
+    """Truncated importance sampling between the rollout engine and the trainer, and mismatch stats.
+
+    Tokens were sampled by the engine (pi_rollout); the trainer's ``old_logprobs`` are pi_old on the same
+    tokens. ``w = min(pi_old / pi_rollout, cfg.tis_cap) = min(exp(old - rollout), tis_cap)``, detached
+    (Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training", TIS; the
+    token-level truncated IS of Espeholt et al. 2018, IMPALA, eq. 1 with rho-bar = tis_cap).
+    Returns (w [B, T] or None when ``cfg.tis_cap`` is 0, stats). Stats (detached, 0 where masked):
+    ``rollout_gap_abs`` [B, T] ``|old - rollout|`` (nats); ``rollout_gap_abs_max`` 0-dim, the max over this
+    micro-batch's masked tokens; ``rollout_kl_k3`` [B, T] k3 estimate of KL(pi_rollout || pi_old) with
+    ``log r = old - rollout`` (Schulman 2020); with TIS on, ``tis_weight`` [B, T] and ``tis_capped`` [B, T].
+    Errors: ``ValueError`` when ``cfg.tis_cap > 0`` without rollout logprobs, or on a shape mismatch.
+    """
+    if rollout_logprobs is None:
+        if cfg.tis_cap > 0:
+            raise ValueError("algorithm.tis_cap > 0 needs rollout_logprobs (the engine's logprobs, [B, T])")
+        return None, {}
+    _check_bt("rollout_logprobs", rollout_logprobs, old_logprobs)
+    with torch.no_grad():
+        m = mask.bool()
+        gap = old_logprobs.detach().float() - rollout_logprobs.float()
+        gap_c = gap.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        zero = torch.zeros_like(gap)
+        gap_abs = torch.where(m, gap.abs(), zero)
+        stats = {
+            "rollout_gap_abs": gap_abs,
+            "rollout_gap_abs_max": gap_abs.max() if gap_abs.numel() else gap_abs.new_zeros(()),
+            "rollout_kl_k3": torch.where(m, torch.expm1(gap_c) - gap_c, zero),
+        }
+        if cfg.tis_cap <= 0:
+            return None, stats
+        raw = torch.exp(gap_c)
+        w = raw.clamp(max=cfg.tis_cap)
+        stats["tis_weight"] = torch.where(m, w, zero)
+        stats["tis_capped"] = ((raw > cfg.tis_cap) & m).float()
+    return w.to(old_logprobs.dtype), stats
+
+
+def _finish(token_loss: Tensor, m: Tensor, weight: Tensor | None) -> Tensor:
+    """Apply the TIS weight (if any), then zero the masked-out tokens."""
+    if weight is not None:
+        token_loss = token_loss * weight
+    return torch.where(m, token_loss, torch.zeros_like(token_loss))
+
+
+def _log_ratio(logprobs: Tensor, old_logprobs: Tensor) -> Tensor:
+    return (logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+
+
+def _clip_stats(high: Tensor, low: Tensor, ratio: Tensor, log_ratio: Tensor, m: Tensor) -> dict[str, Tensor]:
+    """The shared stats: clip indicators, the ratio, and k3 KL(pi_old || pi) per token, 0 where masked."""
+    zero = torch.zeros_like(log_ratio)
+    return {
+        "clipped": ((high | low) & m).float(),
+        "clipped_high": (high & m).float(),
+        "clipped_low": (low & m).float(),
+        "ratio": torch.where(m, ratio, zero).detach(),
+        "approx_kl": torch.where(m, torch.expm1(log_ratio) - log_ratio, zero).detach(),
+    }
+
+
 @POLICY_LOSSES.register("ppo_clip")
 def ppo_clip(
     logprobs: Tensor,
@@ -60,43 +125,138 @@ def ppo_clip(
     advantages: Tensor,
     mask: Tensor,
     cfg: AlgorithmConfig,
+    *,
+    rollout_logprobs: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped surrogate, negated for descent (Schulman et al. 2017, eq. 7), with an asymmetric clip
     range ``[1 - cfg.clip_low, 1 + cfg.clip_high]`` (as in DAPO, Yu et al. 2025, eq. 10).
 
     ``ratio = exp(clamp(logprobs - old_logprobs, +-LOG_RATIO_CLAMP))``;
     ``token_loss = -min(ratio * A, clip(ratio) * A)``, 0 where ``mask`` is 0.
-    logprobs, old_logprobs, mask: [B, T]; advantages: [B] (one per sequence) or [B, T].
+    Dual clip when ``cfg.dual_clip_c = c > 1`` (Ye et al. 2020, "Mastering Complex Control in MOBA Games
+    with Deep Reinforcement Learning", eq. 5): for A < 0 the objective is ``max(min(rA, clip(r)A), cA)``,
+    so the loss is capped at ``-c * A`` and a token with ratio > c gets no gradient.
+    TIS: when ``cfg.tis_cap > 0`` each token's loss is multiplied by the detached
+    ``min(exp(old_logprobs - rollout_logprobs), tis_cap)`` (see :func:`_rollout_correction`).
+    logprobs, old_logprobs, mask, rollout_logprobs: [B, T]; advantages: [B] (one per sequence) or [B, T].
 
     stats (detached, [B, T], 0 where masked, float):
       ``clipped``: 1 where clipping changed the objective, i.e. ``A > 0 and ratio > 1 + clip_high`` or
-      ``A < 0 and ratio < 1 - clip_low`` (case A6; counting by the ratio alone is wrong);
-      ``clipped_high`` / ``clipped_low``: the two halves of ``clipped``;
+      ``A < 0 and ratio < 1 - clip_low`` (case A6; counting by the ratio alone is wrong), or the dual clip;
+      ``clipped_high`` / ``clipped_low``: the two PPO halves; ``clipped_dual``: ``A < 0 and ratio > c``;
       ``ratio``: the importance ratio; ``approx_kl``: k3 estimate of KL(pi_old || pi) per token
-      (tokens were sampled from pi_old: ``r = pi / pi_old``, ``k3 = r - 1 - log r``, Schulman 2020).
+      (tokens were sampled from pi_old: ``r = pi / pi_old``, ``k3 = r - 1 - log r``, Schulman 2020);
+      with ``rollout_logprobs``: the mismatch stats of :func:`_rollout_correction`.
+    Errors: ``ValueError`` on mismatched shapes, or ``tis_cap > 0`` without ``rollout_logprobs``.
     """
     _check_bt("old_logprobs", old_logprobs, logprobs)
     _check_bt("mask", mask, logprobs)
     adv = _advantages_b1(advantages, logprobs).to(logprobs.dtype)
     m = mask.bool()
-    log_ratio = (logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    weight, rstats = _rollout_correction(old_logprobs, rollout_logprobs, mask, cfg)
+    log_ratio = _log_ratio(logprobs, old_logprobs)
     ratio = torch.exp(log_ratio)
     lo, hi = 1.0 - cfg.clip_low, 1.0 + cfg.clip_high
-    unclipped = -adv * ratio
-    clipped = -adv * ratio.clamp(lo, hi)
-    token_loss = torch.where(m, torch.maximum(unclipped, clipped), torch.zeros_like(unclipped))
+    token_loss = torch.maximum(-adv * ratio, -adv * ratio.clamp(lo, hi))
+    c = cfg.dual_clip_c
+    if c > 0:
+        token_loss = torch.where(adv < 0, torch.minimum(token_loss, -adv * c), token_loss)
     with torch.no_grad():
-        clip_high = (adv > 0) & (ratio > hi) & m
-        clip_low = (adv < 0) & (ratio < lo) & m
-        zero = torch.zeros_like(log_ratio)
-        stats = {
-            "clipped": (clip_high | clip_low).float(),
-            "clipped_high": clip_high.float(),
-            "clipped_low": clip_low.float(),
-            "ratio": torch.where(m, ratio, zero).detach(),
-            "approx_kl": torch.where(m, torch.expm1(log_ratio) - log_ratio, zero).detach(),
-        }
-    return token_loss, stats
+        dual = (adv < 0) & (ratio > c) & m if c > 0 else torch.zeros_like(m)
+        stats = _clip_stats((adv > 0) & (ratio > hi), ((adv < 0) & (ratio < lo)) | dual, ratio, log_ratio, m)
+        stats["clipped_low"] = ((adv < 0) & (ratio < lo) & m).float()
+        stats["clipped_dual"] = dual.float()
+    return _finish(token_loss, m, weight), {**stats, **rstats}
+
+
+@POLICY_LOSSES.register("gspo")
+def gspo(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    cfg: AlgorithmConfig,
+    *,
+    rollout_logprobs: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """GSPO: a clipped surrogate on the SEQUENCE-level importance ratio (Zheng et al. 2025, "Group Sequence
+    Policy Optimization", arXiv 2507.18071, sec. 4.1: the objective J_GSPO and the ratio s_i).
+
+    ``s_i = exp((1 / |y_i|) sum_t mask * (logprobs - old_logprobs))`` (normaliser: the sequence's masked
+    tokens |y_i|, floored at 1; the mean log-ratio is clamped to +-LOG_RATIO_CLAMP before exp);
+    ``seq_loss_i = -min(s_i A_i, clip(s_i, 1 - cfg.gspo_clip_low, 1 + cfg.gspo_clip_high) A_i)``, broadcast
+    to every masked token of sequence i. With the ``seq_mean_token_mean`` aggregation this is exactly the
+    paper's ``-(1/G) sum_i min(...)``; ``token_mean`` weights sequences by length instead.
+    TIS (``cfg.tis_cap > 0``) multiplies each token's loss by its token-level weight, as in ``ppo_clip``.
+    logprobs, old_logprobs, mask: [B, T]; advantages: [B] (one per sequence; [B, T] is refused).
+    stats: as ``ppo_clip`` (``clipped*`` and ``ratio`` are the sequence's, broadcast to its tokens;
+    ``approx_kl`` is per token). Errors: ``ValueError`` on mismatched shapes or [B, T] advantages.
+    """
+    _check_bt("old_logprobs", old_logprobs, logprobs)
+    _check_bt("mask", mask, logprobs)
+    if advantages.dim() != 1 or advantages.shape[0] != logprobs.shape[0]:
+        raise ValueError(
+            f"gspo needs one advantage per sequence, [B] = [{logprobs.shape[0]}], got {tuple(advantages.shape)}"
+        )
+    adv = advantages.to(logprobs.dtype).unsqueeze(-1)  # [B, 1]
+    m = mask.bool()
+    weight, rstats = _rollout_correction(old_logprobs, rollout_logprobs, mask, cfg)
+    lengths = m.sum(dim=-1, keepdim=True).clamp(min=1).to(logprobs.dtype)
+    tok_log_ratio = torch.where(m, logprobs - old_logprobs, torch.zeros_like(logprobs))
+    seq_log_ratio = (tok_log_ratio.sum(dim=-1, keepdim=True) / lengths).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    s = torch.exp(seq_log_ratio)  # [B, 1]
+    lo, hi = 1.0 - cfg.gspo_clip_low, 1.0 + cfg.gspo_clip_high
+    seq_loss = torch.maximum(-adv * s, -adv * s.clamp(lo, hi))  # [B, 1]
+    token_loss = seq_loss.expand_as(logprobs)
+    with torch.no_grad():
+        shape = logprobs.shape
+        stats = _clip_stats(
+            ((adv > 0) & (s > hi)).expand(shape),
+            ((adv < 0) & (s < lo)).expand(shape),
+            s.expand(shape),
+            _log_ratio(logprobs, old_logprobs),
+            m,
+        )
+    return _finish(token_loss, m, weight), {**stats, **rstats}
+
+
+@POLICY_LOSSES.register("cispo")
+def cispo(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    cfg: AlgorithmConfig,
+    *,
+    rollout_logprobs: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """CISPO: clipped, stop-gradient importance weight times advantage times log-probability (MiniMax 2025,
+    "MiniMax-M1", arXiv 2506.13585, sec. 3.1: the CISPO objective and its clipped IS weight r-hat).
+
+    ``w = sg(clip(ratio, 1 - cfg.cispo_clip_low, 1 + cfg.cispo_clip_high))`` with
+    ``ratio = exp(clamp(logprobs - old_logprobs))``; ``token_loss = -w * A * logprobs``. Every token keeps a
+    gradient (``-w * A`` w.r.t. its logprob); clipping only bounds the weight. The loss VALUE is not a
+    surrogate of the return (it carries log pi); only its gradient is meaningful. The paper pairs it with
+    the ``token_mean`` aggregation (normaliser: all tokens of the batch). TIS as in ``ppo_clip``.
+    logprobs, old_logprobs, mask: [B, T]; advantages: [B] or [B, T].
+    stats: as ``ppo_clip``, where ``clipped_high`` / ``clipped_low`` mark weights that were capped
+    (``ratio > 1 + high`` / ``ratio < 1 - low``), whatever the advantage's sign.
+    Errors: ``ValueError`` on mismatched shapes.
+    """
+    _check_bt("old_logprobs", old_logprobs, logprobs)
+    _check_bt("mask", mask, logprobs)
+    adv = _advantages_b1(advantages, logprobs).to(logprobs.dtype)
+    m = mask.bool()
+    weight, rstats = _rollout_correction(old_logprobs, rollout_logprobs, mask, cfg)
+    log_ratio = _log_ratio(logprobs, old_logprobs)
+    ratio = torch.exp(log_ratio)
+    lo, hi = 1.0 - cfg.cispo_clip_low, 1.0 + cfg.cispo_clip_high
+    w = ratio.clamp(lo, hi).detach()
+    safe_lp = torch.where(m, logprobs, torch.zeros_like(logprobs))  # -inf on padding must not reach backward
+    token_loss = -w * adv * safe_lp
+    with torch.no_grad():
+        stats = _clip_stats(ratio > hi, ratio < lo, ratio, log_ratio, m)
+    return _finish(token_loss, m, weight), {**stats, **rstats}
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -192,7 +192,8 @@ class PolicyWorker:
                 grad_norm = self._optimizer_step()
                 stats.setdefault("train/grad_norm", []).append(grad_norm)
         self.version += 1
-        out = {k: float(sum(v) / len(v)) for k, v in stats.items() if k != "train/loss"}
+        # per-micro-batch means averaged over micro-batches; "_max" statistics take the max
+        out = {k: float(max(v) if k.endswith("_max") else sum(v) / len(v)) for k, v in stats.items() if k != "train/loss"}
         # the loss of the whole batch: the per-micro-batch parts sum to it (global normalisers)
         steps = r.optimizer_steps_per_rollout
         out["train/loss"] = float(sum(stats.get("train/loss", [0.0]))) / steps
@@ -207,7 +208,8 @@ class PolicyWorker:
         s1 = lp.shape[1]
         old_lp = old[idx, :s1].to(self.device) if old is not None else lp.detach()
         adv = mb.advantages.to(self.device)
-        token_loss, pstats = self.policy_loss(lp, old_lp, adv, mask, al)
+        rollout_lp = mb.rollout_logprobs[:, :s1].to(self.device)
+        token_loss, pstats = self.policy_loss(lp, old_lp, adv, mask, al, rollout_logprobs=rollout_lp)
         if self.ref is not None:
             ref_lp = ref[idx, :s1].to(self.device)
             kl = self.kl_fn(lp, ref_lp)  # [b, S-1]
@@ -224,12 +226,9 @@ class PolicyWorker:
         else:
             scaled.backward()
         n = mask.sum().clamp(min=1.0)
-        rollout_lp = mb.rollout_logprobs.to(self.device)
-        gap = ((lp.detach() - rollout_lp).abs() * mask).sum() / n
         out = {
             "train/loss": float(loss.detach()),
             "train/entropy": float((ent * mask).sum() / n),
-            "train/rollout_logprob_gap": float(gap),
         }
         for k, v in pstats.items():
             if torch.is_tensor(v) and v.dim() > 0:

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlvr.algos import KL_ESTIMATORS
+from rlvr.algos.kl import dph_forward_kl, dph_js, entropy_bonus, kl_as_reward
 
 
 def test_registry_names():
@@ -75,3 +76,74 @@ def test_property_nonnegative_finite(pair):
     for name in ("k2", "k3"):
         kl = KL_ESTIMATORS.get(name)(lp, ref)
         assert torch.isfinite(kl).all() and (kl >= 0).all()
+
+
+# ---- KL as a reward, DPH-RL divergences, entropy bonus -------------------------------------------------
+
+
+def test_kl_as_reward_reward_to_go_by_hand():
+    lp = torch.tensor([[-1.0, -2.0, -3.0]], requires_grad=True)
+    ref = torch.tensor([[-1.5, -1.5, -1.5]])
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    out = kl_as_reward(lp, ref, mask, beta=0.1)
+    # k1 = lp - ref = 0.5, -0.5, (-1.5 masked); -beta k1 = -0.05, +0.05, 0; reward-to-go: 0.0, 0.05, 0
+    assert torch.allclose(out, torch.tensor([[0.0, 0.05, 0.0]]), atol=1e-7)
+    assert not out.requires_grad
+    with pytest.raises(ValueError):
+        kl_as_reward(lp, ref, mask, beta=-1.0)
+
+
+def _categoricals():
+    p = torch.tensor([0.5, 0.3, 0.2])  # the policy
+    q = torch.tensor([0.2, 0.5, 0.3])  # the reference, which drew the samples
+    return p, q
+
+
+def test_dph_forward_kl_exact_under_reference_samples():
+    p, q = _categoricals()
+    per_token = dph_forward_kl(p.log()[None], q.log()[None])[0]
+    exact = (q * (q / p).log()).sum()  # KL(q || p): mass-covering
+    assert (q * per_token).sum().item() == pytest.approx(exact.item(), rel=1e-6)
+    # and not the reverse KL(p || q)
+    assert (q * per_token).sum().item() != pytest.approx((p * (p / q).log()).sum().item(), rel=1e-2)
+    lp = p.log()[None].clone().requires_grad_(True)
+    dph_forward_kl(lp, q.log()[None]).sum().backward()
+    assert torch.allclose(lp.grad, -torch.ones(1, 3))  # likelihood training on the reference's samples
+
+
+def test_dph_js_exact_under_reference_samples():
+    p, q = _categoricals()
+    per_token = dph_js(p.log()[None], q.log()[None])[0]
+    m = (p + q) / 2
+    exact = 0.5 * (p * (p / m).log()).sum() + 0.5 * (q * (q / m).log()).sum()
+    assert (q * per_token).sum().item() == pytest.approx(exact.item(), rel=1e-6)
+    assert torch.allclose(dph_js(q.log()[None], q.log()[None]), torch.zeros(1, 3), atol=1e-7)
+
+
+@pytest.mark.parametrize("lp_val,ref_val", [(-100.0, -0.01), (-0.01, -100.0)])
+def test_dph_js_extreme_finite_and_bounded(lp_val, ref_val):
+    lp = torch.tensor([[lp_val]], requires_grad=True)
+    js = dph_js(lp, torch.tensor([[ref_val]]))
+    js.sum().backward()
+    assert torch.isfinite(js).all() and torch.isfinite(lp.grad).all()
+    # log u = lp - ref is clamped to +-20 first: f(e^-20) ~ 0.5 log 2; f(e^20) = 0.5 (20 u - (1 + u) log((1 + u) / 2))
+    u = math.exp(20.0 if lp_val > ref_val else -20.0)
+    expected = 0.5 * (u * math.log(u) - (1 + u) * math.log((1 + u) / 2))
+    assert js.item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_entropy_bonus():
+    out = entropy_bonus(torch.tensor([[1.0, 2.0]]), torch.tensor([[1.0, 0.0]]), coef=0.01)
+    assert torch.allclose(out, torch.tensor([[-0.01, 0.0]]))
+    with pytest.raises(ValueError):
+        entropy_bonus(torch.ones(1, 2), torch.ones(1, 3), coef=0.01)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(-50, 0.0), min_size=1, max_size=8).flatmap(
+    lambda a: st.tuples(st.just(a), st.lists(st.floats(-50, 0.0), min_size=len(a), max_size=len(a)))
+))
+def test_property_js_nonnegative(pair):
+    lp, ref = (torch.tensor([x], dtype=torch.float64) for x in pair)
+    js = dph_js(lp, ref)
+    assert torch.isfinite(js).all() and (js >= -1e-12).all()

@@ -181,3 +181,174 @@ def test_property_micro_batch_invariance(batch, name):
         start, i = start + size, i + 1
     assert torch.stack(parts).sum().item() == pytest.approx(whole.item(), rel=1e-5, abs=1e-5)
     assert whole.item() == pytest.approx(_reference(name, loss, mask, max_len).item(), rel=1e-5, abs=1e-5)
+
+
+# ---- dual clip (Ye et al. 2020) -------------------------------------------------------------------------
+
+
+def test_dual_clip_by_hand():
+    cfg = AlgorithmConfig(clip_low=0.2, clip_high=0.2, dual_clip_c=3.0)
+    logprobs = torch.tensor([[4.0], [2.0], [0.5], [4.0]]).log().requires_grad_(True)
+    advs = torch.tensor([-1.0, -1.0, -1.0, 1.0])
+    loss, stats = POLICY_LOSSES.get("ppo_clip")(logprobs, torch.zeros(4, 1), advs, torch.ones(4, 1), cfg)
+    # PPO alone: max(-rA, -clip(r)A) = 4, 2, 0.8, -1.2; the dual bound -cA = 3 caps the first (A < 0, r > c)
+    assert torch.allclose(loss.flatten(), torch.tensor([3.0, 2.0, 0.8, -1.2]), atol=1e-6)
+    assert stats["clipped_dual"].flatten().tolist() == [1.0, 0.0, 0.0, 0.0]
+    assert stats["clipped"].flatten().tolist() == [1.0, 0.0, 1.0, 1.0]
+    assert stats["clipped_low"].flatten().tolist() == [0.0, 0.0, 1.0, 0.0]
+    loss.sum().backward()
+    # d(-rA)/dlogp = -rA = 2 for the unclipped token; 0 where any clip is active
+    assert torch.allclose(logprobs.grad.flatten(), torch.tensor([0.0, 2.0, 0.0, 0.0]), atol=1e-6)
+    off, _ = _ppo([[4.0]], [-1.0])
+    assert off.item() == pytest.approx(4.0)
+
+
+# ---- GSPO (Zheng et al. 2025) ---------------------------------------------------------------------------
+
+
+def test_gspo_sequence_ratio_and_clip_by_hand():
+    cfg = AlgorithmConfig()  # gspo clip 3e-4 / 4e-4
+    logprobs = torch.tensor([[0.1, 0.3, 9.0], [0.1, -0.1, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    loss, stats = POLICY_LOSSES.get("gspo")(logprobs, torch.zeros(2, 3), torch.tensor([1.0, -1.0]), mask, cfg)
+    # seq 0: mean log ratio (0.1 + 0.3) / 2 = 0.2 (padding ignored), s = e^0.2 = 1.2214 > 1.0004: loss -1.0004
+    # seq 1: mean (0.1 - 0.1 + 0) / 3 = 0, s = 1: loss -(-1) * 1 = 1
+    assert torch.allclose(loss, torch.tensor([[-1.0004, -1.0004, 0.0], [1.0, 1.0, 1.0]]), atol=1e-6)
+    assert torch.allclose(stats["ratio"], torch.tensor([[math.exp(0.2)] * 2 + [0.0], [1.0] * 3]), atol=1e-6)
+    assert stats["clipped"].tolist() == [[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]]
+
+
+def test_gspo_gradient_is_sequence_level():
+    cfg = AlgorithmConfig(gspo_clip_low=0.9, gspo_clip_high=10.0)  # no clipping
+    logprobs = torch.tensor([[0.1, 0.3, 0.0]], requires_grad=True)
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    loss, _ = POLICY_LOSSES.get("gspo")(logprobs, torch.zeros(1, 3), torch.tensor([2.0]), mask, cfg)
+    agg = LOSS_AGGREGATIONS.get("seq_mean_token_mean")(loss, mask, num_tokens=2, num_seqs=1, max_len=3)
+    agg.backward()
+    # J = -A s with s = exp(mean log ratio): dJ/dlogp_t = -A s / |y| = -2 e^0.2 / 2 on each response token
+    assert agg.item() == pytest.approx(-2 * math.exp(0.2), rel=1e-6)
+    assert torch.allclose(logprobs.grad, torch.tensor([[-math.exp(0.2), -math.exp(0.2), 0.0]]), atol=1e-6)
+
+
+def test_gspo_refuses_token_advantages():
+    with pytest.raises(ValueError, match="one advantage per sequence"):
+        POLICY_LOSSES.get("gspo")(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 3), torch.ones(2, 3), CFG)
+
+
+# ---- CISPO (MiniMax-M1) ---------------------------------------------------------------------------------
+
+
+def test_cispo_by_hand():
+    cfg = AlgorithmConfig(cispo_clip_low=1.0, cispo_clip_high=4.0)  # weight in [0, 5]
+    ratios = torch.tensor([[0.5], [1.0], [3.0], [7.0]])
+    logprobs = ratios.log().requires_grad_(True)  # old logprobs 0: logprobs = log ratio
+    loss, stats = POLICY_LOSSES.get("cispo")(logprobs, torch.zeros(4, 1), torch.ones(4), torch.ones(4, 1), cfg)
+    # -w A log pi with w = 0.5, 1, 3, 5 (7 capped at 5)
+    expected = torch.tensor([-0.5 * math.log(0.5), 0.0, -3 * math.log(3.0), -5 * math.log(7.0)])
+    assert torch.allclose(loss.flatten(), expected, atol=1e-5)
+    assert stats["clipped_high"].flatten().tolist() == [0.0, 0.0, 0.0, 1.0]
+    loss.sum().backward()
+    # the weight is detached: d/dlogp = -w A, and the capped token still has a gradient (PPO would give 0)
+    assert torch.allclose(logprobs.grad.flatten(), torch.tensor([-0.5, -1.0, -3.0, -5.0]), atol=1e-6)
+
+
+def test_cispo_padding_minus_inf_is_harmless():
+    logprobs = torch.tensor([[-0.5, float("-inf")]], requires_grad=True)
+    old, mask = torch.tensor([[-0.5, -1.0]]), torch.tensor([[1.0, 0.0]])
+    loss, _ = POLICY_LOSSES.get("cispo")(logprobs, old, torch.tensor([1.0]), mask, CFG)
+    loss.sum().backward()
+    assert torch.isfinite(loss).all() and torch.isfinite(logprobs.grad).all()
+    assert loss[0, 1].item() == 0.0 and logprobs.grad[0, 1].item() == 0.0
+
+
+# ---- truncated importance sampling (rollout engine vs trainer) ------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["ppo_clip", "cispo"])
+def test_tis_weight_and_mismatch_stats_by_hand(name):
+    cfg = AlgorithmConfig(tis_cap=2.0)
+    old = torch.full((1, 4), -1.0)
+    rollout = torch.tensor([[-1.0, -1.5, -3.0, -50.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])  # the last token's huge gap is padding
+    logprobs = old.clone().requires_grad_(True)  # ratio 1
+    loss, stats = POLICY_LOSSES.get(name)(logprobs, old, torch.tensor([1.0]), mask, cfg, rollout_logprobs=rollout)
+    w = torch.tensor([1.0, math.exp(0.5), 2.0, 0.0])  # min(exp(old - rollout), 2): e^0, e^0.5, e^2 -> 2
+    assert torch.allclose(stats["tis_weight"][0], w, atol=1e-6)
+    assert stats["tis_capped"][0].tolist() == [0.0, 0.0, 1.0, 0.0]
+    assert torch.allclose(stats["rollout_gap_abs"][0], torch.tensor([0.0, 0.5, 2.0, 0.0]))
+    assert stats["rollout_gap_abs_max"].dim() == 0 and stats["rollout_gap_abs_max"].item() == pytest.approx(2.0)
+    # k3 of KL(pi_rollout || pi_old), log r = old - rollout: e^0.5 - 1 - 0.5, e^2 - 1 - 2
+    k3 = torch.tensor([0.0, math.exp(0.5) - 1.5, math.exp(2.0) - 3.0, 0.0])
+    assert torch.allclose(stats["rollout_kl_k3"][0], k3, atol=1e-6)
+    loss.sum().backward()
+    # ppo: d(-rA)/dlogp = -1 per token; cispo: -w_is A = -1; both times the TIS weight
+    assert torch.allclose(logprobs.grad[0], -w, atol=1e-6)
+
+
+def test_tis_off_keeps_loss_and_reports_mismatch():
+    old = torch.full((1, 2), -1.0)
+    rollout = torch.tensor([[-1.2, -0.7]])
+    plain, _ = POLICY_LOSSES.get("ppo_clip")(old, old, torch.tensor([1.0]), torch.ones(1, 2), CFG)
+    loss, stats = POLICY_LOSSES.get("ppo_clip")(
+        old, old, torch.tensor([1.0]), torch.ones(1, 2), CFG, rollout_logprobs=rollout
+    )
+    assert torch.equal(loss, plain) and "tis_weight" not in stats
+    assert masked_mean(stats["rollout_gap_abs"], torch.ones(1, 2)).item() == pytest.approx(0.25)
+    assert stats["rollout_gap_abs_max"].item() == pytest.approx(0.3)
+
+
+def test_tis_needs_rollout_logprobs():
+    with pytest.raises(ValueError, match="rollout_logprobs"):
+        POLICY_LOSSES.get("ppo_clip")(
+            torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1), torch.ones(1, 2), AlgorithmConfig(tis_cap=2.0)
+        )
+    with pytest.raises(ValueError, match="rollout_logprobs"):
+        POLICY_LOSSES.get("gspo")(
+            torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1), torch.ones(1, 2), CFG,
+            rollout_logprobs=torch.zeros(1, 3),
+        )
+
+
+# ---- properties of every policy loss --------------------------------------------------------------------
+
+loss_case_st = st.integers(1, 4).flatmap(
+    lambda b: st.tuples(
+        st.lists(st.integers(0, 5), min_size=b, max_size=b),  # response lengths (0: empty)
+        st.lists(st.floats(-3, 3), min_size=b, max_size=b),  # advantages
+        st.integers(0, 2**31 - 1),
+    )
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=loss_case_st, name=st.sampled_from(["ppo_clip", "gspo", "cispo"]), dual=st.sampled_from([0.0, 3.0]))
+def test_property_policy_losses(case, name, dual):
+    lengths, advs, seed = case
+    b, t = len(lengths), 5
+    gen = torch.Generator().manual_seed(seed)
+    old = -torch.rand(b, t, generator=gen) * 5
+    logprobs = (old + torch.randn(b, t, generator=gen) * 2).requires_grad_(True)
+    rollout = old + torch.randn(b, t, generator=gen)
+    mask = (torch.arange(t)[None] < torch.tensor(lengths)[:, None]).float()
+    adv = torch.tensor(advs)
+    cfg = AlgorithmConfig(dual_clip_c=dual, tis_cap=2.0)
+    loss, stats = POLICY_LOSSES.get(name)(logprobs, old, adv, mask, cfg, rollout_logprobs=rollout)
+    loss.sum().backward()
+    assert torch.isfinite(loss).all() and torch.isfinite(logprobs.grad).all()
+    assert torch.equal(loss[mask == 0], torch.zeros_like(loss[mask == 0]))
+    assert torch.equal(logprobs.grad[mask == 0], torch.zeros_like(logprobs.grad[mask == 0]))
+    for key, v in stats.items():
+        assert torch.isfinite(v).all(), key
+        if v.dim():
+            assert torch.equal(v[mask == 0], torch.zeros_like(v[mask == 0])), key
+    if name == "ppo_clip" and dual:
+        # with TIS weight w <= 2, the loss of an A < 0 token never exceeds w * (-c A)
+        neg = (adv[:, None] < 0) & (mask > 0)
+        bound = -adv[:, None] * dual * stats["tis_weight"]
+        assert (loss[neg] <= bound[neg] + 1e-5).all()
+    if name == "gspo":
+        # one loss per sequence: every masked token carries the same value (before TIS: divide it out)
+        per_tok = torch.where(mask > 0, loss / stats["tis_weight"].clamp(min=1e-12), torch.zeros_like(loss))
+        for i, n in enumerate(lengths):
+            if n:
+                assert torch.allclose(per_tok[i, :n], per_tok[i, :1].expand(n), rtol=1e-5, atol=1e-6)
