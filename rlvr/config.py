@@ -143,6 +143,9 @@ class RewardConfig:
     """Scoring worker processes."""
     timeout_s: float = 5.0
     """Hard wall-clock limit per sample; a sample over it scores 0 with reason ``timeout``."""
+    memory_mb: int | None = 4096
+    """Address-space limit of each scoring worker process (MiB; None: no limit); a sample that blows it is scored
+    0 (``crashed``/``error``) and the worker replaced."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -517,6 +520,10 @@ def validate(r: Recipe) -> None:
         errs.append("reward.verifiers is empty: name at least one verifier (e.g. - name: math)")
     if r.reward.timeout_s <= 0:
         errs.append("reward.timeout_s must be > 0")
+    if r.reward.num_workers < 1:
+        errs.append("reward.num_workers must be >= 1")
+    if r.reward.memory_mb is not None and r.reward.memory_mb < 256:
+        errs.append("reward.memory_mb must be >= 256 (math-verify and sympy need room) or null for no limit")
     if "{question}" not in r.data.prompt_template:
         errs.append("data.prompt_template must contain {question}")
     if r.sync.timeout_s <= 0:

@@ -109,6 +109,7 @@ class Roles:
             list(r.reward.verifiers),
             r.reward.num_workers,
             r.reward.timeout_s,
+            r.reward.memory_mb,
             resources=Resources(num_cpus=0.1, env=env),
         )
         dp_addr, dp_port = host_ip(), free_port()
