@@ -233,6 +233,25 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ValidationConfig:
+    every_steps: int = 0
+    """Validate every N training steps and after the last one (0: no validation)."""
+    at_start: bool = True
+    """Also validate the starting policy, before the first step (logged as step 0)."""
+    source: str | None = None
+    """Held-out data: None uses the training source with ``split`` (``generated``: its holdout rows); a file or
+    ``datasets`` name otherwise (the question/answer mapping of ``data`` applies)."""
+    split: str = "holdout"
+    """Split of the held-out data (``holdout`` for a generated task; e.g. ``test`` for a ``datasets`` name)."""
+    limit: int | None = 64
+    """Use the first N held-out problems (None: all)."""
+    samples: int = 8
+    """n: samples per problem; pass@k is reported for k = 1, powers of 2 up to n, and n."""
+    temperature: float = 1.0
+    """Sampling temperature for validation."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Recipe:
     """A whole training recipe; see the field classes for each section."""
 
@@ -245,6 +264,7 @@ class Recipe:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     sync: SyncConfig = field(default_factory=SyncConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
 
     # -- derived quantities (no state of their own) -------------------------------------------------------
     @property
@@ -271,16 +291,7 @@ class Recipe:
     @property
     def pass_k(self) -> tuple[int, ...]:
         """k values reported for pass@k."""
-        if self.metrics.pass_k:
-            return self.metrics.pass_k
-        g = self.rollout.samples_per_prompt
-        ks, k = [], 1
-        while k <= g:
-            ks.append(k)
-            k *= 2
-        if ks[-1] != g:
-            ks.append(g)
-        return tuple(ks)
+        return self.metrics.pass_k or default_ks(self.rollout.samples_per_prompt)
 
     def derived(self) -> dict[str, Any]:
         """Derived quantities printed at start and saved beside the recipe."""
@@ -295,6 +306,17 @@ class Recipe:
             "pass_k": list(self.pass_k),
             "total_samples": self.samples_per_step * self.run.steps,
         }
+
+
+def default_ks(n: int) -> tuple[int, ...]:
+    """k values reported for n samples: 1, every power of 2 below n, and n (n=6: 1, 2, 4, 6)."""
+    ks, k = [], 1
+    while k <= n:
+        ks.append(k)
+        k *= 2
+    if ks[-1] != n:
+        ks.append(n)
+    return tuple(ks)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -526,6 +548,16 @@ def validate(r: Recipe) -> None:
         errs.append("reward.memory_mb must be >= 256 (math-verify and sympy need room) or null for no limit")
     if "{question}" not in r.data.prompt_template:
         errs.append("data.prompt_template must contain {question}")
+    va = r.validation
+    if va.every_steps < 0 or va.samples < 1 or va.temperature <= 0:
+        errs.append("validation.every_steps must be >= 0, validation.samples >= 1, validation.temperature > 0")
+    if va.every_steps and va.source is None and r.data.source != "generated":
+        errs.append(
+            f"validation.every_steps={va.every_steps} with data.source={r.data.source!r}: set validation.source to a "
+            "held-out file or data set (only a generated task has a built-in holdout split)"
+        )
+    if va.every_steps and va.source is None and r.data.source == "generated" and r.data.generated.holdout == 0:
+        errs.append("validation needs held-out rows: set data.generated.holdout > 0 (e.g. 64) or validation.source")
     if r.sync.timeout_s <= 0:
         errs.append("sync.timeout_s must be > 0")
     # names in registries are checked here so a typo fails before anything starts

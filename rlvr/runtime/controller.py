@@ -23,6 +23,7 @@ from rlvr.metrics.passk import pass_at_k
 from rlvr.metrics.progress import Progress
 from rlvr.metrics.sinks import JsonlSink
 from rlvr.runtime.executors import Handle, LocalExecutor, RayExecutor, Resources, RoleError, free_port, host_ip
+from rlvr.runtime.validation import run_validation, validation_prompts
 from rlvr.sync.weights import WeightSpec, WeightSyncError, check_specs, checksums_match
 from rlvr.train.batch import pack
 from rlvr.types import Completion, Prompt, SamplingConfig
@@ -277,7 +278,12 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
     log.info("roles up in %.1fs (sync over %s, %.3f GB per sync)", time.perf_counter() - t_start, roles.sync_backend, roles.sync_bytes / 1e9)
     metrics: dict[str, float] = {}
     final_dir = None
+    primary = verifier_keys(r.reward.verifiers)[0]
+    val_every = r.validation.every_steps
+    val_prompts = validation_prompts(r, tok) if val_every else []
     try:
+        if val_every and r.validation.at_start:
+            sink.log(0, {**run_validation(roles, val_prompts, r, primary), "policy_version": 0.0})
         for step in range(1, r.run.steps + 1):
             t_step = time.perf_counter()
             batch_prompts = [prompts[i] for i in sampler.next_batch()]
@@ -298,7 +304,7 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
             t_sync = time.perf_counter() - t0
 
             metrics = {
-                **rollout_metrics(completions, scored, r.pass_k, g, primary=verifier_keys(r.reward.verifiers)[0]),
+                **rollout_metrics(completions, scored, r.pass_k, g, primary=primary),
                 **{k: v for k, v in train_stats.items() if k != "timing/train_inner_s"},
                 **sync_stats,
                 **t_gen,
@@ -309,6 +315,8 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
                 "data/epoch": float(sampler.epoch),
                 "policy_version": float(step),
             }
+            if val_every and (step % val_every == 0 or step == r.run.steps):
+                metrics.update(run_validation(roles, val_prompts, r, primary))
             sink.log(step, metrics)
             progress.update(step, metrics)
         if r.run.save_final:
