@@ -187,6 +187,23 @@ class AlgorithmConfig:
     tis_cap: float = 0.0
     """Truncated importance sampling between the rollout engine's and the trainer's old logprobs: each
     token's loss is multiplied by the detached ``min(exp(old - rollout), tis_cap)``; 0: off, else >= 1."""
+    dynamic_sampling: bool = False
+    """DAPO dynamic sampling (Yu et al. 2025, arXiv 2503.14476, sec. 3.2): drop the groups whose rewards are all
+    equal (``rlvr.algos.dapo.informative_groups``) and generate more prompts until P informative groups are
+    found or ``dynamic_sampling_max_rounds`` extra rounds are spent; needs samples_per_prompt >= 2."""
+    dynamic_sampling_max_rounds: int = 3
+    """Cap on the EXTRA generation rounds per step under ``dynamic_sampling`` (each round draws P more prompts);
+    if the cap is reached, uninformative groups (advantage 0) fill the batch (``rlvr.algos.dapo.select_groups``)."""
+    overlong_filter: bool = False
+    """DAPO overlong filtering (sec. 3.4): truncated responses (stopped by ``rollout.max_new_tokens``) are
+    removed from the loss and from its token-count normaliser (``rlvr.algos.dapo.overlong_mask``)."""
+    overlong_buffer: int = 0
+    """DAPO soft overlong punishment (sec. 3.4, eq. 13): L_cache, the last tokens before
+    ``rollout.max_new_tokens`` over which the reward penalty ramps from 0 to ``-overlong_penalty``
+    (``rlvr.algos.dapo.overlong_penalty``); 0: off. The paper: 4,096 of 20,480."""
+    overlong_penalty: float = 1.0
+    """Largest soft overlong penalty, in reward units (reached at ``rollout.max_new_tokens``); read only when
+    ``overlong_buffer`` > 0. The paper: 1, against a correctness reward of +-1."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -533,6 +550,7 @@ def validate(r: Recipe) -> None:
     if al.kl_coef < 0:
         errs.append("algorithm.kl_coef must be >= 0")
     errs.extend(_objective_errors(al, ro.samples_per_prompt))
+    errs.extend(_dapo_errors(al, ro.samples_per_prompt, ro.max_new_tokens))
     for k in r.metrics.pass_k:
         if not 1 <= k <= ro.samples_per_prompt:
             errs.append(
@@ -604,6 +622,38 @@ def _objective_errors(al: AlgorithmConfig, g: int) -> list[str]:
     if al.tis_cap != 0 and not al.tis_cap >= 1:
         errs.append(
             f"algorithm.tis_cap={al.tis_cap} must be 0 (off) or >= 1 (a cap below 1 shrinks every token; 2 is common)"
+        )
+    return errs
+
+
+def _dapo_errors(al: AlgorithmConfig, g: int, max_new_tokens: int) -> list[str]:
+    """Invariants of DAPO's dynamic sampling and overlong settings (G = samples per prompt)."""
+    errs = []
+    if al.dynamic_sampling_max_rounds < 0:
+        errs.append(f"algorithm.dynamic_sampling_max_rounds={al.dynamic_sampling_max_rounds} must be >= 0")
+    if al.dynamic_sampling and al.dynamic_sampling_max_rounds < 1:
+        errs.append(
+            "algorithm.dynamic_sampling=true needs algorithm.dynamic_sampling_max_rounds >= 1 (extra generation "
+            "rounds to replace uninformative groups; DAPO-style runs use a few, e.g. 3)"
+        )
+    if al.dynamic_sampling and g < 2:
+        errs.append(
+            "algorithm.dynamic_sampling=true keeps groups whose rewards differ, and a group of one sample never "
+            "does: set rollout.samples_per_prompt >= 2 or algorithm.dynamic_sampling=false"
+        )
+    b = al.overlong_buffer
+    if not 0 <= b < max_new_tokens:
+        errs.append(
+            f"algorithm.overlong_buffer={b} must be in [0, rollout.max_new_tokens - 1 = {max_new_tokens - 1}] "
+            f"(0: off; it is the penalised tail of the length limit): e.g. set algorithm.overlong_buffer="
+            f"{max(max_new_tokens // 4, 0)}"
+        )
+    if al.overlong_penalty < 0:
+        errs.append(f"algorithm.overlong_penalty={al.overlong_penalty} must be >= 0 (it is subtracted from the reward)")
+    if b > 0 and al.overlong_penalty > 0 and al.advantage in ("passk", "pkpo"):
+        errs.append(
+            f"algorithm.advantage={al.advantage} needs binary (0/1) rewards, and the overlong penalty "
+            "(algorithm.overlong_buffer > 0) makes them fractional: set algorithm.overlong_buffer=0"
         )
     return errs
 

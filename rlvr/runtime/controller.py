@@ -7,6 +7,7 @@ The loop reads top to bottom in :func:`train`; the roles are plain classes run b
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -18,6 +19,7 @@ from typing import Any
 import torch
 
 from rlvr.algos import ADVANTAGES
+from rlvr.algos.dapo import informative_groups, overlong_mask, overlong_penalty, select_groups
 from rlvr.config import Recipe, dump_yaml
 from rlvr.metrics.passk import pass_at_k
 from rlvr.metrics.progress import Progress
@@ -270,7 +272,8 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
         top_p=r.rollout.top_p,
         top_k=r.rollout.top_k,
     )
-    advantage_fn = ADVANTAGES.get(r.algorithm.advantage)
+    al = r.algorithm
+    advantage_fn = ADVANTAGES.get(al.advantage)
     sink = JsonlSink(run_dir / "metrics.jsonl")
     progress = Progress(r.run.steps, enabled=r.metrics.progress)
     t_start = time.perf_counter()
@@ -290,10 +293,19 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
 
             completions, scored, t_gen = roles.generate_and_score(batch_prompts, sampling)
 
-            p, g = len(batch_prompts), r.rollout.samples_per_prompt
-            rewards = torch.tensor([s.reward for s in scored], dtype=torch.float32).view(p, g)  # [P, G]
-            advantages = advantage_fn(rewards, r.algorithm)  # [P, G]
+            g = r.rollout.samples_per_prompt
+            # rollout metrics describe what the policy sampled (before any group selection, which reads too high)
+            step_metrics = rollout_metrics(completions, scored, r.pass_k, g, primary=primary)
+            rewards = shaped_rewards(completions, scored, r)  # [P, G]
+            if al.dynamic_sampling:
+                completions, scored, rewards, ds = refill_groups(roles, prompts, sampler, sampling, completions, scored, rewards, r)
+                step_metrics.update(ds)
+            advantages = advantage_fn(rewards, al)  # [P, G]
             batch = pack(completions, advantages.reshape(-1), pad_id, r.rollout.max_new_tokens)
+            if al.overlong_filter:  # DAPO: truncated samples carry no loss (and leave the token normaliser)
+                keep = overlong_mask(torch.tensor([c.truncated for c in completions]))  # [B]
+                batch = dataclasses.replace(batch, loss_mask=batch.loss_mask * keep.unsqueeze(-1))
+                step_metrics["response/filtered_frac"] = float(1.0 - keep.mean())
 
             t0 = time.perf_counter()
             train_stats = roles.get([t.call("train_step", batch) for t in roles.trainers], None, "policy update")[0]
@@ -304,7 +316,7 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
             t_sync = time.perf_counter() - t0
 
             metrics = {
-                **rollout_metrics(completions, scored, r.pass_k, g, primary=primary),
+                **step_metrics,
                 **{k: v for k, v in train_stats.items() if k != "timing/train_inner_s"},
                 **sync_stats,
                 **t_gen,
@@ -328,6 +340,45 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
         sink.close()
         roles.shutdown()
     return RunResult(str(run_dir), final_dir, r.run.steps, metrics)
+
+
+def shaped_rewards(completions: list[Completion], scored: list, r: Recipe) -> torch.Tensor:
+    """Rewards [P, G] the advantage sees: the verifiers' weighted sum, plus DAPO's soft overlong punishment
+    (Yu et al. 2025, eq. 13) when ``algorithm.overlong_buffer`` > 0."""
+    g = r.rollout.samples_per_prompt
+    rewards = torch.tensor([s.reward for s in scored], dtype=torch.float32)  # [B]
+    al = r.algorithm
+    if al.overlong_buffer > 0:
+        lengths = torch.tensor([len(c.token_ids) for c in completions])
+        rewards = rewards + overlong_penalty(lengths, r.rollout.max_new_tokens, al.overlong_buffer, al.overlong_penalty)
+    return rewards.view(-1, g)
+
+
+def refill_groups(roles, prompts, sampler, sampling, completions, scored, rewards, r: Recipe):
+    """DAPO dynamic sampling (Yu et al. 2025, sec. 3.2): drop groups whose rewards carry no signal (all equal, up to
+    float noise) and generate more prompts' groups until P informative groups are at hand or
+    ``algorithm.dynamic_sampling_max_rounds`` extra rounds are spent; a shortfall is filled with the first
+    uninformative groups (advantage 0), so the batch keeps its size. Returns (completions, scored, rewards [P, G],
+    metrics)."""
+    p, g = rewards.shape
+    comps, scs, rws, rounds = list(completions), list(scored), [rewards], 0
+    while int(informative_groups(torch.cat(rws)).sum()) < p and rounds < r.algorithm.dynamic_sampling_max_rounds:
+        c2, s2, _ = roles.generate_and_score([prompts[i] for i in sampler.next_batch()], sampling)
+        comps += c2
+        scs += s2
+        rws.append(shaped_rewards(c2, s2, r))
+        rounds += 1
+    all_rewards = torch.cat(rws)  # [P x (rounds + 1), G]
+    informative = informative_groups(all_rewards)
+    keep = select_groups(informative, p).tolist()
+    metrics = {
+        "dynamic_sampling/rounds": float(rounds),
+        "dynamic_sampling/shortfall": float(max(0, p - int(informative.sum()))),
+        "dynamic_sampling/informative_frac": float(informative.float().mean()),
+    }
+    kept_c = [comps[i * g + j] for i in keep for j in range(g)]
+    kept_s = [scs[i * g + j] for i in keep for j in range(g)]
+    return kept_c, kept_s, all_rewards[keep], metrics
 
 
 def rollout_metrics(completions: list[Completion], scored: list, ks: tuple[int, ...], g: int, primary: str) -> dict[str, float]:

@@ -224,3 +224,21 @@ def test_two_engines_share_the_prompts_and_both_receive_weights(tmp_path):
         assert versions == [1, 1]
     finally:
         roles.shutdown()
+
+
+def test_dynamic_sampling_refills_and_overlong_filter(tmp_path):
+    """DAPO's dynamic sampling on a random model scored by `numeric`: nearly every group is all-wrong, so the
+    controller spends its extra rounds (2) and fills the shortfall with zero-advantage groups; the batch keeps its
+    16 sequences. The overlong filter reports the share of truncated samples it masks."""
+    from rlvr.runtime.controller import train
+
+    recipe = load_recipe(TINY, [f"run.output_dir={tmp_path}", "run.executor=local", "run.steps=1", "run.save_final=false",
+                                "trainer.backend=torch", "algorithm.dynamic_sampling=true",
+                                "algorithm.dynamic_sampling_max_rounds=2", "algorithm.overlong_filter=true"])  # fmt: skip
+    result = train(recipe)
+    (row,) = [json.loads(line) for line in Path(result.run_dir, "metrics.jsonl").read_text().splitlines()]
+    informative_groups_seen = row["dynamic_sampling/informative_frac"] * 4 * 3  # 3 rounds of 4 prompts
+    assert row["dynamic_sampling/rounds"] == 2.0
+    assert row["dynamic_sampling/shortfall"] == pytest.approx(4 - informative_groups_seen)
+    assert 0.0 <= row["response/filtered_frac"] <= 1.0
+    assert row["train/optimizer_steps"] == 1.0
