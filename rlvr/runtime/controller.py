@@ -56,6 +56,28 @@ def prepare_run_dir(recipe: Recipe) -> Path:
     return run_dir
 
 
+def preflight(recipe: Recipe) -> None:
+    """Checks that need no role started: every verifier name resolves, the data source and validation source
+    exist (or may be ``datasets`` names), the model name is embedded, a folder, or a hub id.
+
+    Errors: ``ValueError``/``KeyError``/``FileNotFoundError``/``ImportError`` with the message of the failed check.
+    """
+    from rlvr.data.datasets import resolve_data_path
+    from rlvr.models import check_model_name
+    from rlvr.reward.base import resolve_verifier
+
+    check_model_name(recipe.model.path)
+    for spec in recipe.reward.verifiers:
+        resolve_verifier(spec.name)
+    for key, source in (("data.source", recipe.data.source), ("validation.source", recipe.validation.source)):
+        if source is None or source == "generated":
+            continue
+        looks_like_file = source.endswith((".jsonl", ".json", ".parquet")) or source.startswith((".", "/", "~"))
+        if looks_like_file and resolve_data_path(source) is None:
+            raise FileNotFoundError(f"{key}={source!r}: no such file (relative paths are tried from the working "
+                                    "directory, then from the rlvr repository); fix the path")
+
+
 def role_env(recipe: Recipe, run_dir: Path, threads: int) -> dict[str, str]:
     """Environment for every role process: thread counts and caches inside writable places."""
     cache = os.environ.get("RLVR_CACHE", str(Path.home() / ".cache" / "rlvr"))
@@ -64,6 +86,8 @@ def role_env(recipe: Recipe, run_dir: Path, threads: int) -> dict[str, str]:
         "TOKENIZERS_PARALLELISM": "false",
         "VLLM_CPU_KVCACHE_SPACE": str(max(1, int(round(recipe.rollout.kv_cache_gib)))),
         "VLLM_CACHE_ROOT": os.environ.get("VLLM_CACHE_ROOT", str(Path(cache) / "vllm")),
+        # vLLM logs every weight of a reload at WARNING; the step lines are what a user reads
+        "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"),
         "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", str(Path(cache) / "torch_extensions")),
         "RLVR_CACHE": cache,
         "PYTHONUNBUFFERED": "1",

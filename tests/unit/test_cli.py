@@ -105,3 +105,18 @@ def test_usage_errors_exit_2(capsys):
         main(["train"])  # no recipe: argparse's usage error
     assert ei.value.code == 2
     assert "recipe" in capsys.readouterr().err
+
+
+def test_preflight_catches_typos_before_anything_starts(tmp_path, capsys):
+    """A verifier typo, a missing data file and an unknown model name fail in --dry-run, exit 2, no run folder."""
+    from rlvr.cli import main
+
+    for override, expected in (
+        ("reward.verifiers=[{name: numerc}]", "Did you mean 'numeric'?"),
+        ("data.source=data/nope.jsonl", "data.source='data/nope.jsonl': no such file"),
+        ("model.path=smollm2-135m", "Did you mean 'smollm2-135m-instruct'?"),
+    ):
+        rc = main(["train", "recipes/tiny_test.yaml", f"run.output_dir={tmp_path}", override, "--dry-run"])
+        err = capsys.readouterr().err
+        assert rc == 2 and expected in err, (override, err)
+    assert not any(tmp_path.iterdir())
