@@ -116,7 +116,8 @@ def test_preflight_catches_typos_before_anything_starts(tmp_path, capsys):
         ("data.source=data/nope.jsonl", "data.source='data/nope.jsonl': no such file"),
         ("model.path=smollm2-135m", "Did you mean 'smollm2-135m-instruct'?"),
     ):
-        rc = main(["train", "recipes/tiny_test.yaml", f"run.output_dir={tmp_path}", override, "--dry-run"])
+        recipe = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny_test.yaml")
+        rc = main(["train", recipe, f"run.output_dir={tmp_path}", override, "--dry-run"])
         err = capsys.readouterr().err
         assert rc == 2 and expected in err, (override, err)
     assert not any(tmp_path.iterdir())
