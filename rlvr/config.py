@@ -345,9 +345,31 @@ def _field_types(cls: type) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
+FOREIGN_NAMES: dict[str, str] = {
+    "learning_rate": "trainer.lr",
+    "num_generations": "rollout.samples_per_prompt",
+    "n_samples_per_prompt": "rollout.samples_per_prompt",
+    "max_completion_length": "rollout.max_new_tokens",
+    "max_tokens": "rollout.max_new_tokens",
+    "max_prompt_length": "data.max_prompt_tokens",
+    "beta": "algorithm.kl_coef",
+    "kl_loss_coef": "algorithm.kl_coef",
+    "num_iterations": "algorithm.ppo_epochs",
+    "epsilon": "algorithm.clip_low",
+    "epsilon_high": "algorithm.clip_high",
+    "max_grad_norm": "trainer.grad_clip",
+}
+"""Names TRL, verl and OpenRLHF use for settings rlvr names otherwise (used only for error hints)."""
+
+
 def _unknown_key(where: str, key: str, valid: list[str]) -> RecipeError:
     near = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
-    hint = f"did you mean '{where}{near[0]}'?" if near else f"valid keys under '{where.rstrip('.') or '(top level)'}': {', '.join(valid)}"
+    if key in FOREIGN_NAMES:  # before fuzzy matching: num_generations is not num_engines
+        hint = f"rlvr calls this '{FOREIGN_NAMES[key]}'"
+    elif near:
+        hint = f"did you mean '{where}{near[0]}'?"
+    else:
+        hint = f"valid keys under '{where.rstrip('.') or '(top level)'}': {', '.join(valid)}"
     return RecipeError(f"unknown key '{where}{key}': {hint}")
 
 

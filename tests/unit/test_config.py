@@ -380,3 +380,10 @@ def test_dump_yaml_round_trip(tmp_path):
     assert to_dict(back) == to_dict(r)
     assert back.trainer.lr == 3e-7
     assert back.reward.verifiers[1].args == {"tol": 0.01}
+
+
+def test_names_from_other_frameworks_point_to_rlvr_names():
+    with pytest.raises(RecipeError, match=r"unknown key 'trainer.learning_rate': rlvr calls this 'trainer.lr'"):
+        load_recipe(None, ["trainer.learning_rate=1e-6"])
+    with pytest.raises(RecipeError, match=r"rlvr calls this 'rollout.samples_per_prompt'"):
+        load_recipe(None, ["rollout.num_generations=8"])
