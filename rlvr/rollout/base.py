@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Protocol
@@ -54,11 +53,6 @@ def checkpoint_shapes(model_dir: str) -> dict[str, tuple[int, ...]]:
             for k in h.keys():
                 shapes[k] = tuple(h.get_slice(k).get_shape())
     return shapes
-
-
-def tied_embeddings(model_dir: str) -> bool:
-    cfg = json.loads((Path(model_dir) / "config.json").read_text())
-    return bool(cfg.get("tie_word_embeddings", False))
 
 
 def set_threads(n: int) -> None:

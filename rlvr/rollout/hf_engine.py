@@ -9,10 +9,9 @@ from __future__ import annotations
 import torch
 
 from rlvr.rollout.base import checkpoint_shapes, set_threads
-from rlvr.sync.weights import WeightSpec, create_group, receive_into
+from rlvr.sync.weights import DTYPES, WeightSpec, create_group, receive_into
 from rlvr.types import Completion, Prompt, SamplingConfig
 
-_DT = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
 
 class HFEngine:
@@ -23,7 +22,7 @@ class HFEngine:
 
         set_threads(threads)
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=_DT[dtype]).to(self.device).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype]).to(self.device).eval()
         self.tok = AutoTokenizer.from_pretrained(model_dir)
         self.model_dir = model_dir
         self.max_model_len = max_model_len

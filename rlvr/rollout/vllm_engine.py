@@ -68,8 +68,6 @@ class VLLMEngine:
         self.model_dir = model_dir
         self.policy_version = 0
         self.start_s = time.perf_counter() - t0
-        tok = self.llm.get_tokenizer()
-        self.eos_ids = {tok.eos_token_id} if tok.eos_token_id is not None else set()
         log.info("vLLM engine up in %.1fs (%s, %s)", self.start_s, model_dir, dtype)
 
     # -- generation -----------------------------------------------------------------------------------------

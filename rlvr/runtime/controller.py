@@ -410,7 +410,8 @@ def rollout_metrics(completions: list[Completion], scored: list, ks: tuple[int, 
 
     A sample is *correct* when the primary (first) verifier gives it full marks (score >= 1); pass@k is the
     unbiased estimator (Chen et al. 2021, eq. 1) over each prompt's G samples, averaged over the P prompts.
-    Length metrics count response tokens; means are over the B samples.
+    Length metrics count response tokens; means are over the B samples; ``reward/std`` is the population std
+    (normaliser B); pass@k means are over the P prompts.
     """
     from rlvr.reward.pool import reward_metrics
 

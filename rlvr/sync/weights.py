@@ -22,11 +22,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Iterable, Iterator
+from typing import Iterator
 
 import torch
 
-_DTYPES = {
+DTYPES: dict[str, torch.dtype] = {  # recipe dtype name -> torch dtype (model.dtype, sync specs)
     "float32": torch.float32,
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,
@@ -54,7 +54,7 @@ class WeightSpec:
 
     @property
     def nbytes(self) -> int:
-        return self.numel * torch.empty((), dtype=_DTYPES[self.dtype]).element_size()
+        return self.numel * torch.empty((), dtype=DTYPES[self.dtype]).element_size()
 
 
 def spec_of(name: str, t: torch.Tensor) -> WeightSpec:
@@ -165,7 +165,7 @@ def receive_into(pg, specs: list[WeightSpec], device: torch.device, timeout_s: f
     """Engine side: receive every tensor of ``specs`` from rank 0. Returns ``(named tensors, checksum)``."""
     out = []
     for s in specs:
-        t = torch.empty(s.shape, dtype=_DTYPES[s.dtype], device=device)
+        t = torch.empty(s.shape, dtype=DTYPES[s.dtype], device=device)
         _broadcast(pg, t, s.name, timeout_s)
         out.append((s.name, t))
     return out, sum(_checksum_term(i, t) for i, (_, t) in enumerate(out))

@@ -21,11 +21,10 @@ from rlvr.algos import KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
 from rlvr.algos.logprobs import entropy_from_logits, token_logprobs
 from rlvr.config import Recipe
 from rlvr.rollout.base import set_threads
-from rlvr.sync.weights import WeightSender, spec_of
+from rlvr.sync.weights import DTYPES, WeightSender
 from rlvr.train.batch import TrainBatch
 
 log = logging.getLogger(__name__)
-_DT = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
 
 def _init_dist(rank: int, world_size: int, master_addr: str, master_port: int, backend: str) -> None:
@@ -55,7 +54,7 @@ class PolicyWorker:
         self.recipe, self.model_dir, self.rank, self.world_size = recipe, model_dir, rank, world_size
         self.master_addr, self.master_port = master_addr, master_port
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-        self.dtype = _DT[recipe.model.dtype]
+        self.dtype = DTYPES[recipe.model.dtype]
         self.algo = recipe.algorithm
         self.policy_loss = POLICY_LOSSES.get(self.algo.policy_loss)
         self.aggregate = LOSS_AGGREGATIONS.get(self.algo.loss_agg)
@@ -165,7 +164,9 @@ class PolicyWorker:
 
         Old logprobs are recomputed with the current weights before the first step when more than one optimizer
         step is taken; with exactly one, the detached logprobs of that step's own forward pass are the same numbers
-        and are used instead (one forward pass saved). Returns metrics averaged over optimizer steps.
+        and are used instead (one forward pass saved). Returns rank 0's metrics: each ``train/*`` statistic is a
+        token mean within a micro-batch (normaliser: its response tokens), averaged over micro-batches (``*_max``:
+        the max); ``train/loss`` is the whole batch's loss per optimizer step.
         """
         r = self.recipe
         t0 = time.perf_counter()
