@@ -45,6 +45,9 @@ class RunConfig:
     """Save the final policy in Hugging Face format under ``RUN/final``."""
     torch_threads: int = 0
     """torch intra-op threads per role process (0: leave torch's default)."""
+    resume: str | None = None
+    """Resume from a checkpoint: ``auto`` (the newest complete checkpoint of the run folder ``output_dir/name``;
+    a fresh start if there is none) or a checkpoint folder path. ``rlvr train ... --resume auto|PATH`` sets it."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -204,6 +207,31 @@ class AlgorithmConfig:
     overlong_penalty: float = 1.0
     """Largest soft overlong penalty, in reward units (reached at ``rollout.max_new_tokens``); read only when
     ``overlong_buffer`` > 0. The paper: 1, against a correctness reward of +-1."""
+    kl_penalty: Literal["loss", "reward"] = "loss"
+    """Where ``kl_coef`` applies: ``loss`` adds ``kl_coef * KL`` to each token's loss (GRPO); ``reward`` subtracts
+    ``kl_coef * k1`` per token from the reward, summed to go (InstructGPT eq. 2; REINFORCE++; PPO with ``gae``:
+    per-token rewards)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus: ``-entropy_coef * H`` added to each token's loss (Schulman et al. 2017, eq. 9); 0: off."""
+    gamma: float = 1.0
+    """``gae`` discount per token (verl and OpenRLHF default 1.0 for LLMs)."""
+    lam: float = 0.95
+    """``gae`` lambda (Schulman et al. 2016, eq. 16); OpenRLHF's default 0.95, verl's 1.0."""
+    value_clip: float = 0.2
+    """``gae`` critic: value clipping range around the rollout-time values (PPO2's clipped value loss;
+    OpenRLHF 0.2, verl 0.5); 0: no clipping."""
+    whiten_advantages: bool = True
+    """``gae``: normalise token advantages to mean 0, std 1 over the batch's response tokens (PPO practice)."""
+    dph_divergence: Literal["none", "forward_kl", "js"] = "none"
+    """DPH-RL (Li et al. 2025, arXiv 2509.07430): a mass-covering divergence to the starting policy, estimated
+    on samples drawn from it once before training (``rlvr.algos.kl.dph_forward_kl`` / ``dph_js``)."""
+    dph_coef: float = 0.0
+    """Coefficient of the DPH-RL term in the loss (read when ``dph_divergence`` is not none)."""
+    dph_prompts: int = 32
+    """Training prompts sampled by the starting policy for the DPH-RL buffer (each ``rollout.samples_per_prompt``
+    times; only correct samples are kept, as in the paper)."""
+    dph_batch: int = 8
+    """Buffer samples in each update's DPH-RL term."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -229,6 +257,25 @@ class TrainerConfig:
     gradient_checkpointing: bool = False
     threads: int = 1
     """torch threads per trainer rank."""
+    max_nonfinite_in_row: int = 3
+    """A NaN/inf loss or gradient norm skips that update (logged as ``train/skipped``); this many in a row
+    stop the run with an error."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CriticConfig:
+    path: str | None = None
+    """Critic (value model) initial weights: None starts from the policy's model with a new scalar value head
+    (as OpenRLHF and verl do when no reward model is given); or a model name/folder."""
+    lr: float = 1e-5
+    """Critic AdamW learning rate (constant)."""
+    micro_batch_size: int = 8
+    """Sequences per critic forward/backward."""
+    grad_clip: float = 1.0
+    threads: int = 1
+    """torch threads of the critic worker."""
+    num_gpus: float = 0.0
+    """GPUs of the critic worker (0 on CPU)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -247,6 +294,31 @@ class MetricsConfig:
     """k values for pass@k (empty: 1 and every power of 2 up to G, and G)."""
     progress: bool = True
     """Show a progress display on the console."""
+    backends: tuple[Literal["tensorboard", "wandb", "mlflow"], ...] = ()
+    """Logging backends besides ``RUN/metrics.jsonl`` (always written): ``tensorboard`` (``RUN/tensorboard``),
+    ``wandb`` (``wandb_mode``), ``mlflow`` (``mlflow_uri``)."""
+    wandb_project: str = "rlvr"
+    wandb_mode: Literal["offline", "online"] = "offline"
+    """``offline`` writes ``RUN/wandb`` with no network (``wandb sync`` uploads it later)."""
+    mlflow_uri: str | None = None
+    """MLflow tracking URI (None: a local file store ``RUN/mlruns``)."""
+    samples_every: int = 0
+    """Every N steps, log a table of sample rollouts (prompt, response, parsed answer, reward, reason) to the
+    console and ``RUN/samples.jsonl``; 0: off."""
+    samples_rows: int = 4
+    """Rows in each sample table."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointConfig:
+    every_steps: int = 0
+    """Write a checkpoint every N steps (0: none during the run); one is always written at the end and on
+    Ctrl-C/SIGTERM (``RUN/checkpoints/step_000010``)."""
+    keep_last: int = 2
+    """Keep the newest K checkpoints (older ones are deleted, except the best)."""
+    best_metric: str | None = None
+    """Also keep the checkpoint with the best value of this logged metric (e.g. ``val/pass@1``); None: off."""
+    best_mode: Literal["max", "min"] = "max"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -282,6 +354,8 @@ class Recipe:
     sync: SyncConfig = field(default_factory=SyncConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
     # -- derived quantities (no state of their own) -------------------------------------------------------
     @property

@@ -85,7 +85,7 @@ def test_unknown_key_without_near_match_lists_valid_keys(tmp_path):
         load_recipe(None, ["qqqqqq=1"])
     assert _msg(ei) == (
         "unknown key 'qqqqqq': valid keys under '(top level)': "
-        "run, model, data, rollout, reward, algorithm, trainer, sync, metrics, validation"
+        "run, model, data, rollout, reward, algorithm, trainer, sync, metrics, validation, critic, checkpoint"
     )
 
 
