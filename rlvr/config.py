@@ -647,6 +647,7 @@ def validate(r: Recipe) -> None:
         errs.append("algorithm.kl_coef must be >= 0")
     errs.extend(_objective_errors(al, ro.samples_per_prompt))
     errs.extend(_dapo_errors(al, ro.samples_per_prompt, ro.max_new_tokens))
+    errs.extend(_extra_errors(r))
     for k in r.metrics.pass_k:
         if not 1 <= k <= ro.samples_per_prompt:
             errs.append(
@@ -677,8 +678,21 @@ def validate(r: Recipe) -> None:
     # names in registries are checked here so a typo fails before anything starts
     from rlvr.algos import ADVANTAGES, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
 
+    from rlvr.algos.gae import CRITIC_ADVANTAGES
+
+    if al.advantage not in ADVANTAGES and al.advantage not in CRITIC_ADVANTAGES:
+        names = ADVANTAGES.names() + CRITIC_ADVANTAGES.names()
+        near = difflib.get_close_matches(al.advantage, names, n=1)
+        hint = f"did you mean '{near[0]}'?" if near else f"choose from {names}"
+        errs.append(f"algorithm.advantage={al.advantage!r} is not registered: {hint}")
+    token_adv = al.advantage in CRITIC_ADVANTAGES or (al.kl_coef > 0 and al.kl_penalty == "reward")
+    if token_adv and al.policy_loss == "gspo":
+        errs.append(
+            "algorithm.policy_loss=gspo needs one advantage per sequence, but "
+            + ("advantage=" + al.advantage if al.advantage in CRITIC_ADVANTAGES else "kl_penalty=reward")
+            + " gives one per token: use policy_loss=ppo_clip (or kl_penalty=loss)"
+        )
     for reg, name, key in (
-        (ADVANTAGES, al.advantage, "algorithm.advantage"),
         (POLICY_LOSSES, al.policy_loss, "algorithm.policy_loss"),
         (LOSS_AGGREGATIONS, al.loss_agg, "algorithm.loss_agg"),
         (KL_ESTIMATORS, al.kl_estimator, "algorithm.kl_estimator"),
@@ -751,6 +765,31 @@ def _dapo_errors(al: AlgorithmConfig, g: int, max_new_tokens: int) -> list[str]:
             f"algorithm.advantage={al.advantage} needs binary (0/1) rewards, and the overlong penalty "
             "(algorithm.overlong_buffer > 0) makes them fractional: set algorithm.overlong_buffer=0"
         )
+    return errs
+
+
+def _extra_errors(r: Recipe) -> list[str]:
+    """Invariants of the entropy bonus, GAE/critic, DPH-RL, checkpoint and failure settings."""
+    al, cr, ck = r.algorithm, r.critic, r.checkpoint
+    errs = []
+    if al.entropy_coef < 0:
+        errs.append(f"algorithm.entropy_coef={al.entropy_coef} must be >= 0 (0: off; e.g. 0.001)")
+    if not (0 <= al.gamma <= 1 and 0 <= al.lam <= 1):
+        errs.append(f"algorithm.gamma ({al.gamma}) and algorithm.lam ({al.lam}) must be in [0, 1]")
+    if al.value_clip < 0:
+        errs.append(f"algorithm.value_clip={al.value_clip} must be >= 0 (0: no value clipping)")
+    if al.dph_coef < 0 or al.dph_prompts < 1 or al.dph_batch < 1:
+        errs.append("algorithm.dph_coef must be >= 0, dph_prompts and dph_batch >= 1")
+    if al.dph_divergence != "none" and al.dph_coef == 0:
+        errs.append(f"algorithm.dph_divergence={al.dph_divergence} needs algorithm.dph_coef > 0 (e.g. 0.1)")
+    if cr.lr <= 0 or cr.micro_batch_size < 1 or cr.grad_clip < 0:
+        errs.append("critic.lr must be > 0, critic.micro_batch_size >= 1, critic.grad_clip >= 0")
+    if ck.every_steps < 0 or ck.keep_last < 1:
+        errs.append("checkpoint.every_steps must be >= 0 (0: only at the end) and checkpoint.keep_last >= 1")
+    if r.trainer.max_nonfinite_in_row < 1:
+        errs.append("trainer.max_nonfinite_in_row must be >= 1")
+    if r.metrics.samples_every < 0 or r.metrics.samples_rows < 1:
+        errs.append("metrics.samples_every must be >= 0 (0: off) and metrics.samples_rows >= 1")
     return errs
 
 

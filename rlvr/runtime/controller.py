@@ -18,12 +18,12 @@ from typing import Any
 
 import torch
 
-from rlvr.algos import ADVANTAGES
 from rlvr.algos.dapo import informative_groups, overlong_mask, overlong_penalty, select_groups
 from rlvr.config import Recipe, dump_yaml
 from rlvr.metrics.passk import pass_at_k
 from rlvr.metrics.progress import Progress
 from rlvr.metrics.sinks import JsonlSink
+from rlvr.runtime.advantage_stage import build_dph_buffer, dph_batch, form_advantages, uses_critic
 from rlvr.runtime.executors import Handle, LocalExecutor, RayExecutor, Resources, RoleError, free_port, host_ip
 from rlvr.runtime.validation import run_validation, validation_prompts
 from rlvr.sync.weights import WeightSpec, WeightSyncError, check_specs, checksums_match
@@ -155,7 +155,15 @@ class Roles:
             )
             for k in range(r.trainer.num_workers)
         ]
-        self.all = self.engines + [self.reward] + self.trainers
+        self.critic: Handle | None = None
+        if uses_critic(r):
+            from rlvr.train.critic import CriticWorker
+
+            cenv = dict(env, OMP_NUM_THREADS=str(max(1, r.critic.threads)))
+            self.critic = self.ex.spawn(
+                "critic", CriticWorker, r, model_dir, resources=Resources(num_cpus=0.1, num_gpus=r.critic.num_gpus, env=cenv)
+            )
+        self.all = self.engines + [self.reward] + self.trainers + ([self.critic] if self.critic else [])
         self.get([h.call("ping") for h in self.all], STARTUP_TIMEOUT_S, "starting the roles")
         self._init_sync()
 
@@ -297,7 +305,6 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
         top_k=r.rollout.top_k,
     )
     al = r.algorithm
-    advantage_fn = ADVANTAGES.get(al.advantage)
     sink = JsonlSink(run_dir / "metrics.jsonl")
     progress = Progress(r.run.steps, enabled=r.metrics.progress)
     t_start = time.perf_counter()
@@ -309,6 +316,12 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
     val_every = r.validation.every_steps
     val_prompts = validation_prompts(r, tok) if val_every else []
     try:
+        dph_buffer = []
+        if al.dph_divergence != "none" and al.dph_coef > 0:
+            dph_buffer = build_dph_buffer(roles, prompts, sampling, r, primary)
+            if not dph_buffer:
+                log.warning("DPH-RL: the starting policy solved none of its %d buffer prompts; the DPH term is off "
+                            "(raise algorithm.dph_prompts or use easier data)", al.dph_prompts)
         if val_every and r.validation.at_start:
             sink.log(0, {**run_validation(roles, val_prompts, r, primary), "policy_version": 0.0})
         for step in range(1, r.run.steps + 1):
@@ -324,15 +337,23 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
             if al.dynamic_sampling:
                 completions, scored, rewards, ds = refill_groups(roles, prompts, sampler, sampling, completions, scored, rewards, r)
                 step_metrics.update(ds)
-            advantages = advantage_fn(rewards, al)  # [P, G]
-            batch = pack(completions, advantages.reshape(-1), pad_id, r.rollout.max_new_tokens)
+            batch = pack(completions, torch.zeros(len(completions)), pad_id, r.rollout.max_new_tokens)
             if al.overlong_filter:  # DAPO: truncated samples carry no loss (and leave the token normaliser)
                 keep = overlong_mask(torch.tensor([c.truncated for c in completions]))  # [B]
                 batch = dataclasses.replace(batch, loss_mask=batch.loss_mask * keep.unsqueeze(-1))
                 step_metrics["response/filtered_frac"] = float(1.0 - keep.mean())
+            batch, critic_inputs, adv_metrics = form_advantages(roles, batch, rewards, r)  # [P, G] -> per seq/token
+            step_metrics.update(adv_metrics)
 
             t0 = time.perf_counter()
-            train_stats = roles.get([t.call("train_step", batch) for t in roles.trainers], None, "policy update")[0]
+            dph = dph_batch(dph_buffer, step, r, pad_id)
+            calls = [t.call("train_step", batch, dph) for t in roles.trainers]
+            if critic_inputs is not None:  # the critic learns beside the policy, in its own process
+                calls.append(roles.critic.call("train_step", batch, critic_inputs["values"], critic_inputs["returns"]))
+            updates = roles.get(calls, None, "policy update")
+            train_stats = dict(updates[0])
+            if critic_inputs is not None:
+                train_stats.update({k: v for k, v in updates[-1].items() if not k.startswith("timing/")})
             t_train = time.perf_counter() - t0
 
             t0 = time.perf_counter()

@@ -21,7 +21,8 @@ class TrainBatch:
     ``attention_mask``: [B, S] 1 on real tokens.
     ``loss_mask``: [B, S-1] 1 where the target token is a response token (up to and including eos, case R3).
     ``rollout_logprobs``: [B, S-1] the engine's sampled logprobs on response positions, 0 elsewhere.
-    ``advantages``: [B] one advantage per sequence (broadcast over its tokens).
+    ``advantages``: [B] one advantage per sequence (broadcast over its tokens), or [B, S-1] one per token (``gae``,
+    KL folded into the reward).
     ``max_new_tokens``: the generation limit (the constant normaliser of Dr. GRPO aggregation).
     """
 
@@ -45,7 +46,7 @@ class TrainBatch:
             attention_mask=am[:, :s],
             loss_mask=self.loss_mask[idx, : s - 1],
             rollout_logprobs=self.rollout_logprobs[idx, : s - 1],
-            advantages=self.advantages[idx],
+            advantages=self.advantages[idx] if self.advantages.dim() == 1 else self.advantages[idx, : s - 1],
             max_new_tokens=self.max_new_tokens,
         )
 

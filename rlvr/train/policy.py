@@ -10,6 +10,7 @@ batch and takes its own slice of each mini-batch; the loss normalisers are the c
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from contextlib import nullcontext
@@ -18,6 +19,7 @@ from pathlib import Path
 import torch
 
 from rlvr.algos import KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
+from rlvr.algos.kl import dph_forward_kl, dph_js, entropy_bonus
 from rlvr.algos.logprobs import entropy_from_logits, token_logprobs
 from rlvr.config import Recipe
 from rlvr.rollout.base import set_threads
@@ -59,6 +61,8 @@ class PolicyWorker:
         self.policy_loss = POLICY_LOSSES.get(self.algo.policy_loss)
         self.aggregate = LOSS_AGGREGATIONS.get(self.algo.loss_agg)
         self.kl_fn = KL_ESTIMATORS.get(self.algo.kl_estimator)
+        self.kl_in_loss = self.algo.kl_coef > 0 and self.algo.kl_penalty == "loss"
+        self.dph_fn = {"none": None, "forward_kl": dph_forward_kl, "js": dph_js}[self.algo.dph_divergence]
         self.temperature = recipe.rollout.temperature
         self.sender: WeightSender | None = None
 
@@ -113,9 +117,10 @@ class PolicyWorker:
             return torch.autocast(self.device.type, dtype=self.dtype)
         return nullcontext()
 
-    def _forward(self, model: torch.nn.Module, mb: TrainBatch, need_entropy: bool):
+    def _forward(self, model: torch.nn.Module, mb: TrainBatch, need_entropy: bool, entropy_grad: bool = False):
         """Log-probabilities [b, S-1] of each response token at the rollout temperature (0 elsewhere), and the
-        policy's entropy on those positions ([b, S-1]) when ``need_entropy``.
+        policy's entropy on those positions ([b, S-1]) when ``need_entropy`` (with gradient when ``entropy_grad``:
+        the entropy bonus).
 
         The output layer runs on response positions only (N = response tokens of the micro-batch): for a 135M
         model with a 49k vocabulary that skips ~20% of the FLOPs and the [b, S, V] logits of the prompt tokens.
@@ -137,8 +142,9 @@ class PolicyWorker:
         lp = torch.zeros(mask.shape, dtype=lp_flat.dtype, device=self.device).masked_scatter(mask, lp_flat)
         ent = None
         if need_entropy:
-            with torch.no_grad():
-                ent_flat = entropy_from_logits(logits.detach().float()[None], self.temperature)[0]
+            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                src = logits.float() if entropy_grad else logits.detach().float()
+                ent_flat = entropy_from_logits(src[None], self.temperature)[0]
                 ent = torch.zeros(mask.shape, dtype=ent_flat.dtype, device=self.device).masked_scatter(mask, ent_flat)
         return lp, ent
 
@@ -159,8 +165,13 @@ class PolicyWorker:
         return out
 
     # -- the update -----------------------------------------------------------------------------------------------
-    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+    def train_step(self, batch: TrainBatch, dph: TrainBatch | None = None) -> dict[str, float]:
         """Policy update on one rollout batch: ``ppo_epochs`` x (B / mini-batch) optimizer steps.
+
+        ``dph``: samples of the starting policy (their ``rollout_logprobs`` are pi_ref's) for the DPH-RL term
+        (``algorithm.dph_divergence``), added once per optimizer step in its first micro-batch on each rank
+        (normaliser: the response tokens of the whole ``dph`` batch, token mean). An optimizer step whose gradient
+        norm is NaN/inf is skipped (``train/skipped`` counts them; DeepSpeed skips it itself).
 
         Old logprobs are recomputed with the current weights before the first step when more than one optimizer
         step is taken; with exactly one, the detached logprobs of that step's own forward pass are the same numbers
@@ -173,7 +184,8 @@ class PolicyWorker:
         self.module.train()
         multi = r.optimizer_steps_per_rollout > 1
         old = self.compute_logprobs(batch) if multi else None
-        ref = self.compute_logprobs(batch, reference=True) if self.ref is not None else None
+        # KL in the reward (algorithm.kl_penalty=reward) is formed by the controller before the advantages
+        ref = self.compute_logprobs(batch, reference=True) if self.kl_in_loss else None
         b, mb_size, world = len(batch), r.mini_batch, self.world_size
         micro = min(r.trainer.micro_batch_size, mb_size // world)
         stats: dict[str, list[float]] = {}
@@ -187,14 +199,17 @@ class PolicyWorker:
                 mine = mini[self.rank :: world]  # this rank's share of the mini-batch
                 for k in range(0, len(mine), micro):
                     idx = mine[k : k + micro]
-                    s = self._micro_step(batch.select(idx), old, ref, idx, num_tokens, num_seqs)
+                    s = self._micro_step(batch.select(idx), old, ref, idx, num_tokens, num_seqs, dph if k == 0 else None)
                     for key, v in s.items():
                         stats.setdefault(key, []).append(v)
                 grad_norm = self._optimizer_step()
                 stats.setdefault("train/grad_norm", []).append(grad_norm)
+                stats.setdefault("train/skipped", []).append(float(not math.isfinite(grad_norm)))
         self.version += 1
         # per-micro-batch means averaged over micro-batches; "_max" statistics take the max
-        out = {k: float(max(v) if k.endswith("_max") else sum(v) / len(v)) for k, v in stats.items() if k != "train/loss"}
+        summed = ("train/loss", "train/skipped")
+        out = {k: float(max(v) if k.endswith("_max") else sum(v) / len(v)) for k, v in stats.items() if k not in summed}
+        out["train/skipped"] = float(sum(stats["train/skipped"]))
         # the loss of the whole batch: the per-micro-batch parts sum to it (global normalisers)
         steps = r.optimizer_steps_per_rollout
         out["train/loss"] = float(sum(stats.get("train/loss", [0.0]))) / steps
@@ -202,22 +217,30 @@ class PolicyWorker:
         out["timing/train_inner_s"] = time.perf_counter() - t0
         return out
 
-    def _micro_step(self, mb: TrainBatch, old, ref, idx, num_tokens: float, num_seqs: float) -> dict[str, float]:
+    def _micro_step(self, mb: TrainBatch, old, ref, idx, num_tokens: float, num_seqs: float, dph: TrainBatch | None) -> dict[str, float]:
         al = self.algo
         mask = mb.loss_mask.to(self.device)
-        lp, ent = self._forward(self.module, mb, need_entropy=True)
+        lp, ent = self._forward(self.module, mb, need_entropy=True, entropy_grad=al.entropy_coef > 0)
         s1 = lp.shape[1]
         old_lp = old[idx, :s1].to(self.device) if old is not None else lp.detach()
         adv = mb.advantages.to(self.device)
+        if adv.dim() == 2:  # token advantages (gae, KL in the reward): trimmed like the micro-batch
+            adv = adv[:, :s1]
         rollout_lp = mb.rollout_logprobs[:, :s1].to(self.device)
         token_loss, pstats = self.policy_loss(lp, old_lp, adv, mask, al, rollout_logprobs=rollout_lp)
-        if self.ref is not None:
+        kl = None
+        if ref is not None:
             ref_lp = ref[idx, :s1].to(self.device)
             kl = self.kl_fn(lp, ref_lp)  # [b, S-1]
-            token_loss = token_loss + al.kl_coef * kl
-        else:
-            kl = None
+            if self.kl_in_loss:
+                token_loss = token_loss + al.kl_coef * kl
+        if al.entropy_coef > 0:
+            token_loss = token_loss + entropy_bonus(ent, mask, al.entropy_coef)
         loss = self.aggregate(token_loss, mask, num_tokens=num_tokens, num_seqs=num_seqs, max_len=mb.max_new_tokens)
+        dph_stats = {}
+        if dph is not None and self.dph_fn is not None:
+            d_loss, dph_stats = self._dph_loss(dph)
+            loss = loss + d_loss
         # gradients are averaged over data-parallel ranks; the global normaliser already divides by the whole batch
         scaled = loss * self.world_size
         if self.ds:
@@ -229,7 +252,7 @@ class PolicyWorker:
         n = mask.sum().clamp(min=1.0)
         out = {
             "train/loss": float(loss.detach()),
-            "train/entropy": float((ent * mask).sum() / n),
+            "train/entropy": float((ent.detach() * mask).sum() / n),
         }
         for k, v in pstats.items():
             if torch.is_tensor(v) and v.dim() > 0:
@@ -237,7 +260,23 @@ class PolicyWorker:
             out[f"train/{k}"] = float(v)
         if kl is not None:
             out["train/kl"] = float((kl.detach() * mask).sum() / n)
+        out.update(dph_stats)
         return out
+
+    def _dph_loss(self, dph: TrainBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        """DPH-RL term (Li et al. 2025, arXiv 2509.07430, sec. 4) on this rank's share of the starting policy's
+        samples: ``dph_coef * sum(div * mask) / (response tokens of the whole dph batch)``; div per token from
+        :func:`rlvr.algos.kl.dph_forward_kl` or :func:`~rlvr.algos.kl.dph_js` against the stored pi_ref logprobs."""
+        total = float(dph.loss_mask.sum().clamp(min=1.0))
+        mine = list(range(self.rank, len(dph), self.world_size))
+        if not mine:
+            return torch.zeros((), device=self.device), {}
+        part = dph.select(mine)
+        m = part.loss_mask.to(self.device)
+        lp, _ = self._forward(self.module, part, need_entropy=False)
+        ref_lp = part.rollout_logprobs[:, : lp.shape[1]].to(self.device)
+        div = self.dph_fn(lp, ref_lp) * m
+        return self.algo.dph_coef * div.sum() / total, {"train/dph_div": float(div.detach().sum() / m.sum().clamp(min=1.0))}
 
     def _optimizer_step(self) -> float:
         tr = self.recipe.trainer
@@ -247,7 +286,8 @@ class PolicyWorker:
             gn = self.engine.get_global_grad_norm()
             return float(gn) if gn is not None else float("nan")
         gn = torch.nn.utils.clip_grad_norm_(self.module.parameters(), tr.grad_clip if tr.grad_clip > 0 else float("inf"))
-        self.optimizer.step()
+        if torch.isfinite(gn):  # a NaN/inf gradient skips the update (as DeepSpeed's overflow check does)
+            self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return float(gn)
 

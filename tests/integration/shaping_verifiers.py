@@ -4,3 +4,8 @@
 def digit_share(response: str, gold: str, **row) -> float:
     """Share of the response's characters that are digits (0 for an empty response): a dense, learnable signal."""
     return sum(ch.isdigit() for ch in response) / len(response) if response else 0.0
+
+
+def non_empty(response: str, gold: str, **row) -> float:
+    """1 for any non-empty response: every sample of a random model counts as "solved" (DPH-RL buffer tests)."""
+    return 1.0 if response else 0.0

@@ -1,0 +1,107 @@
+"""The advantage stage of a training step, and the DPH-RL buffer of starting-policy samples.
+
+:func:`form_advantages` turns a packed rollout batch and its rewards into the batch the trainer updates on:
+group estimators (:data:`rlvr.algos.advantages.ADVANTAGES`, one advantage per sequence) or critic estimators
+(:data:`rlvr.algos.gae.CRITIC_ADVANTAGES`, one per token, values from the critic role), with the KL to the
+reference folded into the reward when ``algorithm.kl_penalty=reward``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+from typing import Any
+
+import torch
+
+from rlvr.algos import ADVANTAGES
+from rlvr.algos.gae import CRITIC_ADVANTAGES, outcome_token_rewards
+from rlvr.algos.kl import k1, kl_as_reward
+from rlvr.config import Recipe
+from rlvr.train.batch import TrainBatch, pack
+from rlvr.types import Completion, Prompt, SamplingConfig
+
+log = logging.getLogger("rlvr")
+
+
+def uses_critic(recipe: Recipe) -> bool:
+    """True when ``algorithm.advantage`` names a critic estimator (a value model role is started)."""
+    return recipe.algorithm.advantage in CRITIC_ADVANTAGES
+
+
+def form_advantages(roles: Any, batch: TrainBatch, rewards: torch.Tensor, recipe: Recipe) -> tuple[TrainBatch, dict | None, dict[str, float]]:
+    """Advantages for ``batch`` (B = P x G sequences; rewards: [P, G], prompt-major like the batch).
+
+    - KL in the reward (``kl_coef > 0`` and ``kl_penalty=reward``): the per-token penalty ``-kl_coef * k1`` with
+      k1 = rollout logprob - reference logprob (the sampling policy's own logprobs, InstructGPT eq. 2), from
+      the trainer's reference model.
+    - Group estimators: ``A[b]`` per sequence; with the KL penalty, ``A[b] + sum_{s >= t} penalty[b, s]`` per
+      token (REINFORCE++, Hu 2025, sec. 3; :func:`rlvr.algos.kl.kl_as_reward`).
+    - Critic estimators: token rewards = the outcome reward on the last response token
+      (:func:`rlvr.algos.gae.outcome_token_rewards`) + the penalty; values from the critic; (advantages, returns).
+
+    Returns (batch with advantages, critic inputs ``{"values", "returns"}`` or None, metrics). ``adv/*`` metrics
+    are token means over response tokens (normaliser: the batch's response-token count).
+    """
+    al = recipe.algorithm
+    mask = batch.loss_mask
+    metrics: dict[str, float] = {}
+    n_tok = mask.sum().clamp(min=1.0)
+    penalty = None
+    if al.kl_coef > 0 and al.kl_penalty == "reward":
+        ref_lp = roles.get([t.call("compute_logprobs", batch, True) for t in roles.trainers], None, "reference logprobs")[0]
+        kl = k1(batch.rollout_logprobs, ref_lp) * mask  # [B, S-1]
+        penalty = -al.kl_coef * kl
+        metrics["train/kl"] = float(kl.sum() / n_tok)
+        metrics["reward/kl_penalty_seq_mean"] = float(penalty.sum() / len(batch))
+    critic_inputs = None
+    if al.advantage in CRITIC_ADVANTAGES:
+        token_rewards = outcome_token_rewards(rewards.reshape(-1), mask)
+        if penalty is not None:
+            token_rewards = token_rewards + penalty
+        values = roles.get([roles.critic.call("compute_values", batch)], None, "critic values")[0]
+        adv, returns = CRITIC_ADVANTAGES.get(al.advantage)(token_rewards, values, mask, al)
+        critic_inputs = {"values": values, "returns": returns}
+        metrics["critic/value_mean"] = float((values * mask).sum() / n_tok)
+        metrics["critic/return_mean"] = float((returns * mask).sum() / n_tok)
+    else:
+        adv = ADVANTAGES.get(al.advantage)(rewards, al).reshape(-1)  # [B]
+        if penalty is not None:
+            adv = adv.unsqueeze(-1) * mask + kl_as_reward(batch.rollout_logprobs, ref_lp, mask, al.kl_coef)
+    if adv.dim() == 2:
+        metrics["adv/token_mean"] = float((adv * mask).sum() / n_tok)
+        metrics["adv/token_abs_mean"] = float((adv.abs() * mask).sum() / n_tok)
+    return dataclasses.replace(batch, advantages=adv.float()), critic_inputs, metrics
+
+
+# -- DPH-RL: samples of the starting policy ------------------------------------------------------------------
+
+
+def build_dph_buffer(roles: Any, prompts: list[Prompt], sampling: SamplingConfig, recipe: Recipe, primary: str) -> list[Completion]:
+    """Sample the STARTING policy (the engines before the first sync) on ``algorithm.dph_prompts`` training
+    prompts (a seeded choice), ``sampling.n`` samples each, and keep the correct ones (primary verifier's score
+    >= 1), as DPH-RL keeps the starting policy's solved samples for its divergence term (Li et al. 2025,
+    arXiv 2509.07430, sec. 4). Their ``logprobs`` are pi_ref's at the rollout temperature.
+    Returns the kept completions (possibly empty: the caller warns).
+    """
+    al = recipe.algorithm
+    rng = random.Random(recipe.run.seed * 31 + 5)
+    chosen = rng.sample(range(len(prompts)), min(al.dph_prompts, len(prompts)))
+    completions, scored, _ = roles.generate_and_score([prompts[i] for i in chosen], sampling)
+    kept = [c for c, s in zip(completions, scored) if s.results[primary].score >= 1.0 and c.token_ids]
+    log.info("DPH-RL buffer: %d correct samples of the starting policy kept out of %d (%d prompts)",
+             len(kept), len(completions), len(chosen))
+    return kept
+
+
+def dph_batch(buffer: list[Completion], step: int, recipe: Recipe, pad_id: int) -> TrainBatch | None:
+    """``algorithm.dph_batch`` buffer samples for ``step`` (a seeded draw without replacement per step), packed
+    with zero advantages; None when the buffer is empty or DPH-RL is off."""
+    al = recipe.algorithm
+    if not buffer or al.dph_divergence == "none" or al.dph_coef == 0:
+        return None
+    rng = random.Random(recipe.run.seed * 1_000_003 + step)
+    pick = rng.sample(range(len(buffer)), min(al.dph_batch, len(buffer)))
+    comps = [buffer[i] for i in pick]
+    return pack(comps, torch.zeros(len(comps)), pad_id, recipe.rollout.max_new_tokens)

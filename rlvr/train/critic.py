@@ -1,0 +1,152 @@
+"""The critic worker: a value model for PPO with GAE, trained in its own role (process / Ray actor).
+
+The critic is a transformers backbone (``AutoModel``: the decoder without its LM head) with a scalar value head
+``Linear(H, 1)``. By default it starts from the policy's own weights with a zero-initialised head (initial values
+0), as OpenRLHF and verl do when no reward model is given; ``critic.path`` names other weights. It trains with its
+own AdamW (plain torch, one rank: the critic of a CPU smoke run is small; see the note in the closing of issue 4).
+
+Values are read in the shifted frame of :class:`rlvr.train.batch.TrainBatch`: ``values[b, t]`` is V of the state
+``input_ids[b, : t + 1]``, the state in which the token ``input_ids[b, t + 1]`` is chosen.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+from rlvr.algos.gae import value_loss
+from rlvr.config import Recipe
+from rlvr.rollout.base import set_threads
+from rlvr.sync.weights import DTYPES
+from rlvr.train.batch import TrainBatch
+
+
+class ValueModel(torch.nn.Module):
+    """Backbone + scalar head. ``forward(input_ids [b, S], attention_mask [b, S]) -> values [b, S-1]`` (reward
+    units), the value at every position but the last (shifted frame)."""
+
+    def __init__(self, backbone: torch.nn.Module, hidden_size: int):
+        super().__init__()
+        self.backbone = backbone
+        self.value_head = torch.nn.Linear(hidden_size, 1)
+        torch.nn.init.zeros_(self.value_head.weight)
+        torch.nn.init.zeros_(self.value_head.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[:, :-1]
+        return self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)
+
+
+class CriticWorker:
+    """The value model's role. Methods are called by the controller (in-process or through a Ray actor handle)."""
+
+    def __init__(self, recipe: Recipe, model_dir: str):
+        from transformers import AutoConfig, AutoModel
+
+        cr = recipe.critic
+        set_threads(cr.threads)
+        torch.manual_seed(recipe.run.seed + 7)
+        self.recipe = recipe
+        self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+        self.dtype = DTYPES[recipe.model.dtype]
+        path = model_dir
+        if cr.path is not None:
+            from rlvr.models import resolve_model
+
+            path = resolve_model(cr.path)
+        cfg = AutoConfig.from_pretrained(path)
+        backbone = AutoModel.from_pretrained(path, dtype=torch.float32)
+        backbone.config.use_cache = False
+        self.model = ValueModel(backbone, cfg.hidden_size).to(self.device)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cr.lr, betas=recipe.trainer.betas)
+        self.updates = 0
+
+    def _autocast(self):
+        if self.dtype != torch.float32:
+            return torch.autocast(self.device.type, dtype=self.dtype)
+        return nullcontext()
+
+    def _values(self, mb: TrainBatch) -> torch.Tensor:
+        with self._autocast():
+            v = self.model(mb.input_ids.to(self.device), mb.attention_mask.to(self.device))
+        return v.float() * mb.loss_mask.to(self.device)
+
+    @torch.no_grad()
+    def compute_values(self, batch: TrainBatch) -> torch.Tensor:
+        """Values [B, S-1] (reward units) of every response position, 0 elsewhere; no grad."""
+        self.model.eval()
+        out = torch.zeros_like(batch.loss_mask)
+        mbs = self.recipe.critic.micro_batch_size
+        for i in range(0, len(batch), mbs):
+            idx = list(range(i, min(i + mbs, len(batch))))
+            v = self._values(batch.select(idx))
+            out[idx, : v.shape[1]] = v.cpu()
+        self.model.train()
+        return out
+
+    def train_step(self, batch: TrainBatch, old_values: torch.Tensor, returns: torch.Tensor) -> dict[str, float]:
+        """Regress the values on ``returns`` with PPO's clipped value loss (:func:`rlvr.algos.gae.value_loss`,
+        clip ``algorithm.value_clip``): ``algorithm.ppo_epochs`` x (B / mini-batch) AdamW steps, the same
+        mini-batch sizes as the policy. Loss normaliser: the response tokens of each mini-batch (token mean).
+        old_values, returns: [B, S-1]. Returns ``critic/*`` metrics (means over optimizer steps).
+        """
+        r, cr = self.recipe, self.recipe.critic
+        t0 = time.perf_counter()
+        self.model.train()
+        b, mb_size = len(batch), r.mini_batch
+        g = torch.Generator().manual_seed(r.run.seed * 104729 + self.updates)
+        stats: dict[str, list[float]] = {}
+        for _epoch in range(r.algorithm.ppo_epochs):
+            order = torch.randperm(b, generator=g) if b > mb_size else torch.arange(b)
+            for m0 in range(0, b, mb_size):
+                mini = order[m0 : m0 + mb_size]
+                num_tokens = float(batch.loss_mask[mini].sum().clamp(min=1.0))
+                loss_sum = clip_sum = err_sum = 0.0
+                for k in range(0, len(mini), cr.micro_batch_size):
+                    idx = mini[k : k + cr.micro_batch_size]
+                    mb = batch.select(idx)
+                    s1 = mb.loss_mask.shape[1]
+                    mask = mb.loss_mask.to(self.device)
+                    v = self._values(mb)
+                    old = old_values[idx, :s1].to(self.device)
+                    ret = returns[idx, :s1].to(self.device)
+                    tok, vs = value_loss(v, old, ret, mask, r.algorithm.value_clip)
+                    loss = (tok * mask).sum() / num_tokens
+                    loss.backward()
+                    loss_sum += float(loss.detach())
+                    clip_sum += float((vs["value_clip_frac"] * mask).sum())
+                    err_sum += float((((v.detach() - ret) ** 2) * mask).sum())
+                clip = cr.grad_clip if cr.grad_clip > 0 else float("inf")
+                gn = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
+                if torch.isfinite(torch.tensor(gn)):
+                    self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                for key, val in (("critic/value_loss", loss_sum), ("critic/value_clip_frac", clip_sum / num_tokens),
+                                 ("critic/value_mse", err_sum / num_tokens), ("critic/grad_norm", gn)):
+                    stats.setdefault(key, []).append(val)
+        self.updates += 1
+        out = {k: sum(v) / len(v) for k, v in stats.items()}
+        out["timing/critic_inner_s"] = time.perf_counter() - t0
+        return out
+
+    def save_state(self, out_dir: str) -> str:
+        """Write the value model and its optimizer to ``out_dir/critic.pt`` (torch.save; a checkpoint part)."""
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        path = Path(out_dir) / "critic.pt"
+        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                    "updates": self.updates}, path)
+        return str(path)
+
+    def load_state(self, out_dir: str) -> bool:
+        """Restore what :meth:`save_state` wrote. Errors: ``FileNotFoundError`` when ``out_dir/critic.pt`` is missing."""
+        state = torch.load(Path(out_dir) / "critic.pt", map_location=self.device, weights_only=False)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.updates = int(state["updates"])
+        return True
+
+    def ping(self) -> bool:
+        return True
