@@ -22,6 +22,8 @@ def _print_recipe(recipe) -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     from rlvr.config import RecipeError, load_recipe
 
+    if args.resume:
+        args.overrides = list(args.overrides) + [f"run.resume={args.resume}"]
     try:
         recipe = load_recipe(args.recipe, args.overrides)
     except RecipeError as e:
@@ -42,7 +44,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("dry run: recipe valid; nothing started.")
         return 0
-    from rlvr.runtime.controller import prepare_run_dir, train
+    from rlvr.runtime.controller import NonFiniteError, RunInterrupted, prepare_run_dir, train
     from rlvr.runtime.executors import RoleError
     from rlvr.sync.weights import WeightSyncError
 
@@ -50,7 +52,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(f"run folder: {run_dir}", flush=True)
     try:
         result = train(recipe, run_dir)
-    except (RecipeError, RoleError, WeightSyncError, ValueError, OSError) as e:
+    except RunInterrupted as e:
+        again = " ".join([args.recipe, *(o for o in args.overrides if not o.startswith("run.resume=")), "--resume auto"])
+        print(f"rlvr train: stopped by {e.signame} after step {e.step}; checkpoint {e.checkpoint}\n"
+              f"continue with: rlvr train {again}", file=sys.stderr)
+        return 143 if e.signame == "SIGTERM" else 130
+    except (RecipeError, RoleError, WeightSyncError, NonFiniteError, ValueError, OSError) as e:
         logging.getLogger("rlvr").exception("run failed")  # the traceback goes to RUN/train.log
         print(f"rlvr train: the run failed: {type(e).__name__}: {e}\n(traceback in {run_dir / 'train.log'})", file=sys.stderr)
         return 1
@@ -83,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("recipe", help="recipe YAML (see recipes/)")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-6 run.steps=5")
     p.add_argument("--dry-run", action="store_true", help="load, check and print the recipe, then stop")
+    p.add_argument("--resume", metavar="auto|PATH", help="continue from a checkpoint: auto = the newest complete one "
+                   "of the run folder output_dir/name (a fresh start if none), or a RUN/checkpoints/step_N folder")
     p.set_defaults(fn=cmd_train)
     p = sub.add_parser("model", help="resolve (and for embedded models, build once) a model; print its folder")
     p.add_argument("name", help="smollm2-135m-instruct, tiny-random, a local folder or a hub id")

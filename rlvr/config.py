@@ -127,6 +127,9 @@ class RolloutConfig:
     """GPUs per engine actor (0 on CPU)."""
     threads: int = 1
     """torch threads per engine (OMP_NUM_THREADS)."""
+    max_restarts: int = 2
+    """An engine whose process dies during a rollout is replaced (given the current weights, the rollout retried)
+    up to this many times per run (Ray executor); then the run stops with the error."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -596,6 +599,8 @@ def validate(r: Recipe) -> None:
             f"algorithm.advantage={al.advantage} compares samples within a group: set "
             "rollout.samples_per_prompt >= 2"
         )
+    if ro.max_restarts < 0:
+        errs.append("rollout.max_restarts must be >= 0")
     if ro.num_engines < 1:
         errs.append("rollout.num_engines must be >= 1")
     elif ro.prompts_per_step % ro.num_engines:

@@ -84,6 +84,11 @@ class VLLMEngine:
             logprobs=0,
             stop_token_ids=list(sampling.stop_token_ids) or None,
         )
+        if sampling.seed is not None:  # one seed per prompt: the same rollouts whatever the batch around them
+            per_prompt = [params.clone() for _ in prompts]
+            for sp, p in zip(per_prompt, prompts):
+                sp.seed = (sampling.seed * 7919 + p.index) % (2**31 - 1)
+            params = per_prompt
         outs = self.llm.generate(
             [{"prompt_token_ids": p.prompt_ids} for p in prompts], params, use_tqdm=False
         )

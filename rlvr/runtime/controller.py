@@ -44,13 +44,23 @@ class RunResult:
 
 
 def prepare_run_dir(recipe: Recipe) -> Path:
-    """Create ``output_dir/name`` (``name-2``, ``name-3``... if it exists) and write the resolved recipe."""
+    """Create ``output_dir/name`` (``name-2``, ``name-3``... if it exists) and write the resolved recipe.
+
+    Resuming (``run.resume``) continues in the run folder itself: ``output_dir/name`` for ``auto``, the folder
+    that holds the checkpoint (``RUN/checkpoints/step_N``) for a path.
+    """
     base = Path(recipe.run.output_dir) / recipe.run.name
-    run_dir, i = base, 1
-    while run_dir.exists():
-        i += 1
-        run_dir = base.with_name(f"{base.name}-{i}")
-    run_dir.mkdir(parents=True)
+    resume = recipe.run.resume
+    if resume:
+        ck = Path(resume).expanduser()
+        run_dir = base if resume == "auto" else (ck.parent.parent if ck.parent.name == "checkpoints" else ck)
+        run_dir.mkdir(parents=True, exist_ok=True)
+    else:
+        run_dir, i = base, 1
+        while run_dir.exists():
+            i += 1
+            run_dir = base.with_name(f"{base.name}-{i}")
+        run_dir.mkdir(parents=True)
     (run_dir / "recipe.yaml").write_text(dump_yaml(recipe))
     (run_dir / "derived.json").write_text(json.dumps(recipe.derived(), indent=2))
     return run_dir
@@ -112,24 +122,8 @@ class Roles:
         if executor is None:
             executor = LocalExecutor() if r.run.executor == "local" else RayExecutor(r.run.ray_address, r.run.num_cpus, env)
         self.ex = executor
-        engine_cls = _engine_class(r.rollout.engine)
-        max_len = r.data.max_prompt_tokens + r.rollout.max_new_tokens
-        self.engines: list[Handle] = [
-            self.ex.spawn(
-                f"engine{i}",
-                engine_cls,
-                model_dir,
-                dtype=r.model.dtype,
-                max_model_len=max_len,
-                seed=r.run.seed + i,
-                kv_cache_gib=r.rollout.kv_cache_gib,
-                gpu_memory_utilization=r.rollout.gpu_memory_utilization,
-                enforce_eager=r.rollout.enforce_eager,
-                threads=threads,
-                resources=Resources(num_cpus=0.1, num_gpus=r.rollout.num_gpus, env=env),
-            )
-            for i in range(r.rollout.num_engines)
-        ]
+        self.model_dir, self.env, self.version, self.restarts = model_dir, env, 0, 0
+        self.engines: list[Handle] = [self._spawn_engine(i) for i in range(r.rollout.num_engines)]
         self.reward = self.ex.spawn(
             "reward",
             RewardWorker,
@@ -166,6 +160,41 @@ class Roles:
         self.all = self.engines + [self.reward] + self.trainers + ([self.critic] if self.critic else [])
         self.get([h.call("ping") for h in self.all], STARTUP_TIMEOUT_S, "starting the roles")
         self._init_sync()
+
+    def _spawn_engine(self, i: int) -> Handle:
+        r = self.recipe
+        return self.ex.spawn(
+            f"engine{i}",
+            _engine_class(r.rollout.engine),
+            self.model_dir,
+            dtype=r.model.dtype,
+            max_model_len=r.data.max_prompt_tokens + r.rollout.max_new_tokens,
+            seed=r.run.seed + i,
+            kv_cache_gib=r.rollout.kv_cache_gib,
+            gpu_memory_utilization=r.rollout.gpu_memory_utilization,
+            enforce_eager=r.rollout.enforce_eager,
+            threads=r.rollout.threads,
+            resources=Resources(num_cpus=0.1, num_gpus=r.rollout.num_gpus, env=self.env),
+        )
+
+    def restart_dead_engines(self) -> list[int]:
+        """Replace every engine that no longer answers a ping, form a new weight-sync group with all engines and
+        push the current weights (policy version ``self.version``) to them. Returns the replaced engines' indices.
+        Errors: :class:`RoleError` when a replacement does not start (or the executor cannot restart roles)."""
+        dead = []
+        for i, e in enumerate(self.engines):
+            try:
+                self.get([e.call("ping")], 60, f"checking engine{i}")
+            except RoleError:
+                dead.append(i)
+        for i in dead:
+            self.ex.kill(self.engines[i])
+            self.engines[i] = self._spawn_engine(i)
+        self.all = self.engines + [self.reward] + self.trainers + ([self.critic] if self.critic else [])
+        self.get([self.engines[i].call("ping") for i in dead], STARTUP_TIMEOUT_S, "restarting engines")
+        self._init_sync()
+        self.sync(self.version)
+        return dead
 
     def get(self, calls: list, timeout_s: float | None, what: str) -> list:
         return self.ex.get(calls, timeout_s, what)
@@ -211,6 +240,7 @@ class Roles:
                         f"weight sync to engine{i}: checksum {c!r} != trainer's {sent['checksum']!r} (corrupted transfer)"
                     )
         gb = sent["bytes"] / 1e9
+        self.version = version
         return {
             "sync/seconds": seconds,
             "sync/send_seconds": sent["seconds"],
@@ -222,11 +252,30 @@ class Roles:
     def generate_and_score(self, prompts: list[Prompt], sampling: SamplingConfig) -> tuple[list[Completion], list, dict[str, float]]:
         """Roll out ``prompts`` (split evenly over the engines) and score every completion.
 
+        An engine whose process dies is replaced and given the current weights (:meth:`restart_dead_engines`),
+        and the whole rollout is retried (seeded sampling draws the same samples), up to ``rollout.max_restarts``
+        times per run; ``timing/engine_restarts`` counts the restarts so far.
+
         Each engine's part goes to the reward worker as soon as that engine finishes, so scoring overlaps with the
         engines still generating. Returns (completions [B], scored [B], timings), both prompt-major in input order
         (B = len(prompts) x G). Timings: ``timing/rollout_s`` (until the last engine finished) and
         ``timing/reward_s`` (from then until the last score arrived: the reward time not hidden by rollout).
         """
+        while True:
+            try:
+                out = self._generate_and_score(prompts, sampling)
+                out[2]["timing/engine_restarts"] = float(self.restarts)
+                return out
+            except RoleError as err:
+                if not (err.died and (err.role or "").startswith("engine")) or self.restarts >= self.recipe.rollout.max_restarts:
+                    raise
+                self.restarts += 1
+                log.warning("%s; replacing it (restart %d of at most %d) and retrying the rollout", err,
+                            self.restarts, self.recipe.rollout.max_restarts)
+                replaced = self.restart_dead_engines()
+                log.warning("engines %s replaced and given policy version %d", replaced, self.version)
+
+    def _generate_and_score(self, prompts: list[Prompt], sampling: SamplingConfig) -> tuple[list[Completion], list, dict[str, float]]:
         t0 = time.perf_counter()
         e = len(self.engines)
         per = (len(prompts) + e - 1) // e
@@ -264,12 +313,109 @@ def _engine_class(name: str) -> type:
     return HFEngine
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped the run after a step; a checkpoint of that step was written first."""
+
+    def __init__(self, signame: str, step: int, checkpoint: str | None):
+        super().__init__(f"{signame} after step {step}; checkpoint: {checkpoint}")
+        self.signame, self.step, self.checkpoint = signame, step, checkpoint
+
+
+class NonFiniteError(RuntimeError):
+    """``trainer.max_nonfinite_in_row`` updates in a row had a NaN/inf loss or gradient (each was skipped)."""
+
+
+class _StopFlag:
+    """SIGINT/SIGTERM handler: the first signal asks the loop to stop after the current step (and checkpoint);
+    a second one aborts at once (KeyboardInterrupt). Installed only in the main thread; restored on exit."""
+
+    def __init__(self) -> None:
+        self.signame: str | None = None
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> "_StopFlag":
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        import signal
+
+        if self.signame is not None:
+            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: aborting without a checkpoint")
+        self.signame = signal.Signals(signum).name
+        log.warning("%s received: stopping after this step and writing a checkpoint (again to abort at once)", self.signame)
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def step_sampling(sampling: SamplingConfig, seed: int, step: int, round_: int = 0) -> SamplingConfig:
+    """The sampling of one generation round of ``step``, seeded from (run seed, step, round) so a resumed run
+    draws the same rollouts as an uninterrupted one (engines seed each prompt from it and the prompt index)."""
+    return dataclasses.replace(sampling, seed=(seed * 1_000_003 + step * 101 + round_) % (2**31 - 1))
+
+
+def save_checkpoint(roles: "Roles", run_dir: Path, step: int, sampler: Any, r: Recipe, data_fp: dict, metrics: dict) -> str:
+    """Write ``RUN/checkpoints/step_N`` (:mod:`rlvr.runtime.checkpoint`: temporary folder, every trainer rank's
+    state, the critic's, the controller's, then an atomic rename) and prune old ones. Returns its path."""
+    from rlvr.runtime import checkpoint as ck
+
+    t0 = time.perf_counter()
+    tmp = ck.begin(run_dir, step)
+    try:
+        calls = [t.call("save_state", str(tmp / ck.TRAINER)) for t in roles.trainers]
+        if roles.critic is not None:
+            calls.append(roles.critic.call("save_state", str(tmp / ck.CRITIC)))
+        roles.get(calls, 1800, f"writing the checkpoint of step {step}")
+        ck.save_controller(tmp, step=step, policy_version=step, sampler_state=sampler.state_dict(), recipe=r,
+                           data_fp=data_fp, metrics=metrics)
+        final = ck.commit(tmp)
+    except BaseException:
+        ck.abandon(tmp)
+        raise
+    c = r.checkpoint
+    ck.prune(run_dir, c.keep_last, c.best_metric, c.best_mode)
+    log.info("checkpoint %s written in %.1fs", final, time.perf_counter() - t0)
+    return str(final)
+
+
+def _restore(roles: "Roles", ckpt: Path, state: Any) -> None:
+    """Load every trainer rank's and the critic's state from ``ckpt``, then push the weights to the engines."""
+    from rlvr.runtime import checkpoint as ck
+
+    calls = [t.call("load_state", str(ckpt / ck.TRAINER)) for t in roles.trainers]
+    if roles.critic is not None:
+        calls.append(roles.critic.call("load_state", str(ckpt / ck.CRITIC)))
+    roles.get(calls, 1800, f"loading checkpoint {ckpt}")
+    roles.sync(version=state.policy_version)
+
+
+def _trim_metrics(path: Path, last_step: int) -> None:
+    """Drop rows logged after ``last_step`` (a crashed run went on past its checkpoint; those steps run again)."""
+    if not path.exists():
+        return
+    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= last_step]
+    path.write_text("".join(line + "\n" for line in keep))
+
+
 def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = None) -> RunResult:
     """Run a recipe end to end; returns where the run folder and the final policy are.
 
-    Errors: :class:`~rlvr.config.RecipeError` for bad data or config found while preparing,
-    :class:`~rlvr.sync.weights.WeightSyncError` when a weight sync fails or times out,
-    :class:`~rlvr.runtime.executors.RoleError` when a role fails.
+    With ``run.resume`` (``auto`` or a checkpoint path) the run continues from a checkpoint: same prompts in the
+    same order, same rollouts (seeded per step), same weights as an uninterrupted run.
+
+    Errors: :class:`~rlvr.config.RecipeError` for bad data or config found while preparing, or a checkpoint whose
+    recipe/data differ; :class:`~rlvr.sync.weights.WeightSyncError` when a weight sync fails or times out;
+    :class:`~rlvr.runtime.executors.RoleError` when a role fails; :class:`NonFiniteError` after too many NaN
+    updates in a row; :class:`RunInterrupted` after Ctrl-C/SIGTERM (a checkpoint was written).
     """
     from transformers import AutoTokenizer
 
@@ -277,6 +423,7 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
     from rlvr.models import resolve_model
     from rlvr.reward.golds import check_golds
     from rlvr.reward.pool import verifier_keys
+    from rlvr.runtime import checkpoint as ck
 
     r = recipe
     run_dir = run_dir or prepare_run_dir(r)
@@ -295,7 +442,18 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
             f"data: {len(prompts)} usable prompts but rollout.prompts_per_step={r.rollout.prompts_per_step}; "
             "lower prompts_per_step or raise data.max_prompt_tokens / data.limit"
         )
+    data_fp = ck.data_fingerprint(prompts)
+    resume_from = ck.resolve_resume(r.run.resume, run_dir) if r.run.resume else None
+    state = None
+    if resume_from is not None:
+        ck.check_compatible(resume_from, r, data_fp)  # before anything expensive starts
+        state = ck.load_controller(resume_from)
+        log.info("resuming from %s: step %d done, %d to go", resume_from, state.step, r.run.steps - state.step)
+        _trim_metrics(run_dir / "metrics.jsonl", state.step)
+    ck.prune(run_dir, r.checkpoint.keep_last, r.checkpoint.best_metric, r.checkpoint.best_mode)  # crash leftovers
     sampler = PromptSampler(len(prompts), r.rollout.prompts_per_step, r.run.seed, r.data.shuffle)
+    if state is not None:
+        sampler.load_state_dict(state.sampler)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     sampling = SamplingConfig(
         n=r.rollout.samples_per_prompt,
@@ -306,6 +464,7 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
     )
     al = r.algorithm
     sink = JsonlSink(run_dir / "metrics.jsonl")
+    first = state.step + 1 if state is not None else 1
     progress = Progress(r.run.steps, enabled=r.metrics.progress)
     t_start = time.perf_counter()
     roles = Roles(r, model_dir, run_dir, executor)
@@ -315,67 +474,38 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
     primary = verifier_keys(r.reward.verifiers)[0]
     val_every = r.validation.every_steps
     val_prompts = validation_prompts(r, tok) if val_every else []
+    saved_step = state.step if state is not None else 0
     try:
-        dph_buffer = []
-        if al.dph_divergence != "none" and al.dph_coef > 0:
-            dph_buffer = build_dph_buffer(roles, prompts, sampling, r, primary)
-            if not dph_buffer:
-                log.warning("DPH-RL: the starting policy solved none of its %d buffer prompts; the DPH term is off "
-                            "(raise algorithm.dph_prompts or use easier data)", al.dph_prompts)
-        if val_every and r.validation.at_start:
+        if state is not None:
+            _restore(roles, resume_from, state)
+            ck.set_rng_state(state.rng)
+        dph_buffer = _dph_buffer(roles, prompts, sampling, r, primary, run_dir)
+        if val_every and r.validation.at_start and state is None:
             sink.log(0, {**run_validation(roles, val_prompts, r, primary), "policy_version": 0.0})
-        for step in range(1, r.run.steps + 1):
-            t_step = time.perf_counter()
-            batch_prompts = [prompts[i] for i in sampler.next_batch()]
-
-            completions, scored, t_gen = roles.generate_and_score(batch_prompts, sampling)
-
-            g = r.rollout.samples_per_prompt
-            # rollout metrics describe what the policy sampled (before any group selection, which reads too high)
-            step_metrics = rollout_metrics(completions, scored, r.pass_k, g, primary=primary)
-            rewards = shaped_rewards(completions, scored, r)  # [P, G]
-            if al.dynamic_sampling:
-                completions, scored, rewards, ds = refill_groups(roles, prompts, sampler, sampling, completions, scored, rewards, r)
-                step_metrics.update(ds)
-            batch = pack(completions, torch.zeros(len(completions)), pad_id, r.rollout.max_new_tokens)
-            if al.overlong_filter:  # DAPO: truncated samples carry no loss (and leave the token normaliser)
-                keep = overlong_mask(torch.tensor([c.truncated for c in completions]))  # [B]
-                batch = dataclasses.replace(batch, loss_mask=batch.loss_mask * keep.unsqueeze(-1))
-                step_metrics["response/filtered_frac"] = float(1.0 - keep.mean())
-            batch, critic_inputs, adv_metrics = form_advantages(roles, batch, rewards, r)  # [P, G] -> per seq/token
-            step_metrics.update(adv_metrics)
-
-            t0 = time.perf_counter()
-            dph = dph_batch(dph_buffer, step, r, pad_id)
-            calls = [t.call("train_step", batch, dph) for t in roles.trainers]
-            if critic_inputs is not None:  # the critic learns beside the policy, in its own process
-                calls.append(roles.critic.call("train_step", batch, critic_inputs["values"], critic_inputs["returns"]))
-            updates = roles.get(calls, None, "policy update")
-            train_stats = dict(updates[0])
-            if critic_inputs is not None:
-                train_stats.update({k: v for k, v in updates[-1].items() if not k.startswith("timing/")})
-            t_train = time.perf_counter() - t0
-
-            t0 = time.perf_counter()
-            sync_stats = roles.sync(version=step)
-            t_sync = time.perf_counter() - t0
-
-            metrics = {
-                **step_metrics,
-                **{k: v for k, v in train_stats.items() if k != "timing/train_inner_s"},
-                **sync_stats,
-                **t_gen,
-                "timing/train_s": t_train,
-                "timing/sync_s": t_sync,
-                "timing/step_s": time.perf_counter() - t_step,
-                "rollout/tokens_per_s": sum(len(c.token_ids) for c in completions) / max(t_gen["timing/rollout_s"], 1e-9),
-                "data/epoch": float(sampler.epoch),
-                "policy_version": float(step),
-            }
-            if val_every and (step % val_every == 0 or step == r.run.steps):
-                metrics.update(run_validation(roles, val_prompts, r, primary))
-            sink.log(step, metrics)
-            progress.update(step, metrics)
+        nonfinite_in_row = 0
+        with _StopFlag() as stop:
+            for step in range(first, r.run.steps + 1):
+                metrics = _one_step(step, roles, prompts, sampler, sampling, r, primary, pad_id, dph_buffer)
+                if val_every and (step % val_every == 0 or step == r.run.steps):
+                    metrics.update(run_validation(roles, val_prompts, r, primary))
+                sink.log(step, metrics)
+                progress.update(step, metrics)
+                all_skipped = metrics.get("train/skipped", 0.0) >= metrics.get("train/optimizer_steps", 1.0)
+                nonfinite_in_row = nonfinite_in_row + 1 if all_skipped else 0
+                if nonfinite_in_row:
+                    log.warning("step %d: NaN/inf loss or gradient, update skipped (%d in a row)", step, nonfinite_in_row)
+                if nonfinite_in_row >= r.trainer.max_nonfinite_in_row:
+                    raise NonFiniteError(
+                        f"{nonfinite_in_row} updates in a row had a NaN/inf loss or gradient (steps "
+                        f"{step - nonfinite_in_row + 1}-{step}; trainer.max_nonfinite_in_row={r.trainer.max_nonfinite_in_row}): "
+                        "lower trainer.lr, check the rewards, or resume from the last checkpoint"
+                    )
+                every = r.checkpoint.every_steps
+                if stop.signame or (every and step % every == 0) or step == r.run.steps:
+                    path = save_checkpoint(roles, run_dir, step, sampler, r, data_fp, metrics)
+                    saved_step = step
+                    if stop.signame and step < r.run.steps:
+                        raise RunInterrupted(stop.signame, step, path)
         if r.run.save_final:
             final_dir = str(run_dir / "final")
             roles.get([t.call("save_pretrained", final_dir) for t in roles.trainers], 1800, "saving the final policy")
@@ -384,7 +514,78 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
         progress.close()
         sink.close()
         roles.shutdown()
+    log.info("last checkpoint: step %d", saved_step)
     return RunResult(str(run_dir), final_dir, r.run.steps, metrics)
+
+
+def _dph_buffer(roles: "Roles", prompts: list[Prompt], sampling: SamplingConfig, r: Recipe, primary: str, run_dir: Path) -> list:
+    """The DPH-RL buffer: built once from the starting policy and kept in ``RUN/dph_buffer.pt`` (a resumed run
+    reads it back; its engines no longer hold the starting policy)."""
+    al = r.algorithm
+    if al.dph_divergence == "none" or al.dph_coef == 0:
+        return []
+    path = run_dir / "dph_buffer.pt"
+    if path.exists():
+        return torch.load(path, weights_only=False)
+    buf = build_dph_buffer(roles, prompts, step_sampling(sampling, r.run.seed, 0, 999), r, primary)
+    if not buf:
+        log.warning("DPH-RL: the starting policy solved none of its %d buffer prompts; the DPH term is off "
+                    "(raise algorithm.dph_prompts or use easier data)", al.dph_prompts)
+    torch.save(buf, path)
+    return buf
+
+
+def _one_step(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sampling: SamplingConfig, r: Recipe,
+              primary: str, pad_id: int, dph_buffer: list) -> dict[str, float]:
+    """One training step: prompts -> rollouts -> rewards -> advantages -> policy (and critic) update -> sync.
+    Returns the step's metrics."""
+    al = r.algorithm
+    t_step = time.perf_counter()
+    batch_prompts = [prompts[i] for i in sampler.next_batch()]
+
+    completions, scored, t_gen = roles.generate_and_score(batch_prompts, step_sampling(sampling, r.run.seed, step))
+
+    g = r.rollout.samples_per_prompt
+    # rollout metrics describe what the policy sampled (before any group selection, which reads too high)
+    step_metrics = rollout_metrics(completions, scored, r.pass_k, g, primary=primary)
+    rewards = shaped_rewards(completions, scored, r)  # [P, G]
+    if al.dynamic_sampling:
+        completions, scored, rewards, ds = refill_groups(roles, prompts, sampler, sampling, completions, scored, rewards, r, step)
+        step_metrics.update(ds)
+    batch = pack(completions, torch.zeros(len(completions)), pad_id, r.rollout.max_new_tokens)
+    if al.overlong_filter:  # DAPO: truncated samples carry no loss (and leave the token normaliser)
+        keep = overlong_mask(torch.tensor([c.truncated for c in completions]))  # [B]
+        batch = dataclasses.replace(batch, loss_mask=batch.loss_mask * keep.unsqueeze(-1))
+        step_metrics["response/filtered_frac"] = float(1.0 - keep.mean())
+    batch, critic_inputs, adv_metrics = form_advantages(roles, batch, rewards, r)  # [P, G] -> per seq/token
+    step_metrics.update(adv_metrics)
+
+    t0 = time.perf_counter()
+    dph = dph_batch(dph_buffer, step, r, pad_id)
+    calls = [t.call("train_step", batch, dph) for t in roles.trainers]
+    if critic_inputs is not None:  # the critic learns beside the policy, in its own process
+        calls.append(roles.critic.call("train_step", batch, critic_inputs["values"], critic_inputs["returns"]))
+    updates = roles.get(calls, None, "policy update")
+    train_stats = dict(updates[0])
+    if critic_inputs is not None:
+        train_stats.update({k: v for k, v in updates[-1].items() if not k.startswith("timing/")})
+    t_train = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    sync_stats = roles.sync(version=step)
+    t_sync = time.perf_counter() - t0
+    return {
+        **step_metrics,
+        **{k: v for k, v in train_stats.items() if k != "timing/train_inner_s"},
+        **sync_stats,
+        **t_gen,
+        "timing/train_s": t_train,
+        "timing/sync_s": t_sync,
+        "timing/step_s": time.perf_counter() - t_step,
+        "rollout/tokens_per_s": sum(len(c.token_ids) for c in completions) / max(t_gen["timing/rollout_s"], 1e-9),
+        "data/epoch": float(sampler.epoch),
+        "policy_version": float(step),
+    }
 
 
 def shaped_rewards(completions: list[Completion], scored: list, r: Recipe) -> torch.Tensor:
@@ -399,7 +600,7 @@ def shaped_rewards(completions: list[Completion], scored: list, r: Recipe) -> to
     return rewards.view(-1, g)
 
 
-def refill_groups(roles, prompts, sampler, sampling, completions, scored, rewards, r: Recipe):
+def refill_groups(roles, prompts, sampler, sampling, completions, scored, rewards, r: Recipe, step: int = 0):
     """DAPO dynamic sampling (Yu et al. 2025, sec. 3.2): drop groups whose rewards carry no signal (all equal, up to
     float noise) and generate more prompts' groups until P informative groups are at hand or
     ``algorithm.dynamic_sampling_max_rounds`` extra rounds are spent; a shortfall is filled with the first
@@ -408,7 +609,8 @@ def refill_groups(roles, prompts, sampler, sampling, completions, scored, reward
     p, g = rewards.shape
     comps, scs, rws, rounds = list(completions), list(scored), [rewards], 0
     while int(informative_groups(torch.cat(rws)).sum()) < p and rounds < r.algorithm.dynamic_sampling_max_rounds:
-        c2, s2, _ = roles.generate_and_score([prompts[i] for i in sampler.next_batch()], sampling)
+        c2, s2, _ = roles.generate_and_score([prompts[i] for i in sampler.next_batch()],
+                                             step_sampling(sampling, r.run.seed, step, rounds + 1))
         comps += c2
         scs += s2
         rws.append(shaped_rewards(c2, s2, r))

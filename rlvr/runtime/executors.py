@@ -22,7 +22,12 @@ log = logging.getLogger(__name__)
 
 
 class RoleError(RuntimeError):
-    """A call on a role (engine, reward worker, trainer rank) failed or timed out."""
+    """A call on a role (engine, reward worker, trainer rank) failed or timed out. ``role``: the role's name when
+    known; ``died``: True when its process is gone (a Ray actor died), so a new one may be started."""
+
+    def __init__(self, message: str, role: str | None = None, died: bool = False):
+        super().__init__(message)
+        self.role, self.died = role, died
 
 
 def free_port() -> int:
@@ -108,6 +113,10 @@ class LocalExecutor:
         except cf.TimeoutError:
             raise RoleError(f"{what}: not finished within {timeout_s:.0f}s") from None
 
+    def kill(self, handle: Handle) -> None:
+        """Errors: :class:`RoleError`: a role in this process cannot be killed and replaced."""
+        raise RoleError(f"the local executor cannot restart {handle.name}: use run.executor=ray", handle.name)
+
     def shutdown(self) -> None:
         for t in self._threads:
             t.shutdown(wait=False, cancel_futures=True)
@@ -162,7 +171,7 @@ class RayExecutor:
             except ray.exceptions.GetTimeoutError:
                 raise RoleError(f"{what}: {c.role}.{c.method} did not finish within {timeout_s:.0f}s") from None
             except ray.exceptions.RayActorError as e:
-                raise RoleError(f"{what}: the {c.role} actor died during {c.method}: {e}") from e
+                raise RoleError(f"{what}: the {c.role} actor died during {c.method}: {e}", c.role, died=True) from e
             except ray.exceptions.RayTaskError as e:
                 cause = e.cause if getattr(e, "cause", None) is not None else e
                 raise RoleError(f"{what}: {c.role}.{c.method} failed: {type(cause).__name__}: {cause}") from e
@@ -181,6 +190,14 @@ class RayExecutor:
                 raise RoleError(f"{what}: not finished within {timeout_s:.0f}s")
             i = pending.pop(ready[0])
             yield i, self.get([calls[i]], None, what)[0]
+
+    def kill(self, handle: Handle) -> None:
+        """Kill a role's actor (no Ray restart); the caller spawns its replacement."""
+        try:
+            self._ray.kill(handle._target, no_restart=True)
+        except Exception as e:  # already gone
+            log.debug("kill %s: %s", handle.name, e)
+        self._actors = [a for a in self._actors if a is not handle._target]
 
     def shutdown(self) -> None:
         for a in self._actors:

@@ -355,5 +355,51 @@ class PolicyWorker:
         tmp.rename(out_dir)
         return out_dir
 
+    # -- checkpoints -----------------------------------------------------------------------------------------------
+    def save_state(self, out_dir: str) -> str:
+        """Write this rank's share of a checkpoint under ``out_dir`` (every rank must call it):
+
+        - DeepSpeed: ``engine.save_checkpoint(out_dir, tag="ds")`` (module, fp32 master weights and optimizer
+          partitions, one file per rank; rank 0 writes ``latest``); torch: ``torch_state.pt`` (weights, AdamW);
+        - ``rng_rank{k}.json``: this rank's RNG states (DeepSpeed saves none);
+        - rank 0: the policy in Hugging Face format under ``out_dir/hf`` (what ``rlvr eval`` and vLLM load).
+        """
+        from rlvr.runtime.checkpoint import rng_state
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        client = {"version": self.version}
+        if self.ds:
+            self.engine.save_checkpoint(str(out), tag="ds", client_state=client)
+        elif self.rank == 0:
+            torch.save({"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(), **client},
+                       out / "torch_state.pt")
+        import json
+
+        (out / f"rng_rank{self.rank}.json").write_text(json.dumps(rng_state()))
+        self.save_pretrained(str(out / "hf"))
+        return str(out)
+
+    def load_state(self, ckpt_dir: str) -> int:
+        """Restore what :meth:`save_state` wrote (every rank); returns the policy version.
+        Errors: ``FileNotFoundError`` when this rank's files are missing (a checkpoint of another world size)."""
+        import json
+
+        from rlvr.runtime.checkpoint import set_rng_state
+
+        src = Path(ckpt_dir)
+        if self.ds:
+            path, client = self.engine.load_checkpoint(str(src), tag="ds")
+            if path is None:
+                raise FileNotFoundError(f"{src}: no DeepSpeed checkpoint (tag 'ds') for rank {self.rank}")
+            self.version = int(client["version"])
+        else:
+            state = torch.load(src / "torch_state.pt", map_location=self.device, weights_only=False)
+            self.module.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.version = int(state["version"])
+        set_rng_state(json.loads((src / f"rng_rank{self.rank}.json").read_text()))
+        return self.version
+
     def ping(self) -> bool:
         return True

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.algos import ADVANTAGES, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
+from rlvr.algos import ADVANTAGES, CRITIC_ADVANTAGES, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
 from rlvr.config import dump_yaml, load_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,6 +29,7 @@ ARXIV = {
     "cispo": "2506.13585",  # MiniMax-M1
     "passk": "2508.10751",  # Chen et al. 2025, Pass@k Training
     "pkpo": "2505.15201",  # Walder & Karkhanis 2025
+    "ppo": "1707.06347",  # Schulman et al. 2017
 }
 
 # (advantage, policy_loss, loss_agg, kl_coef, optimizer steps per rollout batch)
@@ -42,6 +43,7 @@ OBJECTIVE = {
     "cispo": ("grpo", "cispo", "token_mean", 0.0, 4),
     "passk": ("passk", "ppo_clip", "token_mean", 0.0, 1),
     "pkpo": ("pkpo", "ppo_clip", "token_mean", 0.0, 1),
+    "ppo": ("gae", "ppo_clip", "token_mean", 0.01, 1),
 }
 
 
@@ -54,9 +56,8 @@ def _header(path: Path) -> str:
     return "\n".join(lines)
 
 
-def test_one_recipe_per_method_and_no_ppo():
+def test_one_recipe_per_method():
     assert {p.stem for p in RECIPES} == set(ARXIV)
-    assert not (METHODS / "ppo.yaml").exists()  # PPO needs a learned critic (gae), not available yet
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
@@ -71,7 +72,7 @@ def test_recipe_loads_validates_and_round_trips(path, tmp_path):
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
 def test_recipe_names_are_registered(path):
     al = load_recipe(path).algorithm
-    assert al.advantage in ADVANTAGES
+    assert al.advantage in ADVANTAGES or al.advantage in CRITIC_ADVANTAGES
     assert al.policy_loss in POLICY_LOSSES
     assert al.loss_agg in LOSS_AGGREGATIONS
     assert al.kl_estimator in KL_ESTIMATORS
@@ -124,3 +125,11 @@ def test_other_method_values():
     assert (get("pkpo").passk_k, get("pkpo").pkpo_baseline) == (4, "loo_minus_one")
     for n in ("grpo", "dr_grpo", "rloo", "reinforce_pp", "passk", "pkpo"):
         assert (get(n).clip_low, get(n).clip_high) == (0.2, 0.2)
+
+
+def test_ppo_values():
+    r = load_recipe(METHODS / "ppo.yaml")
+    al = r.algorithm
+    assert (al.gamma, al.lam, al.value_clip, al.whiten_advantages) == (1.0, 0.95, 0.2, True)
+    assert (al.kl_penalty, al.kl_estimator, al.kl_coef) == ("reward", "k1", 0.01)
+    assert r.critic.path is None  # the critic starts from the policy's weights
