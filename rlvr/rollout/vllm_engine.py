@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import time
 
 from rlvr.rollout.base import checkpoint_shapes, set_threads
@@ -87,7 +88,8 @@ class VLLMEngine:
         if sampling.seed is not None:  # one seed per prompt: the same rollouts whatever the batch around them
             per_prompt = [params.clone() for _ in prompts]
             for sp, p in zip(per_prompt, prompts):
-                sp.seed = (sampling.seed * 7919 + p.index) % (2**31 - 1)
+                # vLLM seeds sample j with seed + j: spread the prompts' seeds so no two streams coincide
+                sp.seed = random.Random(sampling.seed * 2**32 + p.index).getrandbits(31)
             params = per_prompt
         outs = self.llm.generate(
             [{"prompt_token_ids": p.prompt_ids} for p in prompts], params, use_tqdm=False

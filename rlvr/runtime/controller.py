@@ -22,7 +22,8 @@ from rlvr.algos.dapo import informative_groups, overlong_mask, overlong_penalty,
 from rlvr.config import Recipe, dump_yaml
 from rlvr.metrics.passk import pass_at_k
 from rlvr.metrics.progress import Progress
-from rlvr.metrics.sinks import JsonlSink
+from rlvr.metrics.samples import print_sample_table, sample_rows
+from rlvr.metrics.sinks import make_sinks
 from rlvr.runtime.advantage_stage import build_dph_buffer, dph_batch, form_advantages, uses_critic
 from rlvr.runtime.executors import Handle, LocalExecutor, RayExecutor, Resources, RoleError, free_port, host_ip
 from rlvr.runtime.validation import run_validation, validation_prompts
@@ -77,6 +78,13 @@ def preflight(recipe: Recipe) -> None:
     from rlvr.reward.base import resolve_verifier
 
     check_model_name(recipe.model.path)
+    import importlib.util
+
+    packages = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
+    for backend in recipe.metrics.backends:
+        if importlib.util.find_spec(packages[backend]) is None:
+            raise ImportError(f"metrics.backends has {backend!r} but its package is not installed: "
+                              f"pip install 'rlvr[logging]' (or {packages[backend]}), or drop it from metrics.backends")
     for spec in recipe.reward.verifiers:
         resolve_verifier(spec.name)
     for key, source in (("data.source", recipe.data.source), ("validation.source", recipe.validation.source)):
@@ -450,6 +458,7 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
         state = ck.load_controller(resume_from)
         log.info("resuming from %s: step %d done, %d to go", resume_from, state.step, r.run.steps - state.step)
         _trim_metrics(run_dir / "metrics.jsonl", state.step)
+        _trim_metrics(run_dir / "samples.jsonl", state.step)
     ck.prune(run_dir, r.checkpoint.keep_last, r.checkpoint.best_metric, r.checkpoint.best_mode)  # crash leftovers
     sampler = PromptSampler(len(prompts), r.rollout.prompts_per_step, r.run.seed, r.data.shuffle)
     if state is not None:
@@ -463,9 +472,9 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
         top_k=r.rollout.top_k,
     )
     al = r.algorithm
-    sink = JsonlSink(run_dir / "metrics.jsonl")
+    sink = make_sinks(r, run_dir)  # RUN/metrics.jsonl + metrics.backends (TensorBoard, W&B, MLflow)
     first = state.step + 1 if state is not None else 1
-    progress = Progress(r.run.steps, enabled=r.metrics.progress)
+    progress = Progress(r.run.steps, enabled=r.metrics.progress, start_step=first - 1)
     t_start = time.perf_counter()
     roles = Roles(r, model_dir, run_dir, executor)
     log.info("roles up in %.1fs (sync over %s, %.3f GB per sync)", time.perf_counter() - t_start, roles.sync_backend, roles.sync_bytes / 1e9)
@@ -485,7 +494,12 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
         nonfinite_in_row = 0
         with _StopFlag() as stop:
             for step in range(first, r.run.steps + 1):
-                metrics = _one_step(step, roles, prompts, sampler, sampling, r, primary, pad_id, dph_buffer)
+                every_s = r.metrics.samples_every
+                metrics, rows = _one_step(step, roles, prompts, sampler, sampling, r, primary, pad_id, dph_buffer,
+                                          n_rows=r.metrics.samples_rows if every_s and step % every_s == 0 else 0)
+                if rows:  # the table before the step's metrics (W&B steps must not go backwards)
+                    sink.log_table(step, rows)
+                    print_sample_table(step, rows)
                 if val_every and (step % val_every == 0 or step == r.run.steps):
                     metrics.update(run_validation(roles, val_prompts, r, primary))
                 sink.log(step, metrics)
@@ -536,9 +550,10 @@ def _dph_buffer(roles: "Roles", prompts: list[Prompt], sampling: SamplingConfig,
 
 
 def _one_step(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sampling: SamplingConfig, r: Recipe,
-              primary: str, pad_id: int, dph_buffer: list) -> dict[str, float]:
+              primary: str, pad_id: int, dph_buffer: list, n_rows: int = 0) -> tuple[dict[str, float], list[dict]]:
     """One training step: prompts -> rollouts -> rewards -> advantages -> policy (and critic) update -> sync.
-    Returns the step's metrics."""
+    Returns the step's metrics and, when ``n_rows`` > 0, a table of that many sample rollouts
+    (:func:`rlvr.metrics.samples.sample_rows`: prompt, response, parsed answer, reward, reason)."""
     al = r.algorithm
     t_step = time.perf_counter()
     batch_prompts = [prompts[i] for i in sampler.next_batch()]
@@ -548,6 +563,7 @@ def _one_step(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sa
     g = r.rollout.samples_per_prompt
     # rollout metrics describe what the policy sampled (before any group selection, which reads too high)
     step_metrics = rollout_metrics(completions, scored, r.pass_k, g, primary=primary)
+    rows = sample_rows(batch_prompts, completions, scored, primary, n_rows) if n_rows else []
     rewards = shaped_rewards(completions, scored, r)  # [P, G]
     if al.dynamic_sampling:
         completions, scored, rewards, ds = refill_groups(roles, prompts, sampler, sampling, completions, scored, rewards, r, step)
@@ -585,7 +601,7 @@ def _one_step(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sa
         "rollout/tokens_per_s": sum(len(c.token_ids) for c in completions) / max(t_gen["timing/rollout_s"], 1e-9),
         "data/epoch": float(sampler.epoch),
         "policy_version": float(step),
-    }
+    }, rows
 
 
 def shaped_rewards(completions: list[Completion], scored: list, r: Recipe) -> torch.Tensor:

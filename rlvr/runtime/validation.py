@@ -1,22 +1,43 @@
-"""Validation during training: the current policy on held-out problems, n samples each.
+"""Sampled-evaluation metrics shared by validation during training and ``rlvr eval`` (:mod:`rlvr.evaluate`).
 
-Metrics (namespaced ``val/``): ``val/pass@k`` (the unbiased estimator of Chen et al. 2021, eq. 1, over each problem's
-n samples, averaged over problems), ``val/maj@n`` (majority vote over the n parsed answers: a problem counts when the
-most frequent parsed answer is a correct one; ties go to the answer seen first; samples with no parsed answer do not
-vote), ``val/mean@n`` (mean correctness of all samples = pass@1), ``val/reward_mean``, ``val/length_mean`` (tokens)
-and ``val/truncated_frac``. A sample is correct when the primary (first) verifier gives it full marks.
+A problem has n samples; sample j is *correct* when the primary (first) verifier gives it full marks (score >= 1)
+and has a *parsed* answer (the verifier's extraction, None when it found none). Per problem, for 1 <= k <= n:
+
+- ``pass@k``: the unbiased estimator of Chen et al. 2021, eq. 1 (:func:`rlvr.metrics.passk.pass_at_k`): the
+  probability that at least one of k samples drawn without replacement from the n is correct.
+- ``maj@k``: the expected correctness of a majority vote over k samples drawn uniformly without replacement from
+  the n (:func:`maj_at_k`; exact, no sampling). Votes: every correct sample votes for one answer, the gold (all
+  correct answers equal the gold, so ``12`` and ``12.0`` do not split the vote); a wrong sample votes for its
+  parsed text (exact string match); a wrong sample with no parsed answer abstains. The vote is correct when the
+  gold's count is the largest; a tie between t answers that include the gold counts 1/t (a uniformly random tie
+  break), nobody voting counts 0. Averaging over all k-subsets makes it an unbiased estimate of maj@k for k
+  fresh samples (a U-statistic), as pass@k is for pass@k; at k = n it is the vote over all n samples.
+- ``mean@k``: the expected fraction of correct samples among k drawn without replacement, which is c / n for
+  every k (a k-subset's mean has the n-sample mean as its expectation); equal to pass@1 and maj@1.
+
+Reported metrics are means over problems (normaliser: the number of problems P).
+
+Validation during training logs (namespaced ``val/``): ``val/pass@k`` for k = 1, powers of 2 below n, and n;
+``val/maj@n``; ``val/mean@n`` (= pass@1); ``val/reward_mean`` (mean weighted reward over all P x n samples);
+``val/length_mean`` (tokens per sample) and ``val/truncated_frac`` (fraction of samples cut by the token limit).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections import Counter
+from collections import Counter, defaultdict
+from fractions import Fraction
+from functools import lru_cache
+from math import comb
 from typing import Any, Sequence
 
 from rlvr.config import Recipe, default_ks
 from rlvr.metrics.passk import pass_at_k
 from rlvr.types import Prompt, SamplingConfig
+
+_GOLD = object()
+"""The vote of every correct sample (see the module docstring)."""
 
 
 def validation_prompts(recipe: Recipe, tokenizer: Any) -> list[Prompt]:
@@ -32,28 +53,123 @@ def validation_prompts(recipe: Recipe, tokenizer: Any) -> list[Prompt]:
     return prompts
 
 
+def _votes(parsed: Sequence[str | None], correct: Sequence[bool]) -> list[object | None]:
+    """Each sample's vote: ``_GOLD`` when correct, its parsed text when wrong, None (abstain) when wrong, unparsed."""
+    if len(parsed) != len(correct):
+        raise ValueError(f"parsed ({len(parsed)}) and correct ({len(correct)}) must be one per sample")
+    return [_GOLD if c else p for p, c in zip(parsed, correct)]
+
+
 def majority_correct(parsed: Sequence[str | None], correct: Sequence[bool]) -> bool:
-    """maj@n of one problem: is the most frequent parsed answer (first seen wins ties) a correct one?"""
-    votes = Counter(p for p in parsed if p is not None)
-    if not votes:
+    """One majority vote over all the samples given: is the most voted answer the gold?
+
+    Votes as in the module docstring (correct samples vote together for the gold); a tie goes to the answer
+    whose first vote comes first; no votes: False. This is the vote a reader would take over one list of
+    samples; the metric ``maj@k`` (:func:`maj_at_k`) breaks ties at random instead (its expectation equals this
+    rule's, averaged over the order of the samples). Errors: ``ValueError`` for lists of different lengths.
+    """
+    votes = _votes(parsed, correct)
+    counts = Counter(v for v in votes if v is not None)
+    if not counts:
         return False
-    top = max(votes.values())
-    winner = next(p for p in parsed if p is not None and votes[p] == top)
-    return any(c for p, c in zip(parsed, correct) if p == winner)
+    top = max(counts.values())
+    winner = next(v for v in votes if v is not None and counts[v] == top)
+    return winner is _GOLD
+
+
+def maj_at_k(parsed: Sequence[str | None], correct: Sequence[bool], k: int) -> float:
+    """maj@k of one problem: the expected correctness of the majority vote over k of its n samples, averaged over
+    all C(n, k) subsets drawn without replacement; a tie of t answers including the gold counts 1/t (module
+    docstring). Exact: counts subsets by a dynamic programme over answer classes, O(k^3 x answers) at worst.
+
+    Hand-worked (n = 4; answers 7 (correct), 5, 5, none): maj@1 = 1/4, maj@2 = 1/3, maj@3 = 1/4, maj@4 = 0.
+    Errors: ``ValueError`` unless 1 <= k <= n and the lists have one entry per sample.
+    """
+    votes = _votes(parsed, correct)
+    n = len(votes)
+    if not 1 <= k <= n:
+        raise ValueError(f"maj@k needs 1 <= k <= n; got k={k}, n={n}")
+    m_gold = sum(1 for v in votes if v is _GOLD)
+    wrong = Counter(v for v in votes if v is not None and v is not _GOLD)
+    m_abstain = sum(1 for v in votes if v is None)
+    return _expected_majority(m_gold, tuple(sorted(wrong.values())), m_abstain, k)
+
+
+@lru_cache(maxsize=4096)
+def _expected_majority(m_gold: int, wrong: tuple[int, ...], m_abstain: int, k: int) -> float:
+    """Sum over k-subsets of the vote's credit, divided by C(n, k) (n = m_gold + sum(wrong) + m_abstain).
+
+    For each x >= 1 gold votes in the subset: choose x of the m_gold; a DP over the wrong answers (class sizes
+    ``wrong``) counts the ways to draw s wrong votes with every class at most x, t classes exactly at x (ties);
+    the abstainers fill the remaining k - x - s. Credit of such a subset: 1 / (1 + t).
+    """
+    n = m_gold + sum(wrong) + m_abstain
+    total = Fraction(0)
+    for x in range(1, min(m_gold, k) + 1):
+        ways: dict[tuple[int, int], int] = {(0, 0): 1}  # (s wrong votes drawn, t classes tied at x) -> subsets
+        for m in wrong:
+            nxt: dict[tuple[int, int], int] = defaultdict(int)
+            for (s, t), w in ways.items():
+                for y in range(min(m, x, k - x - s) + 1):
+                    nxt[(s + y, t + (y == x))] += w * comb(m, y)
+            ways = nxt
+        for (s, t), w in ways.items():
+            rest = k - x - s
+            if 0 <= rest <= m_abstain:
+                total += Fraction(comb(m_gold, x) * w * comb(m_abstain, rest), 1 + t)
+    return float(total / comb(n, k))
+
+
+def problem_metrics(
+    correct: Sequence[Sequence[bool]], parsed: Sequence[Sequence[str | None]], ks: Sequence[int]
+) -> dict[str, list[float]]:
+    """Per-problem ``pass@k``, ``maj@k`` and ``mean@k`` (module docstring) for each k in ``ks``.
+
+    ``correct[p][j]``, ``parsed[p][j]``: sample j of problem p (P problems, n_p samples each; every k <= n_p).
+    Returns ``{"pass@k": [P], "maj@k": [P], "mean@k": [P]}`` for each k, keys ordered pass, maj, mean by k.
+    Errors: ``ValueError`` for no problems, mismatched lists, a problem without samples or a k > n_p.
+    """
+    if not correct or len(correct) != len(parsed):
+        raise ValueError(f"problem_metrics needs P >= 1 problems in both lists, got {len(correct)} and {len(parsed)}")
+    out: dict[str, list[float]] = {}
+    for name in ("pass", "maj", "mean"):
+        for k in ks:
+            out[f"{name}@{k}"] = []
+    for cor, par in zip(correct, parsed):
+        n, c = len(cor), sum(1 for x in cor if x)
+        if n == 0 or any(k > n for k in ks):
+            raise ValueError(f"a problem has {n} samples: every k in {list(ks)} must be in 1..{n}")
+        for k in ks:
+            out[f"pass@{k}"].append(pass_at_k(n, c, k))
+            out[f"maj@{k}"].append(maj_at_k(par, cor, k))
+            out[f"mean@{k}"].append(c / n)
+    return out
+
+
+def mean_over_problems(per_problem: dict[str, list[float]]) -> dict[str, float]:
+    """Each metric's mean over problems (normaliser: the number of problems P)."""
+    return {key: sum(vals) / len(vals) for key, vals in per_problem.items()}
 
 
 def validation_metrics(scored: list, completions: list, n: int, primary: str) -> dict[str, float]:
-    """``val/*`` metrics of P problems x n samples (prompt-major)."""
+    """``val/*`` metrics (module docstring) of P problems x n samples, prompt-major (``scored[p * n + j]``).
+
+    ``scored``: [P x n] :class:`rlvr.reward.pool.Scored`; ``completions``: [P x n] :class:`~rlvr.types.Completion`;
+    ``primary``: the verifier key whose full marks make a sample correct. Errors: ``ValueError`` when the
+    lists are empty or their length is not a multiple of n.
+    """
+    b = len(scored)
+    if b == 0 or b % n or len(completions) != b:
+        raise ValueError(f"validation_metrics needs P x n = {b} scores and as many completions (n = {n})")
     correct = [s.results[primary].score >= 1.0 for s in scored]
     parsed = [s.results[primary].parsed for s in scored]
-    b = len(scored)
     groups = range(0, b, n)
-    out: dict[str, float] = {
-        f"val/pass@{k}": sum(pass_at_k(n, sum(correct[i : i + n]), k) for i in groups) / len(groups)
-        for k in default_ks(n)
-    }
-    out[f"val/maj@{n}"] = sum(majority_correct(parsed[i : i + n], correct[i : i + n]) for i in groups) / len(groups)
-    out[f"val/mean@{n}"] = sum(correct) / b
+    ks = default_ks(n)
+    per = problem_metrics([correct[i : i + n] for i in groups], [parsed[i : i + n] for i in groups], ks)
+    means = mean_over_problems(per)
+    out = {f"val/pass@{k}": means[f"pass@{k}"] for k in ks}
+    out[f"val/maj@{n}"] = means[f"maj@{n}"]
+    out[f"val/mean@{n}"] = means[f"mean@{n}"]
     out["val/reward_mean"] = sum(s.reward for s in scored) / b
     out["val/length_mean"] = sum(len(c.token_ids) for c in completions) / b
     out["val/truncated_frac"] = sum(c.truncated for c in completions) / b

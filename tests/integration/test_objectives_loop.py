@@ -50,22 +50,22 @@ def test_ppo_with_critic_kl_in_reward_and_entropy_bonus(tmp_path):
 
 def test_dph_buffer_forward_kl_term(tmp_path):
     """DPH-RL with forward KL: the starting policy's samples (all "correct" under `non_empty`) fill the buffer;
-    the per-token term ``log pi_ref - log pi`` on them is ~0 while the policy is the starting one. Its gradient is
-    likelihood training on those samples, so after an update (coef 0.5, lr 1e-2) the policy gives them MORE
-    probability than pi_ref did: the term (measured on the same buffer) turns negative. A sign error would make it
-    positive."""
+    the per-token term ``log pi_ref - log pi`` on them is ~0 while the policy is the starting one. The reward is
+    `non_empty` alone, so (nearly) every group has equal rewards and zero advantages: the DPH term is the update.
+    Its gradient is likelihood training on the buffer, so after the update the policy gives those samples MORE
+    probability than pi_ref did and the term turns negative (a sign error would make it positive)."""
     from rlvr.runtime.controller import train
 
-    # the DPH buffer keeps samples the PRIMARY (first) verifier scores 1; make non_empty the primary
     recipe = load_recipe(TINY, [
         f"run.output_dir={tmp_path}", "run.steps=2", "run.executor=local", "trainer.backend=torch",
-        "trainer.lr=1e-2", "algorithm.dph_divergence=forward_kl", "algorithm.dph_coef=0.5",
-        "algorithm.dph_prompts=4", "algorithm.dph_batch=6", "run.save_final=false",
-        f"reward.verifiers=[{{name: '{SHAPING}:non_empty', weight: 0.0}}, {{name: '{SHAPING}:digit_share'}}]",
+        "trainer.lr=1e-3", "algorithm.dph_divergence=forward_kl", "algorithm.dph_coef=1.0",
+        "algorithm.dph_prompts=4", "algorithm.dph_batch=8", "run.save_final=false",
+        f"reward.verifiers=[{{name: '{SHAPING}:non_empty'}}]",
     ])  # fmt: skip
     rows = _rows(train(recipe).run_dir)
     assert abs(rows[0]["train/dph_div"]) < 1e-3
     assert rows[1]["train/dph_div"] < -1e-3
+    assert Path(tmp_path, "tiny_test", "dph_buffer.pt").exists()  # kept for a resumed run
 
 
 def _batch():

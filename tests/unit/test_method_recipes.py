@@ -30,6 +30,7 @@ ARXIV = {
     "passk": "2508.10751",  # Chen et al. 2025, Pass@k Training
     "pkpo": "2505.15201",  # Walder & Karkhanis 2025
     "ppo": "1707.06347",  # Schulman et al. 2017
+    "dph": "2509.07430",  # Li et al. 2025, DPH-RL
 }
 
 # (advantage, policy_loss, loss_agg, kl_coef, optimizer steps per rollout batch)
@@ -44,6 +45,7 @@ OBJECTIVE = {
     "passk": ("passk", "ppo_clip", "token_mean", 0.0, 1),
     "pkpo": ("pkpo", "ppo_clip", "token_mean", 0.0, 1),
     "ppo": ("gae", "ppo_clip", "token_mean", 0.01, 1),
+    "dph": ("grpo", "ppo_clip", "token_mean", 0.0, 1),
 }
 
 
@@ -133,3 +135,8 @@ def test_ppo_values():
     assert (al.gamma, al.lam, al.value_clip, al.whiten_advantages) == (1.0, 0.95, 0.2, True)
     assert (al.kl_penalty, al.kl_estimator, al.kl_coef) == ("reward", "k1", 0.01)
     assert r.critic.path is None  # the critic starts from the policy's weights
+
+
+def test_dph_values():
+    al = load_recipe(METHODS / "dph.yaml").algorithm
+    assert (al.dph_divergence, al.dph_coef, al.dph_prompts, al.dph_batch) == ("js", 0.1, 32, 16)

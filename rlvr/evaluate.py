@@ -1,0 +1,626 @@
+"""``rlvr eval MODEL --data SET [SET ...]``: sampled evaluation of a model on data sets with gold answers.
+
+The model (an embedded name such as ``smollm2-135m-instruct``, a local Hugging Face folder such as a run's
+``RUN/final``, or a hub id) is loaded once in this process by the rollout engine (:class:`~rlvr.rollout.vllm_engine.
+VLLMEngine`; ``--engine hf``: :class:`~rlvr.rollout.hf_engine.HFEngine`), samples n responses per problem, and the
+verifier pool (:class:`~rlvr.reward.pool.ScoringPool`: worker processes, a hard time limit per sample) scores them,
+exactly as in training. No Ray.
+
+Data sets: a preset name (:data:`PRESETS`: the copies in ``data/``, test split), a local ``.jsonl`` / ``.json`` /
+``.parquet`` file, or a ``datasets`` name (``--split``). ``--limit N`` keeps the first N rows in file order (a fixed,
+reproducible subset); rows whose gold the verifier cannot parse are then dropped and counted (case V15), as are
+prompts longer than ``--max-prompt-tokens`` (or than the model's context minus ``--max-new-tokens``).
+
+Metrics (:mod:`rlvr.runtime.validation`, shared with validation during training): for every k in 1..n, ``pass@k``
+(Chen et al. 2021, eq. 1), ``maj@k`` (the exact expected majority vote over k-subsets, random tie break) and
+``mean@k`` (= c / n for every k), each a mean over problems (normaliser P) with a 95% percentile-bootstrap
+interval over problems (:func:`rlvr.metrics.intervals.bootstrap_ci`, 1000 resamples, seed 0). Reported per data
+set and ``overall``: pooled over the problems of all sets (each problem weighs the same, so a big set weighs
+more; the interval resamples the pooled problems).
+
+Outputs in ``--output`` (default ``evals/<model>``, ``-2``, ``-3`` ... when taken): ``results.json`` (settings,
+metrics with intervals, counts, timings; :func:`evaluate` returns the same dict), ``samples.jsonl`` (one line per
+sample: data set, row index, id, prompt, response, gold, parsed answer, score, correct, reason, finish reason,
+tokens), and a table on the console.
+
+Temperature 1.0 by default: the model's own sampling distribution, the one RL trains and training validation
+samples from, so these numbers match ``val/pass@k``; pass@k and maj@k for k > 1 need diverse samples. ``0`` is
+greedy decoding (vLLM with ``--n 1`` only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TextIO
+
+from rlvr.config import DataConfig, RecipeError, VerifierSpec
+from rlvr.metrics.intervals import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CONFIDENCE, bootstrap_ci
+from rlvr.runtime.validation import mean_over_problems, problem_metrics
+from rlvr.types import Completion, Prompt, SamplingConfig
+
+log = logging.getLogger("rlvr.eval")
+
+BOXED_TEMPLATE = "{question}\nPlease reason step by step, and put your final answer within \\boxed{}."
+"""Default user message: the instruction the training recipes use (the ``math`` verifier reads the last box)."""
+SCORER_MEMORY_MB = 4096
+"""Address-space limit of each scoring process (MiB), as the recipe default ``reward.memory_mb``."""
+ID_FIELDS = ("id", "ID", "unique_id", "task_id", "idx")
+"""Row fields copied as the problem ``id`` into ``samples.jsonl`` (the first one present)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalSet:
+    """A data set to evaluate: where its rows are and how to read them (fields as in :class:`~rlvr.config.DataConfig`;
+    ``question`` may be a template over fields)."""
+
+    name: str
+    source: str
+    question: str = "question"
+    answer: str = "answer"
+    answer_format: Literal["raw", "gsm8k"] = "raw"
+    verifier: str = "math"
+    verifier_args: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def verifier_spec(self) -> VerifierSpec:
+        return VerifierSpec(name=self.verifier, args=self.verifier_args)
+
+
+PRESETS: dict[str, EvalSet] = {
+    "gsm8k": EvalSet(name="gsm8k", source="data/gsm8k/test.jsonl", answer_format="gsm8k"),
+    "svamp": EvalSet(name="svamp", source="data/svamp/test.jsonl", question="{Body} {Question}", answer="Answer"),
+    "math500": EvalSet(name="math500", source="data/math500/test.jsonl", question="problem"),
+    "aime24": EvalSet(name="aime24", source="data/aime24/test.jsonl", question="problem"),
+    "aime25": EvalSet(name="aime25", source="data/aime25/test.jsonl", question="problem"),
+    "amc23": EvalSet(name="amc23", source="data/amc23/test.jsonl", question="problem"),
+}
+"""Named data sets: the copies in ``data/`` (see ``data/README.md``), all scored by the ``math`` verifier (boxed
+answer, else an answer marker, else the last number; math-verify equivalence)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalConfig:
+    """Settings of one ``rlvr eval`` run (the command-line flags of the same names)."""
+
+    model: str
+    data: tuple[str, ...]
+    n: int = 8
+    """Samples per problem; metrics are reported for every k in 1..n."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 512
+    limit: int | None = None
+    """The first N rows of each data set, in file order (None: all)."""
+    seed: int = 0
+    """Engine seed (vLLM: the engine's sampler; HF: torch). Same seed, engine and machine: same samples."""
+    engine: Literal["vllm", "hf"] = "vllm"
+    dtype: Literal["bfloat16", "float32", "float16"] = "bfloat16"
+    output: str | None = None
+    prompt_template: str = BOXED_TEMPLATE
+    system_prompt: str | None = None
+    chat_template: bool = True
+    max_prompt_tokens: int = 1024
+    split: str = "test"
+    """Split for ``datasets`` names (presets and files have one split)."""
+    question_field: str | None = None
+    """Question field (or a template such as ``{Body} {Question}``) of the sets that are not presets (None:
+    ``question``); the same for ``answer_field`` (None: ``answer``), ``answer_format`` (None: ``raw``) and
+    ``verifier`` (None: ``math``). Presets keep their own (:func:`resolve_sets`)."""
+    answer_field: str | None = None
+    answer_format: Literal["raw", "gsm8k"] | None = None
+    verifier: str | None = None
+    verifier_args: dict[str, Any] = field(default_factory=dict)
+    """Constructor arguments of ``verifier`` (sets that are not presets)."""
+    workers: int = 2
+    """Scoring worker processes."""
+    timeout_s: float = 10.0
+    """Hard limit per sample's scoring (seconds); over it the sample scores 0 (``timeout``)."""
+    kv_cache_gib: float = 2.0
+    threads: int = 1
+    """torch threads of the engine (one: measured faster than two on a busy 2-core machine, DESIGN.md)."""
+    batch_prompts: int = 32
+    """Prompts per engine call (progress is logged and samples are written after each)."""
+    bootstrap_resamples: int = BOOTSTRAP_RESAMPLES
+    bootstrap_seed: int = BOOTSTRAP_SEED
+
+    def check(self) -> None:
+        """Errors: ``ValueError`` naming the flag for a value out of range."""
+        errs = []
+        if not self.data:
+            errs.append("--data: name at least one data set (" + ", ".join(PRESETS) + ", or a file)")
+        if self.n < 1 or self.max_new_tokens < 1 or self.max_prompt_tokens < 1 or self.batch_prompts < 1:
+            errs.append("--n, --max-new-tokens, --max-prompt-tokens and --batch-prompts must be >= 1")
+        if self.limit is not None and self.limit < 1:
+            errs.append(f"--limit {self.limit}: must be >= 1")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            errs.append("--temperature must be >= 0 (0: greedy) and --top-p in (0, 1]")
+        if self.temperature == 0 and (self.engine == "hf" or self.n != 1):
+            errs.append("--temperature 0 (greedy decoding) gives one answer per problem: it needs --n 1 and "
+                        "--engine vllm (the hf engine always samples)")
+        if self.workers < 1 or not self.timeout_s > 0 or self.bootstrap_resamples < 1:
+            errs.append("--workers and --bootstrap-resamples must be >= 1, --timeout > 0")
+        if "{question}" not in self.prompt_template:
+            errs.append("--prompt-template must contain {question}")
+        if errs:
+            raise ValueError("; ".join(errs))
+
+
+# ------------------------------------------------------------------------------------------------------
+# data
+
+
+def resolve_sets(cfg: EvalConfig) -> list[EvalSet]:
+    """The :class:`EvalSet` of each ``cfg.data`` entry; repeated names get ``#2``, ``#3``.
+
+    A preset name (:data:`PRESETS`) is taken as it is: its fields and verifier are fixed (to change them, give
+    its file, e.g. ``data/gsm8k/test.jsonl``). Anything else is a file or a ``datasets`` name, read with
+    ``cfg.question_field`` / ``answer_field`` / ``answer_format`` / ``verifier`` (defaults ``question``,
+    ``answer``, ``raw``, ``math``) and labelled by its file name (``folder/test`` for ``test.jsonl`` and the like).
+
+    Errors: ``FileNotFoundError`` for a path-like entry (``.jsonl``, ``.json``, ``.parquet``, or starting with
+    ``.``, ``/``, ``~``) that exists nowhere; the message names the presets.
+    """
+    from rlvr.data.datasets import resolve_data_path
+
+    sets, seen = [], Counter()
+    for entry in cfg.data:
+        if entry in PRESETS:
+            es = PRESETS[entry]
+        else:
+            path = resolve_data_path(entry)
+            if path is None and (entry.endswith((".jsonl", ".json", ".parquet")) or entry.startswith((".", "/", "~"))):
+                raise FileNotFoundError(
+                    f"--data {entry!r}: no such file (relative paths are tried from the working directory, then "
+                    f"from the rlvr repository); presets: {', '.join(PRESETS)}"
+                )
+            label = Path(entry).stem if path is not None else entry
+            if path is not None and path.is_file() and label in ("test", "train", "validation", "dev"):
+                label = f"{path.parent.name}/{label}"
+            es = EvalSet(
+                name=label, source=entry, question=cfg.question_field or "question",
+                answer=cfg.answer_field or "answer", answer_format=cfg.answer_format or "raw",
+                verifier=cfg.verifier or "math",
+                verifier_args=dict(cfg.verifier_args),
+            )  # fmt: skip
+        seen[es.name] += 1
+        if seen[es.name] > 1:
+            es = dataclasses.replace(es, name=f"{es.name}#{seen[es.name]}")
+        sets.append(es)
+    return sets
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadedSet:
+    """A data set's prompts: ``prompts[i].index == i``; ``file_rows[i]`` the row's position in the source (from 0)."""
+
+    spec: EvalSet
+    prompts: list[Prompt]
+    file_rows: list[int]
+    counts: dict[str, int]
+    """``rows`` read, ``bad_gold`` dropped, ``too_long`` dropped, ``problems`` kept."""
+
+
+def data_config(es: EvalSet, cfg: EvalConfig, prompt_limit: int) -> DataConfig:
+    """The :class:`~rlvr.config.DataConfig` that reads ``es`` with the config's template and limits."""
+    return DataConfig(
+        source=es.source, split=cfg.split, question=es.question, answer=es.answer, answer_format=es.answer_format,
+        prompt_template=cfg.prompt_template, system_prompt=cfg.system_prompt, chat_template=cfg.chat_template,
+        max_prompt_tokens=prompt_limit, limit=cfg.limit, shuffle=False,
+    )  # fmt: skip
+
+
+def load_set(es: EvalSet, cfg: EvalConfig, tokenizer: Any, prompt_limit: int) -> LoadedSet:
+    """Read, gold-check (drop), template and length-filter one data set (:mod:`rlvr.data.datasets`).
+
+    Errors: those of :func:`rlvr.data.load_rows` / :func:`~rlvr.data.build_prompts` (``ValueError``,
+    ``FileNotFoundError``) and :class:`~rlvr.config.RecipeError` when no row has a usable gold.
+    """
+    from rlvr.data import build_prompts, load_rows
+    from rlvr.reward.golds import check_golds
+
+    dc = data_config(es, cfg, prompt_limit)
+    try:
+        rows = load_rows(dc, cfg.seed)
+    except ValueError as e:
+        if "data." not in str(e):
+            raise
+        raise ValueError(f"--data {es.source}: {e} (here data.question is --question-field, data.answer "
+                         "--answer-field, data.answer_format --answer-format)") from e  # fmt: skip
+    for i, r in enumerate(rows):
+        r["file_row"] = i
+    kept, report = check_golds(rows, [es.verifier_spec], "drop")
+    prompts, too_long = build_prompts(kept, tokenizer, dc)
+    file_rows = [kept[p.index]["file_row"] for p in prompts]
+    prompts = [dataclasses.replace(p, index=i) for i, p in enumerate(prompts)]
+    counts = {"rows": len(rows), "bad_gold": len(report.bad), "too_long": too_long, "problems": len(prompts)}
+    return LoadedSet(spec=es, prompts=prompts, file_rows=file_rows, counts=counts)
+
+
+def context_limit(model_dir: str) -> int | None:
+    """The model's longest sequence (``max_position_embeddings`` of its config), None when it declares none."""
+    from transformers import AutoConfig
+
+    conf = AutoConfig.from_pretrained(model_dir)
+    conf = getattr(conf, "text_config", None) or conf
+    value = getattr(conf, "max_position_embeddings", None)
+    return int(value) if value else None
+
+
+# ------------------------------------------------------------------------------------------------------
+# metrics
+
+
+def metric_table(per_problem: dict[str, list[float]], cfg: EvalConfig) -> dict[str, dict[str, Any]]:
+    """``{metric: {"value": mean over problems, "ci": [low, high]}}`` from per-problem values [P] per metric.
+
+    The interval: :func:`rlvr.metrics.intervals.bootstrap_ci` over problems (all metrics on the same resamples).
+    """
+    import numpy as np
+
+    names = list(per_problem)
+    values = np.array([per_problem[k] for k in names], dtype=np.float64).T  # [P, M]
+    low, high = bootstrap_ci(values, resamples=cfg.bootstrap_resamples, seed=cfg.bootstrap_seed)
+    means = mean_over_problems(per_problem)
+    return {k: {"value": means[k], "ci": [float(low[i]), float(high[i])]} for i, k in enumerate(names)}
+
+
+def sample_stats(completions: list[Completion], scored: list, key: str) -> dict[str, Any]:
+    """Counts over the B samples of a set (fractions: normaliser B): ``samples``, ``score_mean`` (mean score of the
+    verifier), ``length_mean`` (generated tokens), ``truncated_frac`` (stopped by ``--max-new-tokens``),
+    ``no_answer_frac``, ``timeout_frac``, and ``reasons`` (reason kind -> samples; ``correct`` for full marks)."""
+    from rlvr.verify_cli import reason_key
+
+    b = len(scored)
+    reasons = Counter(reason_key(s.results[key].reason) for s in scored)
+    return {
+        "samples": b,
+        "score_mean": sum(s.results[key].score for s in scored) / b,
+        "length_mean": sum(len(c.token_ids) for c in completions) / b,
+        "truncated_frac": sum(c.truncated for c in completions) / b,
+        "no_answer_frac": reasons.get("no_answer", 0) / b,
+        "timeout_frac": reasons.get("timeout", 0) / b,
+        "reasons": dict(reasons.most_common()),
+    }
+
+
+# ------------------------------------------------------------------------------------------------------
+# running
+
+
+def _engine(cfg: EvalConfig, model_dir: str, max_model_len: int) -> Any:
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # as the training roles: per-weight dtype warnings
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if cfg.engine == "vllm":
+        from rlvr.rollout.vllm_engine import VLLMEngine
+
+        return VLLMEngine(model_dir, dtype=cfg.dtype, max_model_len=max_model_len, seed=cfg.seed,
+                          kv_cache_gib=cfg.kv_cache_gib, threads=cfg.threads)  # fmt: skip
+    from rlvr.rollout.hf_engine import HFEngine
+
+    return HFEngine(model_dir, dtype=cfg.dtype, max_model_len=max_model_len, seed=cfg.seed, threads=cfg.threads)
+
+
+def sample_record(ls: LoadedSet, p: Prompt, c: Completion, s: Any, key: str) -> dict[str, Any]:
+    """One ``samples.jsonl`` line (module docstring)."""
+    r = s.results[key]
+    pid = next((p.row[f] for f in ID_FIELDS if f in p.row), None)
+    return {
+        "dataset": ls.spec.name, "row": ls.file_rows[p.index], "id": pid, "sample": c.sample_index,
+        "prompt": p.text, "response": c.text, "gold": p.gold, "parsed": r.parsed, "score": r.score,
+        "correct": r.score >= 1.0, "reason": r.reason, "finish_reason": c.finish_reason, "tokens": len(c.token_ids),
+    }  # fmt: skip
+
+
+def run_set(engine: Any, pool: Any, ls: LoadedSet, cfg: EvalConfig, out: TextIO) -> dict[str, Any]:
+    """Generate n samples per problem in batches of ``cfg.batch_prompts``, score them, write their lines to ``out``.
+
+    Returns the set's entry of ``results.json``: counts, ``metrics`` (every k in 1..n, with intervals),
+    ``stats`` (:func:`sample_stats`), ``timing`` (``generate_s``, ``score_s``, ``tokens``, ``tokens_per_s``,
+    ``seconds_per_problem``: generation + scoring seconds / P) and ``per_problem`` lists for pooling.
+    """
+    sampling = SamplingConfig(n=cfg.n, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
+    key = pool.keys[0]
+    completions: list[Completion] = []
+    scored: list = []
+    t_gen = t_score = 0.0
+    prompts = ls.prompts
+    for start in range(0, len(prompts), cfg.batch_prompts):
+        chunk = prompts[start : start + cfg.batch_prompts]
+        t0 = time.perf_counter()
+        comps = engine.generate(chunk, sampling)  # [len(chunk) x n], prompt-major
+        t1 = time.perf_counter()
+        res = pool.score([c.text for c in comps], [prompts[c.prompt_index].gold for c in comps],
+                         [prompts[c.prompt_index].row for c in comps])  # fmt: skip
+        t_gen, t_score = t_gen + t1 - t0, t_score + time.perf_counter() - t1
+        records = (sample_record(ls, prompts[c.prompt_index], c, s, key) for c, s in zip(comps, res))
+        out.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+        out.flush()
+        completions += comps
+        scored += res
+        done, tokens = start + len(chunk), sum(len(c.token_ids) for c in completions)
+        log.info("%s: %d/%d problems, %d tokens, %.0f tokens/s", ls.spec.name, done, len(prompts), tokens,
+                 tokens / max(t_gen, 1e-9))  # fmt: skip
+    correct = [[s.results[key].score >= 1.0 for s in scored[i : i + cfg.n]] for i in range(0, len(scored), cfg.n)]
+    parsed = [[s.results[key].parsed for s in scored[i : i + cfg.n]] for i in range(0, len(scored), cfg.n)]
+    per = problem_metrics(correct, parsed, range(1, cfg.n + 1))
+    tokens = sum(len(c.token_ids) for c in completions)
+    return {
+        "source": ls.spec.source, "question_field": ls.spec.question, "answer_field": ls.spec.answer,
+        "answer_format": ls.spec.answer_format, "verifier": ls.spec.verifier, "verifier_args": ls.spec.verifier_args,
+        **ls.counts,
+        "metrics": metric_table(per, cfg),
+        "stats": sample_stats(completions, scored, key),
+        "timing": {"generate_s": t_gen, "score_s": t_score, "tokens": tokens, "tokens_per_s": tokens / max(t_gen, 1e-9),
+                   "seconds_per_problem": (t_gen + t_score) / len(prompts)},
+        "per_problem": per,
+    }  # fmt: skip
+
+
+def model_label(model: str) -> str:
+    """A short name of the model for the output folder: ``smollm2-135m-instruct``, ``org/name`` -> ``name``, a
+    run's ``RUN/final`` -> ``RUN-final``."""
+    path = Path(model.rstrip("/"))
+    return f"{path.parent.name}-{path.name}" if path.name == "final" and path.parent.name else path.name
+
+
+def make_output_dir(cfg: EvalConfig) -> Path:
+    """Create the output folder: ``cfg.output``, else ``evals/<model label>`` (``-2``, ``-3`` ... when taken).
+
+    Errors: ``FileExistsError`` when ``cfg.output`` already holds ``results.json`` or ``samples.jsonl``.
+    """
+    if cfg.output:
+        out = Path(cfg.output)
+        taken = [f for f in ("results.json", "samples.jsonl") if (out / f).exists()]
+        if taken:
+            raise FileExistsError(f"--output {out}: already holds {', '.join(taken)}; choose another folder")
+    else:
+        base = Path("evals") / model_label(cfg.model)
+        out, i = base, 1
+        while out.exists():
+            i += 1
+            out = base.with_name(f"{base.name}-{i}")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _settings(cfg: EvalConfig, model_dir: str, prompt_limit: int, max_model_len: int) -> dict[str, Any]:
+    return {
+        **dataclasses.asdict(cfg),
+        "model_dir": model_dir,
+        "prompt_token_limit": prompt_limit,
+        "max_model_len": max_model_len,
+        "ks": list(range(1, cfg.n + 1)),
+        "interval": {"level": CONFIDENCE, "method": "percentile bootstrap over problems (Efron & Tibshirani 1993, "
+                     "ch. 13.3)", "resamples": cfg.bootstrap_resamples, "seed": cfg.bootstrap_seed},
+        "definitions": {
+            "pass@k": "unbiased estimator of Chen et al. 2021 eq. 1, mean over problems",
+            "maj@k": "expected correctness of a majority vote over a random k-subset of the n samples (correct "
+                     "samples vote together for the gold, unparsed wrong ones abstain, ties credit 1/t), "
+                     "mean over problems",
+            "mean@k": "fraction of correct samples (c / n, the same for every k), mean over problems",
+            "overall": "pooled over the problems of all data sets (each problem weighs the same)",
+        },
+    }  # fmt: skip
+
+
+def _timing(datasets: dict[str, Any], engine_s: float, total_s: float) -> dict[str, float]:
+    """Run timing: seconds to start the engine, to generate and to score (all sets), generated tokens per second
+    of generation, seconds of generation + scoring per problem (normaliser: all problems), and the total."""
+    gen = sum(d["timing"]["generate_s"] for d in datasets.values())
+    score = sum(d["timing"]["score_s"] for d in datasets.values())
+    tokens = sum(d["timing"]["tokens"] for d in datasets.values())
+    problems = sum(d["problems"] for d in datasets.values())
+    return {"engine_start_s": engine_s, "generate_s": gen, "score_s": score, "tokens_per_s": tokens / max(gen, 1e-9),
+            "seconds_per_problem": (gen + score) / problems, "total_s": total_s}  # fmt: skip
+
+
+def evaluate(cfg: EvalConfig) -> dict[str, Any]:
+    """Run ``rlvr eval`` (module docstring): load the sets, sample, score, write ``results.json`` and
+    ``samples.jsonl`` into the output folder; return the results (``results["files"]`` names the files).
+
+    Errors: ``ValueError`` for bad settings, a context too short for ``--max-new-tokens`` or data errors;
+    ``FileNotFoundError`` for a missing data file; ``KeyError`` / ``ImportError`` for a verifier name that does not
+    resolve; :class:`~rlvr.config.RecipeError` when a set has no usable gold; ``FileExistsError`` (output taken);
+    ``RuntimeError`` when the scoring workers cannot start.
+    """
+    from transformers import AutoTokenizer
+
+    from rlvr.models import resolve_model
+    from rlvr.reward.base import resolve_verifier
+    from rlvr.reward.pool import ScoringPool
+
+    cfg.check()
+    t_start = time.perf_counter()
+    sets = resolve_sets(cfg)
+    for es in sets:
+        resolve_verifier(es.verifier)  # a bad name fails before the model loads
+    model_dir = resolve_model(cfg.model)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    ctx = context_limit(model_dir)
+    prompt_limit = cfg.max_prompt_tokens if ctx is None else min(cfg.max_prompt_tokens, ctx - cfg.max_new_tokens)
+    if prompt_limit < 1:
+        raise ValueError(f"--max-new-tokens {cfg.max_new_tokens} leaves no room for a prompt in the model's "
+                         f"{ctx}-token context: lower it")  # fmt: skip
+    loaded = [load_set(es, cfg, tok, prompt_limit) for es in sets]
+    max_model_len = max(len(p.prompt_ids) for ls in loaded for p in ls.prompts) + cfg.max_new_tokens
+    out_dir = make_output_dir(cfg)
+    files = {"results": str(out_dir / "results.json"), "samples": str(out_dir / "samples.jsonl")}
+    t0 = time.perf_counter()
+    engine = _engine(cfg, model_dir, max_model_len)
+    engine_s = time.perf_counter() - t0
+    datasets: dict[str, Any] = {}
+    pools: dict[str, Any] = {}
+    try:
+        with open(files["samples"], "w", encoding="utf-8") as out:
+            for ls in loaded:
+                key = json.dumps([ls.spec.verifier, ls.spec.verifier_args], sort_keys=True)
+                if key not in pools:  # one pool per distinct verifier, started when first needed
+                    pools[key] = ScoringPool([ls.spec.verifier_spec], cfg.workers, cfg.timeout_s, SCORER_MEMORY_MB)
+                datasets[ls.spec.name] = run_set(engine, pools[key], ls, cfg, out)
+    finally:
+        for pool in pools.values():
+            pool.close()
+        del engine
+    keys = next(iter(datasets.values()))["per_problem"]
+    per = {k: [v for d in datasets.values() for v in d["per_problem"][k]] for k in keys}  # pooled problems
+    overall = {
+        "problems": sum(d["problems"] for d in datasets.values()),
+        "samples": sum(d["stats"]["samples"] for d in datasets.values()),
+        "metrics": metric_table(per, cfg),
+    }
+    for d in datasets.values():
+        d.pop("per_problem")
+    results = {
+        "model": cfg.model,
+        "settings": _settings(cfg, model_dir, prompt_limit, max_model_len),
+        "datasets": datasets,
+        "overall": overall,
+        "timing": _timing(datasets, engine_s, time.perf_counter() - t_start),
+        "files": files,
+    }
+    Path(files["results"]).write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return results
+
+
+# ------------------------------------------------------------------------------------------------------
+# console
+
+
+def _cell(m: dict[str, Any]) -> str:
+    lo, hi = m["ci"]
+    return f"{m['value']:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def results_table(results: dict[str, Any]) -> Any:
+    """A ``rich`` table: one row per metric (pass@k and maj@k for k = 1, powers of 2 and n; mean@n; sample
+    stats), one column per data set, and ``overall`` when there are several sets."""
+    from rich.table import Table
+
+    from rlvr.config import default_ks
+
+    n = results["settings"]["n"]
+    cols = dict(results["datasets"])
+    if len(cols) > 1:
+        cols["overall (pooled)"] = results["overall"]
+    st = results["settings"]
+    iv = st["interval"]
+    table = Table(
+        title=f"rlvr eval {results['model']}",
+        caption=f"n={n} samples per problem, temperature {st['temperature']}, max {st['max_new_tokens']} new tokens; "
+        f"value [{round(100 * iv['level'])}% interval: bootstrap over problems, {iv['resamples']} resamples]",
+    )
+    table.add_column("metric")
+    for name in cols:
+        table.add_column(name, justify="right")
+    table.add_row("problems", *[str(c["problems"]) for c in cols.values()])
+    metrics = [f"pass@{k}" for k in default_ks(n)] + [f"maj@{k}" for k in default_ks(n) if k > 1] + [f"mean@{n}"]
+    for m in metrics:
+        table.add_row(m, *[_cell(c["metrics"][m]) for c in cols.values()])
+    sets = list(results["datasets"].values())
+    stats = [("mean length (tokens)", "length_mean", "{:.1f}"), ("truncated", "truncated_frac", "{:.1%}"),
+             ("no answer", "no_answer_frac", "{:.1%}")]  # fmt: skip
+    for label, key, fmt in stats:
+        table.add_row(label, *[fmt.format(d["stats"][key]) for d in sets], *([""] if len(cols) > len(sets) else []))
+    table.add_row("seconds / problem", *[f"{d['timing']['seconds_per_problem']:.2f}" for d in sets],
+                  *([""] if len(cols) > len(sets) else []))  # fmt: skip
+    return table
+
+
+# ------------------------------------------------------------------------------------------------------
+# command line
+
+
+def add_eval_parser(sub: Any) -> None:
+    """Register the ``eval`` subcommand on an ``argparse`` subparsers object (see :func:`cmd_eval`)."""
+    d = EvalConfig(model="", data=())
+    p = sub.add_parser("eval", help="evaluate a model on data sets: pass@k, maj@k, mean@k with 95% intervals")
+    p.add_argument("model", help="embedded name (smollm2-135m-instruct, tiny-random), a local folder (RUN/final) "
+                   "or a hub id")
+    p.add_argument("--data", nargs="+", action="extend", required=True, metavar="SET",
+                   help=f"presets {', '.join(PRESETS)}, a .jsonl/.json/.parquet file, or a datasets name; repeatable")
+    p.add_argument("--n", type=int, default=d.n, help=f"samples per problem (default {d.n})")
+    p.add_argument("--temperature", type=float, default=d.temperature,
+                   help="sampling temperature (default 1.0: the policy's own distribution, as in training "
+                   "validation; 0: greedy)")
+    p.add_argument("--top-p", type=float, default=d.top_p)
+    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help=f"(default {d.max_new_tokens})")
+    p.add_argument("--limit", type=int, default=None, help="the first N rows of each set, in file order")
+    p.add_argument("--seed", type=int, default=d.seed, help="engine seed (default 0)")
+    p.add_argument("--engine", choices=["vllm", "hf"], default=d.engine)
+    p.add_argument("--dtype", choices=["bfloat16", "float32", "float16"], default=d.dtype)
+    p.add_argument("--output", "-o", default=None, help="output folder (default evals/<model>)")
+    p.add_argument("--prompt-template", default=d.prompt_template, help="user message with {question} (default: "
+                   "the question + 'Please reason step by step, and put your final answer within \\boxed{}.')")
+    p.add_argument("--system-prompt", default=None)
+    p.add_argument("--no-chat-template", dest="chat_template", action="store_false", help="raw prompt text")
+    p.add_argument("--max-prompt-tokens", type=int, default=d.max_prompt_tokens, help="longer prompts are dropped")
+    p.add_argument("--split", default=d.split, help="split of a datasets name (default test)")
+    p.add_argument("--question-field", default=None,
+                   help="file sets: question field or template, e.g. '{Body} {Question}' (default question)")
+    p.add_argument("--answer-field", default=None, help="file sets: gold answer field (default answer)")
+    p.add_argument("--answer-format", choices=["raw", "gsm8k"], default=None,
+                   help="file sets: raw (default) or gsm8k (the text after '#### ')")
+    p.add_argument("--verifier", default=None, help="verifier of file sets (default math; presets use math)")
+    p.add_argument("--verifier-args", default="{}", help="constructor args of --verifier as JSON")
+    p.add_argument("--workers", type=int, default=d.workers, help="scoring processes")
+    p.add_argument("--timeout", type=float, default=d.timeout_s, help="seconds per sample's scoring")
+    p.add_argument("--kv-cache-gib", type=float, default=d.kv_cache_gib)
+    p.add_argument("--threads", type=int, default=d.threads, help="engine torch threads (default 1)")
+    p.add_argument("--batch-prompts", type=int, default=d.batch_prompts, help="prompts per engine call")
+    p.add_argument("--bootstrap-resamples", type=int, default=d.bootstrap_resamples)
+    p.set_defaults(fn=cmd_eval)
+
+
+def config_from_args(args: argparse.Namespace) -> EvalConfig:
+    """The :class:`EvalConfig` of parsed ``rlvr eval`` arguments. Errors: ``ValueError`` for bad ``--verifier-args``."""
+    try:
+        vargs = json.loads(args.verifier_args)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--verifier-args must be a JSON object, got {args.verifier_args!r} ({e.msg})") from None
+    if not isinstance(vargs, dict):
+        raise ValueError(f"--verifier-args must be a JSON object, got {args.verifier_args!r}")
+    return EvalConfig(
+        model=args.model, data=tuple(args.data), n=args.n, temperature=args.temperature, top_p=args.top_p,
+        max_new_tokens=args.max_new_tokens, limit=args.limit, seed=args.seed, engine=args.engine, dtype=args.dtype,
+        output=args.output, prompt_template=args.prompt_template, system_prompt=args.system_prompt,
+        chat_template=args.chat_template, max_prompt_tokens=args.max_prompt_tokens, split=args.split,
+        question_field=args.question_field, answer_field=args.answer_field, answer_format=args.answer_format,
+        verifier=args.verifier, verifier_args=vargs, workers=args.workers, timeout_s=args.timeout,
+        kv_cache_gib=args.kv_cache_gib, threads=args.threads, batch_prompts=args.batch_prompts,
+        bootstrap_resamples=args.bootstrap_resamples,
+    )  # fmt: skip
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Run ``rlvr eval``; print the table and the output files. Exit status: 0 done; 2 bad arguments, data,
+    model or verifier names (one line on stderr); 1 when the run fails after the engine started."""
+    from rich.console import Console
+
+    try:
+        cfg = config_from_args(args)
+        cfg.check()
+        results = evaluate(cfg)
+    except (ValueError, KeyError, OSError, ImportError, AttributeError, RecipeError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"rlvr eval: {msg}", file=sys.stderr)
+        return 2
+    except RuntimeError as e:
+        print(f"rlvr eval: the run failed: {e}", file=sys.stderr)
+        return 1
+    console = Console(width=max(100, Console().width))
+    console.print(results_table(results))
+    t = results["timing"]
+    console.print(f"engine start {t['engine_start_s']:.1f} s; generation {t['generate_s']:.1f} s "
+                  f"({t['tokens_per_s']:.0f} tokens/s); scoring {t['score_s']:.1f} s; "
+                  f"{t['seconds_per_problem']:.2f} s per problem; total {t['total_s']:.1f} s")
+    console.print(f"results: {results['files']['results']}\nsamples: {results['files']['samples']}")
+    return 0

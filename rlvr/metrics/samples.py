@@ -1,0 +1,142 @@
+"""Sample tables: a few rollouts of a step (prompt, response, parsed answer, reward, reason) for a human to read.
+
+:func:`sample_rows` picks the rows (a fixed, documented choice, so tables of different steps are comparable);
+the controller hands them to ``MultiSink.log_table`` (``RUN/samples.jsonl``, W&B, MLflow, TensorBoard) and to
+:func:`print_sample_table` (the console) every ``metrics.samples_every`` steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence, TextIO
+
+from rlvr.types import Completion, Prompt
+
+COLUMNS = ("prompt_index", "sample_index", "prompt", "gold", "response", "parsed", "score", "reward", "reason", "finish")
+"""Keys of each row of :func:`sample_rows`, in order."""
+
+
+def _pick(correct: list[bool], order: list[int], n_rows: int) -> list[int]:
+    """Positions of the rows: the first ``n_rows`` of ``order``; when ``n_rows >= 2`` and they are all correct (or
+    all wrong) while ``order`` has a sample of the other kind, the last of them is swapped for the first such."""
+    chosen = order[:n_rows]
+    if n_rows < 2 or not chosen:
+        return chosen
+    kinds = {correct[i] for i in chosen}
+    if len(kinds) == 1:
+        other = next((i for i in order if correct[i] != correct[chosen[0]]), None)
+        if other is not None:
+            chosen[-1] = other
+    return chosen
+
+
+def sample_rows(
+    prompts: Sequence[Prompt],
+    completions: Sequence[Completion],
+    scored: Sequence[Any],
+    primary: str,
+    n_rows: int,
+) -> list[dict[str, Any]]:
+    """Up to ``n_rows`` rows describing sampled completions of one step, as flat dicts with keys :data:`COLUMNS`.
+
+    Inputs: ``completions`` [B] and ``scored`` [B] (``rlvr.reward.pool.Scored``) aligned, prompt-major as the
+    controller has them; ``prompts``: the Prompt objects they came from (matched by ``Prompt.index`` ==
+    ``Completion.prompt_index``; extra prompts are ignored); ``primary``: the verifier key whose verdict fills
+    ``parsed``, ``score`` and ``reason`` (a sample is correct when that score >= 1, as in the pass@k metrics).
+
+    Choice (fixed): order the B completions round-robin over prompts - the first sample of every prompt (in
+    batch order), then every prompt's second sample, and so on - and take the first ``n_rows``. When
+    ``n_rows >= 2`` and the batch has a correct sample but the choice has none, the last row is replaced by the
+    first correct sample in that order; likewise when it has a wrong sample but the choice has none. So a table
+    shows both kinds whenever the batch has both. Rows keep that order (a swapped-in row last).
+
+    Row: ``prompt_index`` (data set row), ``sample_index``, ``prompt`` (templated prompt text), ``gold``,
+    ``response`` (decoded text), ``parsed`` (the primary verifier's answer or None), ``score`` (primary verifier,
+    in [0, 1]), ``reward`` (weighted sum over verifiers), ``reason`` (None at full marks), ``finish``
+    (``stop`` / ``length`` / ``abort``).
+
+    Errors: ``ValueError`` when ``completions`` and ``scored`` differ in length, a completion's prompt is not in
+    ``prompts``, or ``n_rows`` < 0; ``KeyError`` when a sample has no result for ``primary``.
+    """
+    if len(completions) != len(scored):
+        raise ValueError(f"{len(completions)} completions but {len(scored)} scored samples")
+    if n_rows < 0:
+        raise ValueError(f"n_rows must be >= 0, got {n_rows}")
+    by_index = {p.index: p for p in prompts}
+    rank: dict[int, int] = {}  # prompt index -> rank of the sample within its prompt seen so far
+    keys = []
+    for pos, c in enumerate(completions):
+        if c.prompt_index not in by_index:
+            raise ValueError(f"completion {pos} comes from prompt {c.prompt_index}, which is not in prompts")
+        r = rank.get(c.prompt_index, 0)
+        rank[c.prompt_index] = r + 1
+        keys.append((r, pos))
+    order = [pos for _, pos in sorted(keys)]
+    correct = [s.results[primary].score >= 1.0 for s in scored]
+    rows = []
+    for pos in _pick(correct, order, n_rows):
+        c, s = completions[pos], scored[pos]
+        res = s.results[primary]
+        p = by_index[c.prompt_index]
+        rows.append(
+            {
+                "prompt_index": c.prompt_index,
+                "sample_index": c.sample_index,
+                "prompt": p.text,
+                "gold": p.gold,
+                "response": c.text,
+                "parsed": res.parsed,
+                "score": float(res.score),
+                "reward": float(s.reward),
+                "reason": res.reason,
+                "finish": c.finish_reason,
+            }
+        )
+    return rows
+
+
+def shorten(text: Any, width: int) -> str:
+    """``text`` on one line (newlines shown as ``⏎``) and at most ``width`` characters: when longer, its head
+    and tail around `` … `` (the head shows how a response starts, the tail its final answer)."""
+    s = "" if text is None else str(text)
+    s = s.replace("\r\n", "\n").replace("\n", "⏎")
+    if len(s) <= width:
+        return s
+    keep = max(width - 3, 2)
+    head = (keep + 1) // 2
+    return s[:head] + " … " + s[len(s) - (keep - head):]
+
+
+def print_sample_table(
+    step: int,
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    width: int = 60,
+    file: TextIO | None = None,
+) -> None:
+    """Print ``rows`` (from :func:`sample_rows`) as a ``rich`` table titled ``samples at step N``.
+
+    Columns: ``#`` (prompt_index/sample_index), prompt, response (each cut to ``width`` characters by
+    :func:`shorten`), gold, parsed, reward (4 decimals), reason (``ok`` when None). ``file``: where to print
+    (default: stdout). Prints nothing for no rows.
+    """
+    if not rows:
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"samples at step {step}", show_lines=True)
+    for name, kw in (("#", {"no_wrap": True}), ("prompt", {}), ("response", {}), ("gold", {}), ("parsed", {}),
+                     ("reward", {"justify": "right", "no_wrap": True}), ("reason", {})):
+        table.add_column(name, **kw)
+    for row in rows:
+        reward = row.get("reward")
+        table.add_row(
+            f"{row.get('prompt_index', '')}/{row.get('sample_index', '')}",
+            shorten(row.get("prompt"), width),
+            shorten(row.get("response"), width),
+            shorten(row.get("gold"), 24),
+            shorten(row.get("parsed"), 24),
+            "" if reward is None else f"{float(reward):.4f}",
+            shorten(row.get("reason") or "ok", 24),
+        )
+    Console(file=file, soft_wrap=False).print(table)

@@ -1,0 +1,187 @@
+"""``rlvr plot RUN_DIR [--out DIR]``: PNG figures of a run's ``RUN/metrics.jsonl``.
+
+One PNG per panel (``reward.png``, ``passk.png`` ...; see :data:`PANELS`) and ``overview.png`` with every panel
+in a grid, written to ``--out`` (default ``RUN/plots``). A panel none of whose metrics are in the file is
+skipped (the console says so); the paths written are printed. x is the training step (validation at step 0 is
+the starting policy). Rendering uses matplotlib's Agg canvas (no display, no ``pyplot`` state).
+
+Exit status: 0 when at least one figure was written; 1 when the file has no metric any panel plots; 2 for a
+missing or unreadable file, or matplotlib not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+PANEL_SIZE_IN = (6.0, 3.5)
+"""Width, height (inches) of a one-panel figure; at :data:`DPI` a PNG of 600 x 350 pixels."""
+DPI = 100
+OVERVIEW_COLS = 3
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One plot: the metrics whose names match ``pattern`` (a regex, full match), one line each."""
+
+    slug: str
+    title: str
+    pattern: str
+    ylabel: str
+
+
+PANELS: tuple[Panel, ...] = (
+    Panel("reward", "reward", r"reward/(mean|correct_frac)", "reward"),
+    Panel("passk", "train pass@k", r"passk/\d+", "fraction of prompts"),
+    Panel("val", "validation", r"val/(pass@\d+|maj@\d+|mean@\d+)", "fraction"),
+    Panel("length", "response length", r"response/length_(mean|max)|val/length_mean", "tokens"),
+    Panel("kl", "KL", r"train/(kl|rollout_kl_k3|approx_kl)", "nats"),
+    Panel("entropy", "entropy", r"train/entropy", "nats per token"),
+    Panel("clip", "clip fraction", r"train/(clip_frac|clipped\w*|tis_capped)", "fraction of tokens"),
+    Panel("rollout_gap", "rollout vs trainer logprobs |old - rollout|", r"train/rollout_gap_abs(_max)?", "nats"),
+    Panel("timing", "time per stage", r"timing/\w+_s", "seconds"),
+    Panel("sync", "weight sync", r"sync/gbps", "GB/s"),
+)
+"""The panels, in the order of the overview grid."""
+
+
+def read_metrics(path: str | Path) -> tuple[dict[str, dict[int, float]], int]:
+    """Series of a ``metrics.jsonl``: ``{name: {step: value}}`` (``null`` values left out) and the count of
+    lines skipped (blank, not JSON, not an object, no integer ``step``: e.g. a half-written last line of a
+    crashed run). A step logged twice (a resumed run appends) keeps its last value.
+
+    Errors: ``OSError`` when the file cannot be read.
+    """
+    series: dict[str, dict[int, float]] = {}
+    bad = 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                bad += 1
+                continue
+            if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+                bad += 1
+                continue
+            step = row["step"]
+            for key, value in row.items():
+                if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    series.setdefault(key, {})[step] = float(value)
+    return series, bad
+
+
+def _sort_key(name: str) -> tuple:
+    """Natural order: ``passk/2`` before ``passk/16``."""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
+
+
+def panel_metrics(panel: Panel, series: dict[str, dict[int, float]]) -> list[str]:
+    """Names in ``series`` that ``panel`` plots, in natural order."""
+    rx = re.compile(panel.pattern)
+    return sorted((k for k in series if rx.fullmatch(k) and series[k]), key=_sort_key)
+
+
+def _draw(ax: Any, panel: Panel, names: list[str], series: dict[str, dict[int, float]]) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    for name in names:
+        pts = sorted(series[name].items())
+        xs = [s for s, _ in pts]
+        ys = [v if math.isfinite(v) else float("nan") for _, v in pts]
+        ax.plot(xs, ys, marker="o" if len(xs) <= 20 else None, markersize=3, linewidth=1.4, label=name)
+    ax.set_title(panel.title, fontsize=10)
+    ax.set_xlabel("step", fontsize=8)
+    ax.set_ylabel(panel.ylabel, fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(True, alpha=0.3)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+    ax.legend(fontsize=6, loc="best", ncol=2 if len(names) > 4 else 1)
+
+
+def _save(fig: Any, path: Path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    fig.savefig(path, dpi=DPI)
+
+
+def plot_run(metrics_path: str | Path, out_dir: str | Path) -> tuple[list[Path], list[str]]:
+    """Write the figures of ``metrics_path`` into ``out_dir`` (created if missing).
+
+    Returns (paths written: one PNG per panel with data, in :data:`PANELS` order, then ``overview.png``;
+    titles of the panels skipped for want of data). Nothing is written when no panel has data.
+    Errors: ``OSError`` for an unreadable file; ``ImportError`` naming the pip package without matplotlib.
+    """
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise ImportError("rlvr plot needs matplotlib: pip install 'rlvr[logging]' (or pip install matplotlib)") from e
+    series, _ = read_metrics(metrics_path)
+    todo = [(p, names) for p in PANELS if (names := panel_metrics(p, series))]
+    skipped = [p.title for p in PANELS if not panel_metrics(p, series)]
+    if not todo:
+        return [], skipped
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for panel, names in todo:
+        fig = Figure(figsize=PANEL_SIZE_IN, layout="constrained")
+        _draw(fig.add_subplot(), panel, names, series)
+        path = out / f"{panel.slug}.png"
+        _save(fig, path)
+        written.append(path)
+    cols = min(OVERVIEW_COLS, len(todo))
+    rows = math.ceil(len(todo) / cols)
+    fig = Figure(figsize=(PANEL_SIZE_IN[0] * cols, PANEL_SIZE_IN[1] * rows), layout="constrained")
+    fig.suptitle(f"{Path(metrics_path).parent.name}: {Path(metrics_path).name}", fontsize=11)
+    for i, (panel, names) in enumerate(todo):
+        _draw(fig.add_subplot(rows, cols, i + 1), panel, names, series)
+    path = out / "overview.png"
+    _save(fig, path)
+    written.append(path)
+    return written, skipped
+
+
+def add_plot_parser(sub: Any) -> None:
+    """Register the ``plot`` subcommand on an ``argparse`` subparsers object (see :func:`cmd_plot`)."""
+    p = sub.add_parser("plot", help="plot a run's metrics.jsonl to PNG files")
+    p.add_argument("run_dir", help="run folder (holding metrics.jsonl), or a metrics.jsonl file")
+    p.add_argument("--out", default=None, help="folder for the PNGs (default: RUN_DIR/plots)")
+    p.set_defaults(fn=cmd_plot)
+
+
+def cmd_plot(args: argparse.Namespace, stream: TextIO | None = None) -> int:
+    """Run ``rlvr plot``; prints skipped panels and the paths written to ``stream`` (default stdout), errors to
+    stderr. Returns the exit status (module docstring)."""
+    out_stream = stream if stream is not None else sys.stdout
+    target = Path(args.run_dir)
+    metrics_path = target if target.is_file() else target / "metrics.jsonl"
+    out_dir = Path(args.out) if args.out else metrics_path.parent / "plots"
+    if not metrics_path.is_file():
+        print(f"rlvr plot: no metrics file at {metrics_path}", file=sys.stderr)
+        return 2
+    try:
+        _, bad = read_metrics(metrics_path)
+        written, skipped = plot_run(metrics_path, out_dir)
+    except (OSError, UnicodeDecodeError, ImportError) as e:
+        print(f"rlvr plot: {e}", file=sys.stderr)
+        return 2
+    if bad:
+        print(f"skipped {bad} unreadable line(s) of {metrics_path}", file=out_stream)
+    for title in skipped:
+        print(f"skipped panel '{title}': none of its metrics are in {metrics_path.name}", file=out_stream)
+    if not written:
+        print(f"rlvr plot: nothing to plot in {metrics_path}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(f"wrote {path}", file=out_stream)
+    return 0

@@ -1,0 +1,209 @@
+"""``rlvr eval`` metrics against hand-worked values: pass@k / maj@k / mean@k per problem, the bootstrap interval,
+and the data-set and command-line plumbing that needs no engine."""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlvr.cli import main
+from rlvr.evaluate import PRESETS, EvalConfig, metric_table, model_label, resolve_sets, results_table
+from rlvr.metrics.intervals import bootstrap_ci
+from rlvr.runtime.validation import maj_at_k, majority_correct, problem_metrics
+
+# ------------------------------------------------------------------------------------------------------
+# per-problem metrics
+
+
+def test_one_problem_n4_where_majority_and_pass_differ():
+    # answers 7 (correct), 5, 5, none. pass@k = 1 - C(3, k) / C(4, k): 1/4, 1/2, 3/4, 1.
+    # maj@k by listing the k-subsets (a = the 7, b/c = the two 5s, d = the blank):
+    #   k=1: a -> 1, b, c, d -> 0: 1/4.   k=2: ab, ac tie 1:1 -> 1/2 each; ad -> 1; bc, bd, cd -> 0: 2/6 = 1/3.
+    #   k=3: abc -> 0 (5 wins 2:1); abd, acd tie -> 1/2 each; bcd -> 0: 1/4.   k=4: 5 wins 2:1 -> 0.
+    m = problem_metrics([[True, False, False, False]], [["7", "5", "5", None]], ks=[1, 2, 3, 4])
+    assert [m[f"pass@{k}"][0] for k in (1, 2, 3, 4)] == pytest.approx([0.25, 0.5, 0.75, 1.0])
+    assert [m[f"maj@{k}"][0] for k in (1, 2, 3, 4)] == pytest.approx([0.25, 1 / 3, 0.25, 0.0])
+    assert [m[f"mean@{k}"][0] for k in (1, 2, 3, 4)] == pytest.approx([0.25] * 4)
+
+
+def test_tie_counts_half_where_the_single_vote_breaks_it_by_order():
+    parsed, correct = ["3", "4", "3", "4"], [True, False, True, False]
+    # k=2: 33 -> 1, 44 -> 0, four mixed pairs tie -> 1/2 each: (1 + 0 + 2) / 6 = 1/2
+    # k=3: 334 (two ways) -> 1, 344 (two ways) -> 0: 1/2;  k=4: tie 2:2 -> 1/2
+    assert [maj_at_k(parsed, correct, k) for k in (1, 2, 3, 4)] == pytest.approx([0.5, 0.5, 0.5, 0.5])
+    assert majority_correct(parsed, correct) is True  # the one vote over the list: first seen (3) wins the tie
+
+
+def test_correct_answers_vote_together():
+    # 12 and 12.0 are both correct: one vote for the gold, 2:1 against the wrong 5
+    parsed, correct = ["12", "12.0", "5"], [True, True, False]
+    assert maj_at_k(parsed, correct, 3) == 1.0
+    # k=2: {12, 12.0} -> 1; {12, 5}, {12.0, 5} tie -> 1/2 each: 2/3
+    assert maj_at_k(parsed, correct, 2) == pytest.approx(2 / 3)
+    assert majority_correct(parsed, correct) is True
+    # two different wrong answers do not add up: 1:1:1 tie -> 1/3; "9" twice beats the gold
+    assert maj_at_k(["1", "2", "3"], [True, False, False], 3) == pytest.approx(1 / 3)
+    assert maj_at_k(["1", "9", "9"], [True, False, False], 3) == 0.0
+    # nobody votes: 0; a correct sample with no parsed answer still votes for the gold
+    assert maj_at_k([None, None], [False, False], 2) == 0.0
+    assert maj_at_k([None, None, "4"], [True, False, False], 3) == pytest.approx(1 / 2)
+
+
+def test_problem_metrics_errors():
+    with pytest.raises(ValueError, match="1 <= k <= n"):
+        maj_at_k(["1"], [True], 2)
+    with pytest.raises(ValueError, match="every k"):
+        problem_metrics([[True, False]], [["1", "2"]], ks=[3])
+    with pytest.raises(ValueError, match="P >= 1"):
+        problem_metrics([], [], ks=[1])
+
+
+def _brute_force_maj(parsed, correct, k):
+    """Every k-subset voted on explicitly; ties credit 1/t (an enumeration, not the counting programme)."""
+    total, count = Fraction(0), 0
+    for subset in itertools.combinations(range(len(parsed)), k):
+        votes: dict[object, int] = {}
+        for i in subset:
+            key = "GOLD" if correct[i] else parsed[i]
+            if key is not None:
+                votes[key] = votes.get(key, 0) + 1
+        count += 1
+        if votes.get("GOLD", 0) and votes["GOLD"] == max(votes.values()):
+            total += Fraction(1, sum(1 for v in votes.values() if v == votes["GOLD"]))
+    return float(total / count)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.sampled_from(["1", "2", "3", None])), min_size=1, max_size=8), st.data())
+def test_maj_at_k_matches_enumeration(samples, data):
+    correct = [c for c, _ in samples]
+    parsed = [p for _, p in samples]
+    k = data.draw(st.integers(1, len(samples)))
+    value = maj_at_k(parsed, correct, k)
+    assert value == pytest.approx(_brute_force_maj(parsed, correct, k), abs=1e-12)
+    m = problem_metrics([correct], [parsed], ks=[1, k])
+    assert m["maj@1"][0] == pytest.approx(sum(correct) / len(correct))  # one sample: its own correctness
+    assert value <= m[f"pass@{k}"][0] + 1e-12  # a correct vote needs a correct sample among the k
+
+
+# ------------------------------------------------------------------------------------------------------
+# bootstrap interval
+
+
+def test_bootstrap_all_problems_equal_gives_zero_width():
+    lo, hi = bootstrap_ci([0.5] * 20)
+    assert lo == hi == 0.5
+    lo2, hi2 = bootstrap_ci(np.array([[1.0, 0.25]] * 7))
+    assert lo2.tolist() == hi2.tolist() == [1.0, 0.25]
+
+
+def test_bootstrap_hand_worked_binomial_ends():
+    # P = 4 problems, values 0, 0, 0, 1: a resample's mean is Binomial(4, 1/4) / 4:
+    #   P(0) = 0.316, P(1/4) = 0.422, P(1/2) = 0.211, P(3/4) = 0.047, P(1) = 0.004; cumulative at 1/2: 0.949.
+    # So the 2.5% quantile is 0 and the 97.5% quantile is 3/4 (0.949 < 0.975 < 0.996), 25 order statistics
+    # (about 3.5 standard deviations of the count) away from either boundary for 1000 resamples.
+    lo, hi = bootstrap_ci([0.0, 0.0, 0.0, 1.0], resamples=1000, seed=0)
+    assert (lo, hi) == (0.0, 0.75)
+    # P = 2, values 0 and 1: mean 0 or 1 each with probability 1/4, so the ends are 0 and 1
+    assert bootstrap_ci([0.0, 1.0], resamples=1000, seed=3) == (0.0, 1.0)
+
+
+def test_bootstrap_is_deterministic_for_a_seed_and_shares_resamples_across_columns():
+    rng = np.random.default_rng(11)
+    values = rng.random((30, 3))
+    values[:, 2] = values[:, 0]  # a duplicated column must get the same interval (same resampled problems)
+    a = bootstrap_ci(values, seed=5)
+    b = bootstrap_ci(values, seed=5)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    assert a[0][0] == a[0][2] and a[1][0] == a[1][2]
+    c = bootstrap_ci(values, seed=6)
+    assert not np.array_equal(a[0], c[0])
+    mean = values.mean(axis=0)
+    assert np.all(a[0] <= mean) and np.all(mean <= a[1]) and np.all(a[0] < a[1])
+
+
+def test_bootstrap_errors():
+    for bad in ([], [[[1.0]]], [1.0, float("nan")]):
+        with pytest.raises(ValueError):
+            bootstrap_ci(bad)
+    with pytest.raises(ValueError):
+        bootstrap_ci([1.0], level=1.0)
+
+
+def test_metric_table_means_and_intervals():
+    cfg = EvalConfig(model="m", data=("gsm8k",))
+    table = metric_table({"pass@1": [0.0, 0.0, 0.0, 1.0], "maj@1": [0.5] * 4}, cfg)
+    assert table["pass@1"] == {"value": 0.25, "ci": [0.0, 0.75]}  # as the hand-worked bootstrap above
+    assert table["maj@1"] == {"value": 0.5, "ci": [0.5, 0.5]}
+
+
+# ------------------------------------------------------------------------------------------------------
+# data sets and the command line (no engine)
+
+
+def test_presets_and_file_sets(tmp_path):
+    f = tmp_path / "mine.jsonl"
+    f.write_text('{"q": "1+1?", "a": 2}\n')
+    cfg = EvalConfig(model="m", data=("gsm8k", "svamp", str(f), "gsm8k"), question_field="q", answer_field="a",
+                     verifier="numeric")  # fmt: skip
+    sets = resolve_sets(cfg)
+    assert [s.name for s in sets] == ["gsm8k", "svamp", "mine", "gsm8k#2"]
+    assert sets[0] == PRESETS["gsm8k"] and sets[0].answer_format == "gsm8k" and sets[0].verifier == "math"
+    assert sets[1].question == "{Body} {Question}" and sets[1].answer == "Answer"  # presets ignore the field flags
+    assert (sets[2].question, sets[2].answer, sets[2].verifier) == ("q", "a", "numeric")
+    assert resolve_sets(EvalConfig(model="m", data=("data/svamp/test.jsonl",)))[0].name == "svamp/test"
+    with pytest.raises(FileNotFoundError, match="presets: gsm8k"):
+        resolve_sets(EvalConfig(model="m", data=("nowhere.jsonl",)))
+
+
+def test_model_label():
+    assert model_label("smollm2-135m-instruct") == "smollm2-135m-instruct"
+    assert model_label("HuggingFaceTB/SmolLM2-135M-Instruct") == "SmolLM2-135M-Instruct"
+    assert model_label("runs/svamp_cpu/final/") == "svamp_cpu-final"
+
+
+def test_config_checks():
+    with pytest.raises(ValueError, match="greedy"):
+        EvalConfig(model="m", data=("gsm8k",), temperature=0.0, engine="hf").check()
+    with pytest.raises(ValueError, match="--n"):
+        EvalConfig(model="m", data=("gsm8k",), n=0).check()
+    with pytest.raises(ValueError, match="{question}"):
+        EvalConfig(model="m", data=("gsm8k",), prompt_template="hi").check()
+    with pytest.raises(ValueError, match="--n 1"):
+        EvalConfig(model="m", data=("gsm8k",), temperature=0.0, n=4).check()  # vLLM refuses n > 1 when greedy
+    EvalConfig(model="m", data=("gsm8k",), temperature=0.0, n=1).check()
+
+
+def test_cli_bad_input_is_one_line_and_no_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", "tiny-random", "--data", "missing.jsonl"]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main(["eval", "tiny-random", "--data", "gsm8k", "--verifier-args", "[1]"]) == 2
+    assert "JSON object" in capsys.readouterr().err
+    assert main(["eval", "tiny-random", "--data", "gsm8k", "--temperature", "-1"]) == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_results_table_cells():
+    from rich.console import Console
+
+    m = {f"{name}@{k}": {"value": 0.5, "ci": [0.25, 0.75]} for name in ("pass", "maj", "mean") for k in (1, 2)}
+    stats = {"length_mean": 12.0, "truncated_frac": 0.5, "no_answer_frac": 0.25}
+    ds = {"problems": 3, "metrics": m, "stats": stats, "timing": {"seconds_per_problem": 1.5}}
+    results = {"model": "tiny", "datasets": {"a": ds, "b": ds}, "overall": {"problems": 6, "metrics": m},
+               "settings": {"n": 2, "temperature": 1.0, "max_new_tokens": 8,
+                            "interval": {"level": 0.95, "resamples": 1000}}}  # fmt: skip
+    console = Console(width=200, record=True)
+    console.print(results_table(results))
+    text = console.export_text()
+    assert "0.500 [0.250, 0.750]" in text and "overall (pooled)" in text
+    rows = {line.split("│")[1].strip(): line for line in text.splitlines() if line.count("│") >= 4}
+    assert set(rows) >= {"problems", "pass@1", "pass@2", "maj@2", "mean@2", "truncated", "no answer"}
+    assert "maj@1" not in rows  # equal to pass@1 by definition
+    assert "50.0%" in rows["truncated"] and "25.0%" in rows["no answer"]
+

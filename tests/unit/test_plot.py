@@ -1,0 +1,104 @@
+"""``rlvr plot``: reading metrics.jsonl, choosing panels, and the PNGs written (size, not blank)."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import sys
+
+import pytest
+
+from rlvr.cli import main
+from rlvr.plot import PANELS, cmd_plot, panel_metrics, plot_run, read_metrics
+
+ROWS = [
+    {"step": 0, "val/pass@1": 0.1, "val/pass@4": 0.3, "val/maj@4": 0.2, "val/length_mean": 40.0},
+    {"step": 1, "reward/mean": 0.2, "passk/1": 0.2, "passk/16": 0.6, "passk/2": 0.3, "response/length_mean": 50.0,
+     "response/length_max": 64.0, "train/entropy": 2.5, "timing/rollout_s": 3.0, "timing/step_s": 5.0,
+     "sync/gbps": 1.1, "policy_version": 1.0},
+    {"step": 2, "reward/mean": 0.4, "passk/1": 0.4, "passk/16": 0.8, "passk/2": 0.5, "response/length_mean": 45.0,
+     "response/length_max": 64.0, "train/entropy": None, "timing/rollout_s": 2.5, "timing/step_s": 4.5,
+     "sync/gbps": 1.3, "policy_version": 2.0},
+]
+
+
+def _write(path, rows, tail=""):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + tail)
+    return path
+
+
+def test_read_metrics_series_resume_and_bad_lines(tmp_path):
+    # a resumed run re-logged step 2 (last value wins); a crash left half a line; a blank line; a non-object
+    extra = [{"step": 2, "reward/mean": 0.45}, {"step": 3, "reward/mean": 0.5, "flag": True}]
+    path = _write(tmp_path / "m.jsonl", ROWS + extra, tail='\n[1, 2]\n{"step": 4, "reward/me')
+    series, bad = read_metrics(path)
+    assert bad == 2
+    assert series["reward/mean"] == {1: 0.2, 2: 0.45, 3: 0.5}
+    assert series["train/entropy"] == {1: 2.5}  # null left out
+    assert series["val/pass@4"] == {0: 0.3}
+    assert "flag" not in series  # bools are not metrics
+
+
+def test_panel_selection_natural_order(tmp_path):
+    series, _ = read_metrics(_write(tmp_path / "m.jsonl", ROWS))
+    by_slug = {p.slug: panel_metrics(p, series) for p in PANELS}
+    assert by_slug["passk"] == ["passk/1", "passk/2", "passk/16"]
+    assert by_slug["val"] == ["val/maj@4", "val/pass@1", "val/pass@4"]
+    assert by_slug["length"] == ["response/length_max", "response/length_mean", "val/length_mean"]
+    assert by_slug["timing"] == ["timing/rollout_s", "timing/step_s"]
+    assert by_slug["kl"] == [] and by_slug["clip"] == [] and by_slug["rollout_gap"] == []
+    assert panel_metrics(next(p for p in PANELS if p.slug == "clip"),
+                         {"train/clipped_high": {1: 0.1}, "train/clip_frac": {1: 0.2}, "train/clipped": {}}) == [
+        "train/clip_frac", "train/clipped_high"]
+
+
+def test_plot_run_writes_sized_nonblank_pngs(tmp_path):
+    mpimg = pytest.importorskip("matplotlib.image")
+    path = _write(tmp_path / "run" / "metrics.jsonl", ROWS)
+    written, skipped = plot_run(path, tmp_path / "out")
+    slugs = ["reward", "passk", "val", "length", "entropy", "timing", "sync"]
+    assert [p.name for p in written] == [f"{s}.png" for s in slugs] + ["overview.png"]
+    assert skipped == ["KL", "clip fraction", "rollout vs trainer logprobs |old - rollout|"]
+    for p in written[:-1]:
+        img = mpimg.imread(p)
+        assert img.shape[:2] == (350, 600)  # 6 x 3.5 inches at 100 dpi
+        assert len({tuple(px) for px in img.reshape(-1, img.shape[-1])[::7]}) > 10  # lines, text: not blank
+    overview = mpimg.imread(written[-1])
+    assert overview.shape[:2] == (350 * math.ceil(7 / 3), 600 * 3)
+    assert overview[..., :3].std() > 0.05
+
+
+def test_cli_plot(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    run = tmp_path / "run"
+    _write(run / "metrics.jsonl", [{"step": s, "reward/mean": s / 4, "sync/gbps": 1.0 + s / 8} for s in (1, 2)])
+    assert main(["plot", str(run)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert f"wrote {run / 'plots' / 'overview.png'}" in out
+    assert "skipped panel 'KL': none of its metrics are in metrics.jsonl" in out
+    assert sorted(x.name for x in (run / "plots").iterdir()) == ["overview.png", "reward.png", "sync.png"]
+    # a metrics file given directly, and --out
+    assert main(["plot", str(run / "metrics.jsonl"), "--out", str(tmp_path / "o")]) == 0
+    assert (tmp_path / "o" / "sync.png").is_file()
+
+
+def test_cli_plot_errors(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    args = type("A", (), {"run_dir": str(tmp_path / "none"), "out": None})
+    assert cmd_plot(args) == 2
+    assert "no metrics file" in capsys.readouterr().err
+    _write(tmp_path / "r" / "metrics.jsonl", [{"step": 1, "data/epoch": 0.0}])
+    args.run_dir = str(tmp_path / "r")
+    stream = io.StringIO()
+    assert cmd_plot(args, stream) == 1
+    assert "nothing to plot" in capsys.readouterr().err
+    assert not (tmp_path / "r" / "plots").exists()
+
+
+def test_plot_without_matplotlib(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    _write(tmp_path / "metrics.jsonl", ROWS)
+    assert main(["plot", str(tmp_path)]) == 2
+    assert "pip install matplotlib" in capsys.readouterr().err
