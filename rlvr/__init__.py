@@ -3,14 +3,16 @@
 Public API (the rest is implementation):
 
 - :func:`load_recipe`, :class:`Recipe`, :class:`RecipeError`: recipes (``rlvr.config``)
-- :func:`train`: run a recipe end to end (``rlvr.runtime.controller``)
+- :func:`train`: run a recipe end to end (``rlvr.runtime.controller``); :func:`evaluate`: ``rlvr eval``
+  (``rlvr.evaluate``)
 - :func:`pass_at_k`: the unbiased pass@k estimator (``rlvr.metrics``)
 - :func:`resolve_model`: embedded model names, local folders, hub ids (``rlvr.models``)
 - :class:`Registry`, :class:`VerifyResult`, :class:`Completion`, :class:`Prompt`
-- the registries ``ADVANTAGES``, ``POLICY_LOSSES``, ``LOSS_AGGREGATIONS``, ``KL_ESTIMATORS`` (``rlvr.algos``)
+- the registries ``ADVANTAGES``, ``CRITIC_ADVANTAGES``, ``POLICY_LOSSES``, ``LOSS_AGGREGATIONS``,
+  ``KL_ESTIMATORS`` (``rlvr.algos``)
 """
 
-from rlvr.algos import ADVANTAGES, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
+from rlvr.algos import ADVANTAGES, CRITIC_ADVANTAGES, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
 from rlvr.config import Recipe, RecipeError, load_recipe
 from rlvr.metrics.passk import pass_at_k
 from rlvr.registry import Registry
@@ -26,6 +28,13 @@ def train(recipe, run_dir=None, executor=None):
     return _train(recipe, run_dir, executor)
 
 
+def evaluate(cfg):
+    """Evaluate a model on data sets (pass@k, maj@k, mean@k with intervals); see :func:`rlvr.evaluate.evaluate`."""
+    from rlvr.evaluate import evaluate as _evaluate
+
+    return _evaluate(cfg)
+
+
 def resolve_model(path: str) -> str:
     """A local model folder for ``path``; see :func:`rlvr.models.resolve_model`."""
     from rlvr.models import resolve_model as _resolve
@@ -35,6 +44,7 @@ def resolve_model(path: str) -> str:
 
 __all__ = [
     "ADVANTAGES",
+    "CRITIC_ADVANTAGES",
     "KL_ESTIMATORS",
     "LOSS_AGGREGATIONS",
     "POLICY_LOSSES",
@@ -44,6 +54,7 @@ __all__ = [
     "RecipeError",
     "Registry",
     "VerifyResult",
+    "evaluate",
     "load_recipe",
     "pass_at_k",
     "resolve_model",

@@ -185,15 +185,20 @@ class Roles:
             resources=Resources(num_cpus=0.1, num_gpus=r.rollout.num_gpus, env=self.env),
         )
 
-    def restart_dead_engines(self) -> list[int]:
-        """Replace every engine that no longer answers a ping, form a new weight-sync group with all engines and
-        push the current weights (policy version ``self.version``) to them. Returns the replaced engines' indices.
+    def restart_dead_engines(self, known_dead: tuple[int, ...] = ()) -> list[int]:
+        """Replace the engines ``known_dead`` and every other engine whose process is gone (a ping fails; a busy
+        engine answers once its current rollout ends), form a new weight-sync group with all engines and push the
+        current weights (policy version ``self.version``). Returns the replaced engines' indices.
         Errors: :class:`RoleError` when a replacement does not start (or the executor cannot restart roles)."""
-        dead = []
+        dead = list(known_dead)
         for i, e in enumerate(self.engines):
+            if i in dead:
+                continue
             try:
-                self.get([e.call("ping")], 60, f"checking engine{i}")
-            except RoleError:
+                self.get([e.call("ping")], 3600, f"checking engine{i}")
+            except RoleError as err:
+                if not err.died:
+                    raise
                 dead.append(i)
         for i in dead:
             self.ex.kill(self.engines[i])
@@ -280,7 +285,8 @@ class Roles:
                 self.restarts += 1
                 log.warning("%s; replacing it (restart %d of at most %d) and retrying the rollout", err,
                             self.restarts, self.recipe.rollout.max_restarts)
-                replaced = self.restart_dead_engines()
+                role = err.role or ""
+                replaced = self.restart_dead_engines((int(role[len("engine"):]),) if role[len("engine"):].isdigit() else ())
                 log.warning("engines %s replaced and given policy version %d", replaced, self.version)
 
     def _generate_and_score(self, prompts: list[Prompt], sampling: SamplingConfig) -> tuple[list[Completion], list, dict[str, float]]:
