@@ -27,6 +27,8 @@ class Prompt:
     prompt_ids: list[int]
     gold: str
     row: dict[str, Any] = field(default_factory=dict)
+    question: str = ""
+    """The question before templating (what a person reads in sample tables); "" when unknown."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -309,7 +309,7 @@ def build_prompts(rows: list[dict[str, Any]], tokenizer: Any, cfg: DataConfig) -
     texts = [render_prompt(r["question"], tokenizer, cfg) for r in rows]
     ids = tokenizer(texts, add_special_tokens=not cfg.chat_template)["input_ids"]
     prompts = [
-        Prompt(index=i, text=text, prompt_ids=list(pid), gold=r["gold"], row=r["row"])
+        Prompt(index=i, text=text, prompt_ids=list(pid), gold=r["gold"], row=r["row"], question=r["question"])
         for i, (r, text, pid) in enumerate(zip(rows, texts, ids))
         if len(pid) <= cfg.max_prompt_tokens
     ]

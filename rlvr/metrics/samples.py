@@ -49,7 +49,8 @@ def sample_rows(
     first correct sample in that order; likewise when it has a wrong sample but the choice has none. So a table
     shows both kinds whenever the batch has both. Rows keep that order (a swapped-in row last).
 
-    Row: ``prompt_index`` (data set row), ``sample_index``, ``prompt`` (templated prompt text), ``gold``,
+    Row: ``prompt_index`` (data set row), ``sample_index``, ``prompt`` (the question before templating, else
+    the templated text), ``gold``,
     ``response`` (decoded text), ``parsed`` (the primary verifier's answer or None), ``score`` (primary verifier,
     in [0, 1]), ``reward`` (weighted sum over verifiers), ``reason`` (None at full marks), ``finish``
     (``stop`` / ``length`` / ``abort``).
@@ -81,7 +82,7 @@ def sample_rows(
             {
                 "prompt_index": c.prompt_index,
                 "sample_index": c.sample_index,
-                "prompt": p.text,
+                "prompt": p.question or p.text,
                 "gold": p.gold,
                 "response": c.text,
                 "parsed": res.parsed,
