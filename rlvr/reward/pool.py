@@ -369,7 +369,10 @@ class ScoringPool:
                 self._start_failures += 1
                 if self._start_failures >= _MAX_START_FAILURES:
                     raise RuntimeError(
-                        f"scoring workers keep dying before they are ready (last exit code {w.proc.exitcode})"
+                        f"scoring workers keep dying before they are ready (last exit code {w.proc.exitcode}). "
+                        "If rlvr runs inside a Python script of your own (run.executor=local), put its calls under "
+                        "`if __name__ == '__main__':` - worker processes import your main module, as every "
+                        "multiprocessing 'spawn'/'forkserver' child does; otherwise see the verifier's import errors above"
                     )
             self._replace(w)
         elif w.job is not None and now >= w.deadline:

@@ -23,8 +23,11 @@ from rlvr.config import RecipeError, load_recipe
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 TINY = str(REPO / "recipes" / "tiny_test.yaml")
+SHAPING = Path(__file__).parent / "shaping_verifiers.py"
+# a dense reward the random model earns some of (digit share), so every update moves the weights and the Adam state
 BASE = ["run.executor=local", "model.dtype=float32", "data.generated.size=8", "rollout.prompts_per_step=4",
-        "trainer.lr=1e-2", "run.save_final=false", "checkpoint.keep_last=5"]  # fmt: skip
+        "trainer.lr=1e-2", "run.save_final=false", "checkpoint.keep_last=5",
+        f"reward.verifiers=[{{name: '{SHAPING}:digit_share'}}]"]  # fmt: skip
 
 
 def _rows(run_dir) -> list[dict]:
@@ -65,6 +68,8 @@ def test_n_steps_equal_half_plus_resumed_half(tmp_path, backend):
     wa = _ckpt_weights(Path(full.run_dir, "checkpoints", "step_000004"))
     wb = _ckpt_weights(Path(resumed.run_dir, "checkpoints", "step_000004"))
     assert set(wa) == set(wb)
+    w2 = _ckpt_weights(Path(half.run_dir, "checkpoints", "step_000002"))
+    assert all(float((wa[n] - w2[n]).abs().max()) > 1e-3 for n in wa)  # steps 3-4 moved every tensor
     for n in wa:
         assert torch.allclose(wa[n], wb[n], atol=1e-5), (n, float((wa[n] - wb[n]).abs().max()))
     ca = json.loads(Path(full.run_dir, "checkpoints", "step_000004", "controller.json").read_text())
