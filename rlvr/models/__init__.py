@@ -5,7 +5,9 @@
 
 - an embedded name (``smollm2-135m-instruct``, ``tiny-random``): the local Hugging Face folder rlvr builds once
   into ``$RLVR_CACHE/models/<name>/`` (default cache ``~/.cache/rlvr``; see ``rlvr.models.embedded``);
-- an existing local folder: returned as given (with ``~`` expanded);
+- an existing local folder: returned as given (with ``~`` expanded); a run folder (``runs/<name>``, which holds
+  no ``config.json``) resolves to its ``final/`` policy, else its newest checkpoint's ``trainer/hf``, else a
+  ``ValueError`` saying what the folder lacks; a checkpoint folder (``checkpoints/step_N``) to its ``trainer/hf``;
 - anything else (a hub id such as ``HuggingFaceTB/SmolLM2-135M-Instruct``): returned unchanged, for
   transformers/vLLM to resolve themselves.
 """
@@ -30,9 +32,29 @@ def resolve_model(path: str) -> str:
         return str(embedded_model_path(path))
     local = os.path.expanduser(path)
     if os.path.isdir(local):
-        return local  # "~/ckpt" expanded: transformers and vLLM do not expand "~" themselves
+        return _model_folder(local)  # "~/ckpt" expanded: transformers and vLLM do not expand "~" themselves
     check_model_name(path)
     return path
+
+
+def _model_folder(folder: str) -> str:
+    """``folder`` itself when it holds a model (``config.json``); for a run or checkpoint folder, the policy in it."""
+    from pathlib import Path
+
+    f = Path(folder)
+    if (f / "config.json").exists():
+        return folder
+    if (f / "trainer" / "hf" / "config.json").exists():  # a checkpoint: RUN/checkpoints/step_N
+        return str(f / "trainer" / "hf")
+    if (f / "final" / "config.json").exists():  # a run folder
+        return str(f / "final")
+    ckpts = sorted(p for p in (f / "checkpoints").glob("step_*") if (p / "COMPLETE").exists()) if (f / "checkpoints").is_dir() else []
+    if ckpts and (ckpts[-1] / "trainer" / "hf" / "config.json").exists():
+        return str(ckpts[-1] / "trainer" / "hf")
+    raise ValueError(
+        f"{folder} holds no model: no config.json, and it is not a run folder with final/ or a complete checkpoint "
+        "(give a Hugging Face model folder, e.g. runs/<name>/final or runs/<name>/checkpoints/step_N)"
+    )
 
 
 def check_model_name(path: str) -> None:

@@ -94,6 +94,7 @@ def test_malformed_yaml_returns_2_naming_the_file(tmp_path, capsys):
 
 
 def test_model_prints_a_local_folder_and_passes_hub_ids_through(tmp_path, capsys):
+    (tmp_path / "config.json").write_text("{}")
     assert main(["model", str(tmp_path)]) == 0
     assert capsys.readouterr().out == f"{tmp_path}\n"
     assert main(["model", "Qwen/Qwen2.5-0.5B-Instruct"]) == 0
@@ -121,3 +122,25 @@ def test_preflight_catches_typos_before_anything_starts(tmp_path, capsys):
         err = capsys.readouterr().err
         assert rc == 2 and expected in err, (override, err)
     assert not any(tmp_path.iterdir())
+
+
+def test_run_and_checkpoint_folders_resolve_to_their_policy(tmp_path):
+    """`rlvr eval runs/<name>` means the run's final policy (or its newest checkpoint's); an empty folder is an
+    error that says what it lacks."""
+    from rlvr.models import resolve_model
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step_000002" / "trainer" / "hf").mkdir(parents=True)
+    (run / "checkpoints" / "step_000002" / "trainer" / "hf" / "config.json").write_text("{}")
+    (run / "checkpoints" / "step_000002" / "COMPLETE").write_text("")
+    (run / "checkpoints" / "step_000004.tmp-1-abcdef01" / "trainer" / "hf").mkdir(parents=True)  # not complete
+    assert resolve_model(str(run)) == str(run / "checkpoints" / "step_000002" / "trainer" / "hf")
+    assert resolve_model(str(run / "checkpoints" / "step_000002")) == str(run / "checkpoints" / "step_000002" / "trainer" / "hf")
+    (run / "final").mkdir()
+    (run / "final" / "config.json").write_text("{}")
+    assert resolve_model(str(run)) == str(run / "final")
+    assert resolve_model(str(run / "final")) == str(run / "final")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="holds no model"):
+        resolve_model(str(empty))

@@ -138,11 +138,13 @@ def test_resolved_folder_loads_in_transformers(tmp_path, monkeypatch):
 
 def test_resolve_model_passes_folders_and_hub_ids_through(tmp_path, monkeypatch):
     monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "config.json").write_text("{}")  # a model folder
     assert resolve_model(str(tmp_path)) == str(tmp_path)
     assert resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert resolve_model("no/such-folder-xyz") == "no/such-folder-xyz"
     monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text("{}")
     assert resolve_model("~/ckpt") == str(tmp_path / "ckpt")
     assert not (tmp_path / "cache").exists()  # nothing built for non-embedded names
 
