@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import time
 
 from rlvr.rollout.base import checkpoint_shapes, set_threads
@@ -81,16 +80,14 @@ class VLLMEngine:
             temperature=sampling.temperature,
             top_p=sampling.top_p,
             top_k=sampling.top_k if sampling.top_k > 0 else 0,
-            seed=sampling.seed,
             logprobs=0,
             stop_token_ids=list(sampling.stop_token_ids) or None,
         )
-        if sampling.seed is not None:  # one seed per prompt: the same rollouts whatever the batch around them
-            per_prompt = [params.clone() for _ in prompts]
-            for sp, p in zip(per_prompt, prompts):
-                # vLLM seeds sample j with seed + j: spread the prompts' seeds so no two streams coincide
-                sp.seed = random.Random(sampling.seed * 2**32 + p.index).getrandbits(31)
-            params = per_prompt
+        if sampling.seed is not None:
+            # Seed the worker's global generator rather than each request: vLLM's per-request generators fail on
+            # CPU whenever chunked prefill discards a sampled token ("CPU Generator does not use offset", vLLM
+            # 0.32). The same seed before the same batch draws the same rollouts (what exact resume needs).
+            self.llm.collective_rpc("rlvr_seed", args=(int(sampling.seed),))
         outs = self.llm.generate(
             [{"prompt_token_ids": p.prompt_ids} for p in prompts], params, use_tqdm=False
         )

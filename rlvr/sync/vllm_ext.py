@@ -19,6 +19,18 @@ from rlvr.sync.weights import WeightSpec, create_group, receive_into
 class WeightSyncExtension:
     """Methods added to each vLLM worker."""
 
+    def rlvr_seed(self, seed: int) -> bool:
+        """Seed the worker's global RNGs (torch CPU/CUDA, Python, NumPy): requests without a seed of their own draw
+        from them, so the same calls after the same seed sample the same tokens (exact resume)."""
+        import random
+
+        import numpy as np
+
+        torch.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        return True
+
     def rlvr_init_sync(self, host: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float, name: str) -> bool:
         self._rlvr_pg = create_group(
             host=host, port=port, rank=rank, world_size=world_size, backend=backend, timeout_s=timeout_s, name=name

@@ -41,7 +41,8 @@ def test_ray_vllm_deepspeed_gloo_three_steps(tmp_path):
             "trainer.backend=deepspeed",
             "trainer.zero_stage=2",
             "trainer.micro_batch_size=8",
-            "reward.verifiers=[{name: math}]",
+            # math (primary: pass@k) + a dense digit-share score, so the random model earns reward and moves
+            f"reward.verifiers=[{{name: math}}, {{name: '{Path(__file__).parent / 'shaping_verifiers.py'}:digit_share'}}]",
         ],
     )
     result = train(recipe)
