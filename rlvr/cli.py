@@ -48,7 +48,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     from rlvr.runtime.executors import RoleError
     from rlvr.sync.weights import WeightSyncError
 
-    run_dir = prepare_run_dir(recipe)
+    try:
+        run_dir = prepare_run_dir(recipe)
+    except (ValueError, OSError) as e:
+        print(f"rlvr train: {e}", file=sys.stderr)
+        return 2
     print(f"run folder: {run_dir}", flush=True)
     try:
         result = train(recipe, run_dir)

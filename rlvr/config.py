@@ -212,8 +212,8 @@ class AlgorithmConfig:
     ``overlong_buffer`` > 0. The paper: 1, against a correctness reward of +-1."""
     kl_penalty: Literal["loss", "reward"] = "loss"
     """Where ``kl_coef`` applies: ``loss`` adds ``kl_coef * KL`` to each token's loss (GRPO); ``reward`` subtracts
-    ``kl_coef * k1`` per token from the reward, summed to go (InstructGPT eq. 2; REINFORCE++; PPO with ``gae``:
-    per-token rewards)."""
+    ``kl_coef * KL`` per token (``kl_estimator``; k1 is InstructGPT's eq. 2) from the reward: summed to go for
+    group estimators (REINFORCE++), per-token rewards for ``gae`` (PPO)."""
     entropy_coef: float = 0.0
     """Entropy bonus: ``-entropy_coef * H`` added to each token's loss (Schulman et al. 2017, eq. 9); 0: off."""
     gamma: float = 1.0
@@ -435,14 +435,19 @@ FOREIGN_NAMES: dict[str, str] = {
     "epsilon": "algorithm.clip_low",
     "epsilon_high": "algorithm.clip_high",
     "max_grad_norm": "trainer.grad_clip",
+    "adv_estimator": "algorithm.advantage",
+    "rollout.n": "rollout.samples_per_prompt",  # verl (qualified: a bare `n` elsewhere means something else)
+    "ppo_micro_batch_size_per_gpu": "trainer.micro_batch_size",
+    "total_training_steps": "run.steps",
 }
 """Names TRL, verl and OpenRLHF use for settings rlvr names otherwise (used only for error hints)."""
 
 
 def _unknown_key(where: str, key: str, valid: list[str]) -> RecipeError:
     near = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
-    if key in FOREIGN_NAMES:  # before fuzzy matching: num_generations is not num_engines
-        hint = f"rlvr calls this '{FOREIGN_NAMES[key]}'"
+    foreign = FOREIGN_NAMES.get(where + key) or FOREIGN_NAMES.get(key)
+    if foreign:  # before fuzzy matching: num_generations is not num_engines
+        hint = f"rlvr calls this '{foreign}'"
     elif near:
         hint = f"did you mean '{where}{near[0]}'?"
     else:
@@ -690,7 +695,10 @@ def validate(r: Recipe) -> None:
     if al.advantage not in ADVANTAGES and al.advantage not in CRITIC_ADVANTAGES:
         names = ADVANTAGES.names() + CRITIC_ADVANTAGES.names()
         near = difflib.get_close_matches(al.advantage, names, n=1)
-        hint = f"did you mean '{near[0]}'?" if near else f"choose from {names}"
+        if al.advantage.lower() in ("ppo", "gae", "critic"):  # verl's adv_estimator=gae / "PPO" means a critic
+            hint = "PPO with a learned critic is algorithm.advantage=gae (see recipes/methods/ppo.yaml)"
+        else:
+            hint = (f"did you mean '{near[0]}'? " if near else "") + f"choose from {names}"
         errs.append(f"algorithm.advantage={al.advantage!r} is not registered: {hint}")
     token_adv = al.advantage in CRITIC_ADVANTAGES or (al.kl_coef > 0 and al.kl_penalty == "reward")
     if token_adv and al.policy_loss == "gspo":

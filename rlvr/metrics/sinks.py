@@ -116,8 +116,8 @@ class JsonlSink:
 
 
 def _cell(value: Any) -> Any:
-    """A table cell as JSON data: str/bool/None unchanged, numbers as floats (NaN/inf -> None)."""
-    if value is None or isinstance(value, (str, bool)):
+    """A table cell as JSON data: str/bool/None/int unchanged, other numbers as floats (NaN/inf -> None)."""
+    if value is None or isinstance(value, (str, bool, int)):
         return value
     return to_float(value)
 

@@ -15,9 +15,8 @@ from typing import Any
 
 import torch
 
-from rlvr.algos import ADVANTAGES
+from rlvr.algos import ADVANTAGES, KL_ESTIMATORS
 from rlvr.algos.gae import CRITIC_ADVANTAGES, outcome_token_rewards
-from rlvr.algos.kl import k1, kl_as_reward
 from rlvr.config import Recipe
 from rlvr.train.batch import TrainBatch, pack
 from rlvr.types import Completion, Prompt, SamplingConfig
@@ -33,11 +32,11 @@ def uses_critic(recipe: Recipe) -> bool:
 def form_advantages(roles: Any, batch: TrainBatch, rewards: torch.Tensor, recipe: Recipe) -> tuple[TrainBatch, dict | None, dict[str, float]]:
     """Advantages for ``batch`` (B = P x G sequences; rewards: [P, G], prompt-major like the batch).
 
-    - KL in the reward (``kl_coef > 0`` and ``kl_penalty=reward``): the per-token penalty ``-kl_coef * k1`` with
-      k1 = rollout logprob - reference logprob (the sampling policy's own logprobs, InstructGPT eq. 2), from
-      the trainer's reference model.
+    - KL in the reward (``kl_coef > 0`` and ``kl_penalty=reward``): the per-token penalty ``-kl_coef * KL_t`` with
+      ``KL_t`` the ``algorithm.kl_estimator`` (k1 = rollout logprob - reference logprob is InstructGPT's eq. 2;
+      k3 is >= 0 per token) between the sampling policy's own logprobs and the trainer's reference model's.
     - Group estimators: ``A[b]`` per sequence; with the KL penalty, ``A[b] + sum_{s >= t} penalty[b, s]`` per
-      token (REINFORCE++, Hu 2025, sec. 3; :func:`rlvr.algos.kl.kl_as_reward`).
+      token (REINFORCE++, Hu 2025, sec. 3; the reward-to-go of :func:`rlvr.algos.kl.kl_as_reward`).
     - Critic estimators: token rewards = the outcome reward on the last response token
       (:func:`rlvr.algos.gae.outcome_token_rewards`) + the penalty; values from the critic; (advantages, returns).
 
@@ -51,7 +50,7 @@ def form_advantages(roles: Any, batch: TrainBatch, rewards: torch.Tensor, recipe
     penalty = None
     if al.kl_coef > 0 and al.kl_penalty == "reward":
         ref_lp = roles.get([t.call("compute_logprobs", batch, True) for t in roles.trainers], None, "reference logprobs")[0]
-        kl = k1(batch.rollout_logprobs, ref_lp) * mask  # [B, S-1]
+        kl = KL_ESTIMATORS.get(al.kl_estimator)(batch.rollout_logprobs, ref_lp) * mask  # [B, S-1]
         penalty = -al.kl_coef * kl
         metrics["train/kl"] = float(kl.sum() / n_tok)
         metrics["reward/kl_penalty_seq_mean"] = float(penalty.sum() / len(batch))
@@ -68,7 +67,8 @@ def form_advantages(roles: Any, batch: TrainBatch, rewards: torch.Tensor, recipe
     else:
         adv = ADVANTAGES.get(al.advantage)(rewards, al).reshape(-1)  # [B]
         if penalty is not None:
-            adv = adv.unsqueeze(-1) * mask + kl_as_reward(batch.rollout_logprobs, ref_lp, mask, al.kl_coef)
+            to_go = penalty.flip(-1).cumsum(dim=-1).flip(-1) * mask  # [B, S-1]: sum_{s >= t} penalty[b, s]
+            adv = adv.unsqueeze(-1) * mask + to_go
     if adv.dim() == 2:
         metrics["adv/token_mean"] = float((adv * mask).sum() / n_tok)
         metrics["adv/token_abs_mean"] = float((adv.abs() * mask).sum() / n_tok)

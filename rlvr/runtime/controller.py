@@ -45,26 +45,44 @@ class RunResult:
 
 
 def prepare_run_dir(recipe: Recipe) -> Path:
-    """Create ``output_dir/name`` (``name-2``, ``name-3``... if it exists) and write the resolved recipe.
+    """Create ``output_dir/name`` (``name-2``, ``name-3``... if it exists, with a warning) and write the resolved
+    recipe.
 
     Resuming (``run.resume``) continues in the run folder itself: ``output_dir/name`` for ``auto``, the folder
-    that holds the checkpoint (``RUN/checkpoints/step_N``) for a path.
+    that holds the checkpoint (``RUN/checkpoints/step_N``) for a path. Its ``recipe.yaml`` is rewritten only once
+    the checkpoint has been found compatible (in :func:`train`), so a refused resume leaves the folder as it was.
+    Errors: ``FileNotFoundError``/``ValueError`` (from :func:`rlvr.runtime.checkpoint.resolve_resume`) for a
+    resume path that is not a complete checkpoint; nothing is created then.
     """
     base = Path(recipe.run.output_dir) / recipe.run.name
     resume = recipe.run.resume
     if resume:
+        from rlvr.runtime.checkpoint import resolve_resume
+
         ck = Path(resume).expanduser()
         run_dir = base if resume == "auto" else (ck.parent.parent if ck.parent.name == "checkpoints" else ck)
+        if resume != "auto":
+            resolve_resume(resume, run_dir)  # a bad path fails here, before any folder is made
+        fresh = not (run_dir / "recipe.yaml").exists()
         run_dir.mkdir(parents=True, exist_ok=True)
+        if not fresh:
+            return run_dir
     else:
         run_dir, i = base, 1
         while run_dir.exists():
             i += 1
             run_dir = base.with_name(f"{base.name}-{i}")
+        if run_dir != base:
+            log.warning("%s exists: this run writes %s (to continue %s instead, add --resume auto)", base, run_dir, base)
         run_dir.mkdir(parents=True)
+    write_recipe(recipe, run_dir)
+    return run_dir
+
+
+def write_recipe(recipe: Recipe, run_dir: Path) -> None:
+    """``RUN/recipe.yaml`` (the resolved recipe) and ``RUN/derived.json`` (its derived sizes)."""
     (run_dir / "recipe.yaml").write_text(dump_yaml(recipe))
     (run_dir / "derived.json").write_text(json.dumps(recipe.derived(), indent=2))
-    return run_dir
 
 
 def preflight(recipe: Recipe) -> None:
@@ -458,9 +476,12 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
         )
     data_fp = ck.data_fingerprint(prompts)
     resume_from = ck.resolve_resume(r.run.resume, run_dir) if r.run.resume else None
+    if r.run.resume and resume_from is None:
+        write_recipe(r, run_dir)  # --resume auto with nothing to resume: a fresh start in this folder
     state = None
     if resume_from is not None:
         ck.check_compatible(resume_from, r, data_fp)  # before anything expensive starts
+        write_recipe(r, run_dir)  # compatible: the folder's recipe is now this one (e.g. more steps)
         state = ck.load_controller(resume_from)
         log.info("resuming from %s: step %d done, %d to go", resume_from, state.step, r.run.steps - state.step)
         _trim_metrics(run_dir / "metrics.jsonl", state.step)

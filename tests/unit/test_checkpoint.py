@@ -265,3 +265,23 @@ def test_sampler_resume_at_epoch_boundary_c1(tmp_path):
     assert rest == full[3:]
     epoch1 = torch.randperm(n, generator=torch.Generator().manual_seed(seed + 1)).tolist()
     assert rest == [epoch1[0:4], epoch1[4:8], epoch1[8:12]]
+
+
+def test_prepare_run_dir_resume_paths(tmp_path, caplog):
+    """A resume path that is not a checkpoint creates nothing; an existing run folder with --resume auto keeps its
+    recipe.yaml until train() finds the checkpoint compatible; a taken name warns that the run goes to name-2."""
+    from rlvr.config import load_recipe
+    from rlvr.runtime.controller import prepare_run_dir
+
+    bad = tmp_path / "nope" / "checkpoints" / "step_000003"
+    with pytest.raises(FileNotFoundError):
+        prepare_run_dir(load_recipe(None, [f"run.output_dir={tmp_path}", f"run.resume={bad}"]))
+    assert not (tmp_path / "nope").exists()
+    first = prepare_run_dir(load_recipe(None, [f"run.output_dir={tmp_path}", "run.name=r"]))
+    assert first == tmp_path / "r"
+    again = prepare_run_dir(load_recipe(None, [f"run.output_dir={tmp_path}", "run.name=r", "run.resume=auto", "trainer.lr=0.5"]))
+    assert again == first and "lr: 1.0e-05" in (first / "recipe.yaml").read_text()  # not rewritten yet
+    with caplog.at_level("WARNING"):
+        second = prepare_run_dir(load_recipe(None, [f"run.output_dir={tmp_path}", "run.name=r"]))
+    assert second == tmp_path / "r-2"
+    assert "add --resume auto" in caplog.text

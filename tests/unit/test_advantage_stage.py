@@ -1,0 +1,62 @@
+"""The advantage stage: KL folded into the reward, by hand (rlvr.runtime.advantage_stage.form_advantages)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlvr.config import load_recipe
+from rlvr.runtime.advantage_stage import form_advantages
+from rlvr.train.batch import TrainBatch
+
+
+class _Call:
+    def __init__(self, value):
+        self.value = value
+
+
+class _Trainer:
+    def __init__(self, ref):
+        self.ref = ref
+
+    def call(self, method, *args):
+        assert method == "compute_logprobs" and args[1] is True  # the reference model's logprobs
+        return _Call(self.ref)
+
+
+class _Roles:
+    def __init__(self, ref):
+        self.trainers = [_Trainer(ref)]
+
+    def get(self, calls, timeout_s, what):
+        return [c.value for c in calls]
+
+
+def _batch(rollout_lp):
+    b, t = rollout_lp.shape
+    return TrainBatch(input_ids=torch.zeros(b, t + 1, dtype=torch.long), attention_mask=torch.ones(b, t + 1, dtype=torch.long),
+                      loss_mask=torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]]), rollout_logprobs=rollout_lp,
+                      advantages=torch.zeros(b), max_new_tokens=3)  # fmt: skip
+
+
+@pytest.mark.parametrize("estimator,expect_to_go", [
+    # k1 = rollout - ref: row 0 [0.5, -1.0] -> penalty -0.1*k1 = [-0.05, 0.1] -> to go [0.05, 0.1];
+    # row 1 [0, 0.2, -0.3] -> [0, -0.02, 0.03] -> to go [0.01, 0.01, 0.03]
+    ("k1", [[0.05, 0.1, 0.0], [0.01, 0.01, 0.03]]),
+    # k2 = (log r)^2 / 2: row 0 [0.125, 0.5] -> [-0.0125, -0.05] -> to go [-0.0625, -0.05];
+    # row 1 [0, 0.02, 0.045] -> [0, -0.002, -0.0045] -> to go [-0.0065, -0.0065, -0.0045]
+    ("k2", [[-0.0625, -0.05, 0.0], [-0.0065, -0.0065, -0.0045]]),
+])
+def test_kl_in_the_reward_for_a_group_estimator(estimator, expect_to_go):
+    r = load_recipe(None, ["algorithm.advantage=grpo", "algorithm.kl_coef=0.1", "algorithm.kl_penalty=reward",
+                           f"algorithm.kl_estimator={estimator}", "rollout.samples_per_prompt=2"])  # fmt: skip
+    rollout = torch.tensor([[-1.0, -2.0, 0.0], [-1.0, -1.0, -1.0]])
+    ref = torch.tensor([[-1.5, -1.0, 0.0], [-1.0, -1.2, -0.7]])
+    batch, critic_inputs, metrics = form_advantages(_Roles(ref), _batch(rollout), torch.tensor([[1.0, 0.0]]), r)
+    assert critic_inputs is None
+    # GRPO on rewards (1, 0): mean 0.5, unbiased std 0.7071 -> +-0.7071, on the response tokens only
+    a = 0.5 / (0.5**0.5 + 1e-6)
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    expect = torch.tensor([[a, a, 0.0], [-a, -a, -a]]) * mask + torch.tensor(expect_to_go)
+    assert torch.allclose(batch.advantages, expect, atol=1e-6), batch.advantages
+    assert "train/kl" in metrics
