@@ -76,6 +76,12 @@ def _masked(x: Tensor, mask: Tensor) -> Tensor:
     return torch.where(mask.bool(), x, torch.zeros_like(x))
 
 
+def reward_to_go(per_token: Tensor, mask: Tensor) -> Tensor:
+    """``out[b, t] = sum_{s >= t} mask[b, s] * per_token[b, s]`` (gamma = 1), 0 where masked.
+    per_token, mask: [B, T] -> [B, T]. Errors: ``ValueError`` on a shape mismatch."""
+    return _masked(_masked(per_token, mask).flip(-1).cumsum(dim=-1).flip(-1), mask)
+
+
 def kl_as_reward(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, beta: float) -> Tensor:
     """The KL penalty folded into the reward instead of the loss (Ouyang et al. 2022, InstructGPT, eq. 2;
     per token with a reward-to-go as in REINFORCE++, Hu 2025, arXiv 2501.03262, sec. 3).
@@ -91,9 +97,7 @@ def kl_as_reward(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, beta: flo
     if beta < 0:
         raise ValueError(f"beta must be >= 0, got {beta}")
     with torch.no_grad():
-        per_token = _masked(-beta * k1(logprobs, ref_logprobs), mask)
-        to_go = per_token.flip(-1).cumsum(dim=-1).flip(-1)
-    return _masked(to_go, mask)
+        return reward_to_go(-beta * k1(logprobs, ref_logprobs), mask)
 
 
 def dph_forward_kl(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:

@@ -17,6 +17,7 @@ import torch
 
 from rlvr.algos import ADVANTAGES, KL_ESTIMATORS
 from rlvr.algos.gae import CRITIC_ADVANTAGES, outcome_token_rewards
+from rlvr.algos.kl import reward_to_go
 from rlvr.config import Recipe
 from rlvr.train.batch import TrainBatch, pack
 from rlvr.types import Completion, Prompt, SamplingConfig
@@ -36,7 +37,7 @@ def form_advantages(roles: Any, batch: TrainBatch, rewards: torch.Tensor, recipe
       ``KL_t`` the ``algorithm.kl_estimator`` (k1 = rollout logprob - reference logprob is InstructGPT's eq. 2;
       k3 is >= 0 per token) between the sampling policy's own logprobs and the trainer's reference model's.
     - Group estimators: ``A[b]`` per sequence; with the KL penalty, ``A[b] + sum_{s >= t} penalty[b, s]`` per
-      token (REINFORCE++, Hu 2025, sec. 3; the reward-to-go of :func:`rlvr.algos.kl.kl_as_reward`).
+      token (REINFORCE++, Hu 2025, sec. 3; :func:`rlvr.algos.kl.reward_to_go`).
     - Critic estimators: token rewards = the outcome reward on the last response token
       (:func:`rlvr.algos.gae.outcome_token_rewards`) + the penalty; values from the critic; (advantages, returns).
 
@@ -67,8 +68,7 @@ def form_advantages(roles: Any, batch: TrainBatch, rewards: torch.Tensor, recipe
     else:
         adv = ADVANTAGES.get(al.advantage)(rewards, al).reshape(-1)  # [B]
         if penalty is not None:
-            to_go = penalty.flip(-1).cumsum(dim=-1).flip(-1) * mask  # [B, S-1]: sum_{s >= t} penalty[b, s]
-            adv = adv.unsqueeze(-1) * mask + to_go
+            adv = adv.unsqueeze(-1) * mask + reward_to_go(penalty, mask)  # [B, S-1]
     if adv.dim() == 2:
         metrics["adv/token_mean"] = float((adv * mask).sum() / n_tok)
         metrics["adv/token_abs_mean"] = float((adv.abs() * mask).sum() / n_tok)

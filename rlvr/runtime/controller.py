@@ -183,9 +183,13 @@ class Roles:
             self.critic = self.ex.spawn(
                 "critic", CriticWorker, r, model_dir, resources=Resources(num_cpus=0.1, num_gpus=r.critic.num_gpus, env=cenv)
             )
-        self.all = self.engines + [self.reward] + self.trainers + ([self.critic] if self.critic else [])
         self.get([h.call("ping") for h in self.all], STARTUP_TIMEOUT_S, "starting the roles")
         self._init_sync()
+
+    @property
+    def all(self) -> list[Handle]:
+        """Every role: the engines, the reward worker, the trainer ranks and the critic (if any)."""
+        return self.engines + [self.reward] + self.trainers + ([self.critic] if self.critic else [])
 
     def _spawn_engine(self, i: int) -> Handle:
         r = self.recipe
@@ -221,7 +225,6 @@ class Roles:
         for i in dead:
             self.ex.kill(self.engines[i])
             self.engines[i] = self._spawn_engine(i)
-        self.all = self.engines + [self.reward] + self.trainers + ([self.critic] if self.critic else [])
         self.get([self.engines[i].call("ping") for i in dead], STARTUP_TIMEOUT_S, "restarting engines")
         self._init_sync()
         self.sync(self.version)
@@ -391,7 +394,7 @@ class _StopFlag:
 
 def step_sampling(sampling: SamplingConfig, seed: int, step: int, round_: int = 0) -> SamplingConfig:
     """The sampling of one generation round of ``step``, seeded from (run seed, step, round) so a resumed run
-    draws the same rollouts as an uninterrupted one (engines seed each prompt from it and the prompt index)."""
+    draws the same rollouts as an uninterrupted one (each engine seeds its sampler with it before the call)."""
     return dataclasses.replace(sampling, seed=(seed * 1_000_003 + step * 101 + round_) % (2**31 - 1))
 
 

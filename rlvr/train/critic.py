@@ -11,6 +11,7 @@ Values are read in the shifted frame of :class:`rlvr.train.batch.TrainBatch`: ``
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -121,7 +122,7 @@ class CriticWorker:
                     err_sum += float((((v.detach() - ret) ** 2) * mask).sum())
                 clip = cr.grad_clip if cr.grad_clip > 0 else float("inf")
                 gn = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
-                if torch.isfinite(torch.tensor(gn)):
+                if math.isfinite(gn):  # a NaN/inf gradient skips the update
                     self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
                 for key, val in (("critic/value_loss", loss_sum), ("critic/value_clip_frac", clip_sum / num_tokens),

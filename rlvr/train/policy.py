@@ -9,6 +9,7 @@ batch and takes its own slice of each mini-batch; the loss normalisers are the c
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -339,8 +340,6 @@ class PolicyWorker:
         tmp = Path(out_dir + ".tmp")
         self.module.save_pretrained(str(tmp), state_dict=state, safe_serialization=True)
         AutoTokenizer.from_pretrained(self.model_dir).save_pretrained(str(tmp))
-        import json
-
         cfg_path = tmp / "config.json"
         cfg = json.loads(cfg_path.read_text())
         cfg["torch_dtype"] = cfg["dtype"] = self.recipe.model.dtype
@@ -374,8 +373,6 @@ class PolicyWorker:
         elif self.rank == 0:
             torch.save({"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(), **client},
                        out / "torch_state.pt")
-        import json
-
         (out / f"rng_rank{self.rank}.json").write_text(json.dumps(rng_state()))
         self.save_pretrained(str(out / "hf"))
         return str(out)
@@ -383,8 +380,6 @@ class PolicyWorker:
     def load_state(self, ckpt_dir: str) -> int:
         """Restore what :meth:`save_state` wrote (every rank); returns the policy version.
         Errors: ``FileNotFoundError`` when this rank's files are missing (a checkpoint of another world size)."""
-        import json
-
         from rlvr.runtime.checkpoint import set_rng_state
 
         src = Path(ckpt_dir)
