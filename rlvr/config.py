@@ -197,6 +197,10 @@ class AlgorithmConfig:
     """DAPO dynamic sampling (Yu et al. 2025, arXiv 2503.14476, sec. 3.2): drop the groups whose rewards are all
     equal (``rlvr.algos.dapo.informative_groups``) and generate more prompts until P informative groups are
     found or ``dynamic_sampling_max_rounds`` extra rounds are spent; needs samples_per_prompt >= 2."""
+    dynamic_sampling_filter: Literal["correct", "reward"] = "correct"
+    """What a group must vary in to be kept under ``dynamic_sampling``: ``correct`` (the paper's rule
+    0 < #correct < G on the primary verifier, score >= 1 counting as correct; as verl) or ``reward`` (the shaped
+    reward's spread, after e.g. the overlong penalty: a length penalty alone then keeps an all-correct group)."""
     dynamic_sampling_max_rounds: int = 3
     """Cap on the EXTRA generation rounds per step under ``dynamic_sampling`` (each round draws P more prompts);
     if the cap is reached, uninformative groups (advantage 0) fill the batch (``rlvr.algos.dapo.select_groups``)."""
@@ -229,7 +233,9 @@ class AlgorithmConfig:
     """DPH-RL (Li et al. 2025, arXiv 2509.07430): a mass-covering divergence to the starting policy, estimated
     on samples drawn from it once before training (``rlvr.algos.kl.dph_forward_kl`` / ``dph_js``)."""
     dph_coef: float = 0.0
-    """Coefficient of the DPH-RL term in the loss (read when ``dph_divergence`` is not none)."""
+    """Coefficient of the DPH-RL term in the loss (read when ``dph_divergence`` is not none). ``js`` is the
+    generator the DPH-RL authors' code uses, twice the exact JS (``rlvr.algos.kl.dph_js``): their coefficients
+    carry over; an exact-JS coefficient c is ``dph_coef = c / 2``."""
     dph_prompts: int = 32
     """Training prompts sampled by the starting policy for the DPH-RL buffer (each ``rollout.samples_per_prompt``
     times; only correct samples are kept, as in the paper)."""

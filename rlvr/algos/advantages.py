@@ -120,6 +120,33 @@ def reinforce_pp(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
     return torch.where(flat_signal, torch.zeros_like(adv), adv)
 
 
+def _reinforce_pp_centred(r: Tensor) -> Tensor:
+    """reinforce_pp before its batch normalisation: group-centred rewards, 0 for a group with equal rewards."""
+    r = _rewards_f32(r)
+    return torch.where(_no_signal(r), torch.zeros_like(r), _centred(r))
+
+
+reinforce_pp.before_batch_norm = _reinforce_pp_centred  # type: ignore[attr-defined]
+
+
+def normalise_token_advantages(adv: Tensor, mask: Tensor) -> Tensor:
+    """REINFORCE++'s batch normalisation over tokens (Hu 2025, arXiv 2501.03262, sec. 3; OpenRLHF normalises
+    ``A_t = r - beta * sum_{s>=t} KL_s`` after the KL is added): ``(A - mean) / (std + STD_EPS)`` with mean and
+    UNBIASED std over the masked tokens of the whole batch (normalisers N and N - 1, N = response tokens),
+    0 where masked. Fewer than 2 tokens, or all equal: 0. adv, mask: [B, T] -> [B, T] float32.
+    Case (issue 9 item 3): beta 0.1, KL [[.3, .2], [0, .1]], r [1, 0] -> [[0.839, 0.893], [-0.866, -0.866]].
+    """
+    m = mask.float()
+    n = m.sum()
+    if n < 2:
+        return torch.zeros_like(adv, dtype=torch.float32)
+    mean = (adv * m).sum() / n
+    var = (((adv - mean) * m) ** 2).sum() / (n - 1)
+    if var == 0:
+        return torch.zeros_like(adv, dtype=torch.float32)
+    return ((adv - mean) / (var.sqrt() + STD_EPS) * m).float()
+
+
 @ADVANTAGES.register("reinforce_pp_global")
 def reinforce_pp_global(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
     """REINFORCE++ advantages without a group baseline (Hu 2025, arXiv 2501.03262, sec. 3, global
@@ -133,6 +160,9 @@ def reinforce_pp_global(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
     if r.numel() < 2 or bool(r.max() == r.min()):
         return torch.zeros_like(r)
     return (r - r.mean()) / (r.std(correction=1) + STD_EPS)
+
+
+reinforce_pp_global.before_batch_norm = _rewards_f32  # type: ignore[attr-defined]
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -119,18 +119,21 @@ def dph_forward_kl(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
 
 
 def dph_js(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
-    """Jensen-Shannon divergence JS(pi, pi_ref) on tokens SAMPLED FROM pi_ref, through its generator
-    (DPH-RL, Li et al. 2025, arXiv 2509.07430, sec. 4): ``E_{y ~ pi_ref}[f(u)]``, ``u = pi / pi_ref``,
-    ``f(u) = 0.5 * (u log u - (1 + u) log((1 + u) / 2))`` (the 0.5 makes it JS exactly, bounded by log 2).
+    """DPH-RL's Jensen-Shannon term on tokens SAMPLED FROM pi_ref, through its generator (Li et al. 2025,
+    arXiv 2509.07430, sec. 4): ``E_{y ~ pi_ref}[f(u)]``, ``u = pi / pi_ref``, with the f-divergence generator of
+    JS as the f-divergence tables write it (Nowozin et al. 2016, f-GAN, table 1) and as the DPH-RL authors' code
+    computes it, WITHOUT a 1/2 factor: ``f(u) = u log u - (1 + u) log((1 + u) / 2)``.
 
-    Same data as :func:`dph_forward_kl`. ``log u = logprobs - ref_logprobs`` is clamped to
-    +-LOG_RATIO_CLAMP; computed as ``0.5 * (u log u - (1 + u) (softplus(log u) - log 2))``, finite everywhere.
-    Per token, >= 0, 0 iff u = 1. logprobs, ref_logprobs: [B, T] -> [B, T], unmasked.
-    Errors: ``ValueError`` when the shapes differ.
+    Its expectation is ``2 * JS(pi, pi_ref)`` (exact JS has the 1/2), bounded by ``2 log 2``; so
+    ``algorithm.dph_coef`` means what it means in the authors' recipes (their coefficients carry over), and an
+    exact-JS coefficient c corresponds to ``dph_coef = c / 2``. Same data as :func:`dph_forward_kl`.
+    ``log u = logprobs - ref_logprobs`` is clamped to +-LOG_RATIO_CLAMP; computed as
+    ``u log u - (1 + u) (softplus(log u) - log 2)``, finite everywhere. Per token, >= 0, 0 iff u = 1.
+    logprobs, ref_logprobs: [B, T] -> [B, T] (nats), unmasked. Errors: ``ValueError`` when the shapes differ.
     """
     log_u = (-_log_r(logprobs, ref_logprobs)).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     u = torch.exp(log_u)
-    return 0.5 * (u * log_u - (1.0 + u) * (torch.nn.functional.softplus(log_u) - math.log(2.0)))
+    return u * log_u - (1.0 + u) * (torch.nn.functional.softplus(log_u) - math.log(2.0))
 
 
 def entropy_bonus(entropy: Tensor, mask: Tensor, coef: float) -> Tensor:

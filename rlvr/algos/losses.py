@@ -19,7 +19,7 @@ accumulation steps (``scale_wrt_gas``) and data-parallel all-reduce averages ove
 the loss by ``grad_accum_steps * W`` before such a backward (or turn those scalings off).
 A count of 0 (nothing to train on) divides by 1 instead: the masked sum is then 0 and so is the loss.
 
-Errors: ``ValueError`` on mismatched shapes, a negative or non-finite count, or ``max_len`` shorter than T.
+Errors: ``ValueError`` on mismatched shapes, a negative or non-finite count, or a response (mask row) longer than ``max_len``.
 """
 
 from __future__ import annotations
@@ -314,9 +314,14 @@ def seq_mean_token_sum_norm(
     """Dr. GRPO's constant normaliser (Liu et al. 2025, "Understanding R1-Zero-Like Training", eq. 3):
     ``sum(token_loss * mask) / (num_seqs * max_len)``, with ``max_len`` the configured maximum response
     length (a constant, not the longest sequence seen). Case A4: 1/32 per token (2 sequences, max_len 16).
+
+    ``token_loss`` and ``mask`` may be in the trainer's shifted full-sequence frame (prompt + response, so T is
+    wider than any response): only the masked (response) positions are counted against ``max_len``, whatever
+    the prompt offset. Errors: ``ValueError`` when a row has more response positions than ``max_len``.
     """
-    if max_len < token_loss.shape[-1]:
-        raise ValueError(f"max_len ({max_len}) is shorter than the padded response length T ({token_loss.shape[-1]})")
     if max_len < 1:
         raise ValueError(f"max_len must be >= 1, got {max_len}")
+    longest = int(mask.sum(-1).max()) if mask.numel() else 0  # response positions per row, not the tensor width
+    if longest > max_len:
+        raise ValueError(f"a response has {longest} tokens, more than max_len ({max_len}), the response budget")
     return _masked_loss(token_loss, mask).sum() / (_count(num_seqs, "num_seqs") * max_len)

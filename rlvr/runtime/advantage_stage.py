@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from rlvr.algos import ADVANTAGES, KL_ESTIMATORS
+from rlvr.algos.advantages import normalise_token_advantages
 from rlvr.algos.gae import CRITIC_ADVANTAGES, outcome_token_rewards
 from rlvr.algos.kl import reward_to_go
 from rlvr.config import Recipe
@@ -37,7 +38,10 @@ def form_advantages(roles: Any, batch: TrainBatch, rewards: torch.Tensor, recipe
       ``KL_t`` the ``algorithm.kl_estimator`` (k1 = rollout logprob - reference logprob is InstructGPT's eq. 2;
       k3 is >= 0 per token) between the sampling policy's own logprobs and the trainer's reference model's.
     - Group estimators: ``A[b]`` per sequence; with the KL penalty, ``A[b] + sum_{s >= t} penalty[b, s]`` per
-      token (REINFORCE++, Hu 2025, sec. 3; :func:`rlvr.algos.kl.reward_to_go`).
+      token (:func:`rlvr.algos.kl.reward_to_go`). An estimator normalised over the whole batch (its
+      ``before_batch_norm`` attribute: ``reinforce_pp``, ``reinforce_pp_global``) gets the penalty BEFORE that
+      normalisation, over tokens (REINFORCE++, Hu 2025, sec. 3, as OpenRLHF does):
+      :func:`rlvr.algos.advantages.normalise_token_advantages`.
     - Critic estimators: token rewards = the outcome reward on the last response token
       (:func:`rlvr.algos.gae.outcome_token_rewards`) + the penalty; values from the critic; (advantages, returns).
 
@@ -66,9 +70,16 @@ def form_advantages(roles: Any, batch: TrainBatch, rewards: torch.Tensor, recipe
         metrics["critic/value_mean"] = float((values * mask).sum() / n_tok)
         metrics["critic/return_mean"] = float((returns * mask).sum() / n_tok)
     else:
-        adv = ADVANTAGES.get(al.advantage)(rewards, al).reshape(-1)  # [B]
-        if penalty is not None:
-            adv = adv.unsqueeze(-1) * mask + reward_to_go(penalty, mask)  # [B, S-1]
+        estimator = ADVANTAGES.get(al.advantage)
+        pre_norm = getattr(estimator, "before_batch_norm", None)
+        if penalty is not None and pre_norm is not None:
+            # REINFORCE++: A_t = r - beta * sum_{s>=t} KL_s is formed first, then normalised over the batch's tokens
+            raw = pre_norm(rewards).reshape(-1).unsqueeze(-1) * mask + reward_to_go(penalty, mask)  # [B, S-1]
+            adv = normalise_token_advantages(raw, mask)
+        else:
+            adv = estimator(rewards, al).reshape(-1)  # [B]
+            if penalty is not None:  # per-group estimators: the KL's reward-to-go is added after the group norm
+                adv = adv.unsqueeze(-1) * mask + reward_to_go(penalty, mask)  # [B, S-1]
     if adv.dim() == 2:
         metrics["adv/token_mean"] = float((adv * mask).sum() / n_tok)
         metrics["adv/token_abs_mean"] = float((adv.abs() * mask).sum() / n_tok)

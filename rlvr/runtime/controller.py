@@ -596,7 +596,8 @@ def _one_step(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sa
     rows = sample_rows(batch_prompts, completions, scored, primary, n_rows) if n_rows else []
     rewards = shaped_rewards(completions, scored, r)  # [P, G]
     if al.dynamic_sampling:
-        completions, scored, rewards, ds = refill_groups(roles, prompts, sampler, sampling, completions, scored, rewards, r, step)
+        completions, scored, rewards, ds = refill_groups(roles, prompts, sampler, sampling, completions, scored,
+                                                          rewards, r, step, primary)
         step_metrics.update(ds)
     batch = pack(completions, torch.zeros(len(completions)), pad_id, r.rollout.max_new_tokens)
     if al.overlong_filter:  # DAPO: truncated samples carry no loss (and leave the token normaliser)
@@ -646,23 +647,41 @@ def shaped_rewards(completions: list[Completion], scored: list, r: Recipe) -> to
     return rewards.view(-1, g)
 
 
-def refill_groups(roles, prompts, sampler, sampling, completions, scored, rewards, r: Recipe, step: int = 0):
-    """DAPO dynamic sampling (Yu et al. 2025, sec. 3.2): drop groups whose rewards carry no signal (all equal, up to
-    float noise) and generate more prompts' groups until P informative groups are at hand or
+def filter_signal(scored: list, rewards: torch.Tensor, r: Recipe, primary: str) -> torch.Tensor:
+    """What DAPO's dynamic sampling tests for spread, [P, G]: by default (``algorithm.dynamic_sampling_filter:
+    correct``) the primary verifier's correctness (score >= 1 as 1.0, else 0.0), the paper's rule
+    ``0 < #correct < G`` (Yu et al. 2025, eq. 11; verl filters on accuracy too), so a length penalty alone cannot
+    keep an all-correct group; ``reward``: the shaped rewards the advantage sees (``rewards`` [P, G])."""
+    if r.algorithm.dynamic_sampling_filter == "reward":
+        return rewards
+    correct = torch.tensor([float(s.results[primary].score >= 1.0) for s in scored])  # [B]
+    return correct.view(rewards.shape)
+
+
+def refill_groups(roles, prompts, sampler, sampling, completions, scored, rewards, r: Recipe, step: int = 0,
+                  primary: str | None = None):
+    """DAPO dynamic sampling (Yu et al. 2025, sec. 3.2): drop groups that carry no signal (:func:`filter_signal`:
+    all correct or all wrong by default; all-equal shaped rewards with ``dynamic_sampling_filter: reward``) and
+    generate more prompts' groups until P informative groups are at hand or
     ``algorithm.dynamic_sampling_max_rounds`` extra rounds are spent; a shortfall is filled with the first
-    uninformative groups (advantage 0), so the batch keeps its size. Returns (completions, scored, rewards [P, G],
-    metrics)."""
+    uninformative groups, so the batch keeps its size. ``primary``: the verifier whose score >= 1 means correct
+    (None: the first). Returns (completions, scored, rewards [P, G], metrics)."""
+    from rlvr.reward.pool import verifier_keys
+
+    primary = primary or verifier_keys(r.reward.verifiers)[0]
     p, g = rewards.shape
     comps, scs, rws, rounds = list(completions), list(scored), [rewards], 0
-    while int(informative_groups(torch.cat(rws)).sum()) < p and rounds < r.algorithm.dynamic_sampling_max_rounds:
+    signals = [filter_signal(scored, rewards, r, primary)]
+    while int(informative_groups(torch.cat(signals)).sum()) < p and rounds < r.algorithm.dynamic_sampling_max_rounds:
         c2, s2, _ = roles.generate_and_score([prompts[i] for i in sampler.next_batch()],
                                              step_sampling(sampling, r.run.seed, step, rounds + 1))
         comps += c2
         scs += s2
         rws.append(shaped_rewards(c2, s2, r))
+        signals.append(filter_signal(s2, rws[-1], r, primary))
         rounds += 1
     all_rewards = torch.cat(rws)  # [P x (rounds + 1), G]
-    informative = informative_groups(all_rewards)
+    informative = informative_groups(torch.cat(signals))
     keep = select_groups(informative, p).tolist()
     metrics = {
         "dynamic_sampling/rounds": float(rounds),

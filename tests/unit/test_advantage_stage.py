@@ -60,3 +60,20 @@ def test_kl_in_the_reward_for_a_group_estimator(estimator, expect_to_go):
     expect = torch.tensor([[a, a, 0.0], [-a, -a, -a]]) * mask + torch.tensor(expect_to_go)
     assert torch.allclose(batch.advantages, expect, atol=1e-6), batch.advantages
     assert "train/kl" in metrics
+
+
+@pytest.mark.parametrize("estimator", ["reinforce_pp", "reinforce_pp_global"])
+def test_reinforce_pp_normalises_after_the_kl_penalty(estimator):
+    """Issue 9 item 3, worked by hand: beta 0.1, per-token k1 [[.3, .2], [0, .1]], rewards [1, 0] (one group of 2).
+    Reward-to-go of -0.1 * KL: [[-.05, -.02], [-.01, -.01]]; A_t = r + to-go = [[.95, .98], [-.01, -.01]] (the
+    group-centred [.5, -.5] shifts every token alike, so both estimators agree); token mean .4775, unbiased std
+    .56305 -> [[0.839, 0.893], [-0.866, -0.866]]. Normalising r first gives [[0.657, 0.687], [-0.717, -0.717]]."""
+    r = load_recipe(None, [f"algorithm.advantage={estimator}", "algorithm.kl_coef=0.1", "algorithm.kl_penalty=reward",
+                           "algorithm.kl_estimator=k1", "rollout.samples_per_prompt=2"])  # fmt: skip
+    rollout = torch.tensor([[-1.0, -1.0], [-1.0, -1.0]])
+    ref = rollout - torch.tensor([[0.3, 0.2], [0.0, 0.1]])  # k1 = rollout - ref
+    b, t = rollout.shape
+    batch = TrainBatch(input_ids=torch.zeros(b, t + 1, dtype=torch.long), attention_mask=torch.ones(b, t + 1, dtype=torch.long),
+                       loss_mask=torch.ones(b, t), rollout_logprobs=rollout, advantages=torch.zeros(b), max_new_tokens=2)  # fmt: skip
+    out, _, _ = form_advantages(_Roles(ref), batch, torch.tensor([[1.0, 0.0]]), r)
+    assert torch.allclose(out.advantages, torch.tensor([[0.839, 0.893], [-0.866, -0.866]]), atol=1e-3), out.advantages

@@ -204,3 +204,67 @@ def test_dapo_fields_valid_edges():
     # a zero penalty cannot make rewards fractional, so pass@k may keep a buffer
     load_recipe(TINY, ["algorithm.advantage=passk", "algorithm.passk_k=2", "algorithm.overlong_buffer=2",
                        "algorithm.overlong_penalty=0"])
+
+
+# -- refill_groups: the controller's dynamic-sampling loop, with a fake rollout role ---------------------------
+
+from rlvr.data.sampler import PromptSampler  # noqa: E402
+from rlvr.reward.pool import Scored  # noqa: E402
+from rlvr.runtime.controller import refill_groups, shaped_rewards  # noqa: E402
+from rlvr.types import Completion, Prompt, SamplingConfig, VerifyResult  # noqa: E402
+
+
+def _comp(p, j, length):
+    return Completion(prompt_index=p, sample_index=j, prompt_ids=[1], token_ids=[5] * length, logprobs=[-1.0] * length,
+                      text="x", finish_reason="stop", policy_version=0)  # fmt: skip
+
+
+def _scored(score):
+    return Scored(reward=score, results={"math": VerifyResult(score=score)}, latency_s=0.0)
+
+
+class _FakeRoles:
+    """generate_and_score answers from a script: one list of (score, length) per prompt per call; records calls."""
+
+    def __init__(self, script):
+        self.script, self.calls = list(script), []
+
+    def generate_and_score(self, prompts, sampling):
+        self.calls.append([p.index for p in prompts])
+        groups = self.script.pop(0)
+        comps = [_comp(p.index, j, n) for p, grp in zip(prompts, groups) for j, (_, n) in enumerate(grp)]
+        return comps, [_scored(s) for grp in groups for s, _ in grp], {}
+
+
+def _dapo_recipe(*extra):
+    # max_new_tokens 8, overlong_buffer 4, penalty 0.12: eq. 13 ramps over the last 4 tokens, so a 5-token
+    # response gets ((8 - 4) - 5) / 4 * 0.12 = -0.03, a 2-token one 0
+    return load_recipe(TINY, ["rollout.prompts_per_step=1", "rollout.samples_per_prompt=4", "algorithm.dynamic_sampling=true",
+                              "algorithm.dynamic_sampling_max_rounds=1", "algorithm.overlong_buffer=4",
+                              "algorithm.overlong_penalty=0.12", *extra])  # fmt: skip
+
+
+@pytest.mark.parametrize("filter_,kept_first", [("correct", False), ("reward", True)])
+def test_refill_filters_on_correctness_not_on_a_length_penalty(filter_, kept_first):
+    """Issue 9 item 2: an all-correct group with one response in the overlong ramp has shaped rewards
+    [1, 1, 1, 0.97]. The paper's rule (0 < #correct < G) drops it and draws another round; the `reward` filter keeps it
+    (and GRPO would then turn the 0.03 penalty into advantages [+0.5, +0.5, +0.5, -1.5])."""
+    r = _dapo_recipe(f"algorithm.dynamic_sampling_filter={filter_}")
+    prompts = [Prompt(index=i, text="q", prompt_ids=[1], gold="1") for i in range(4)]
+    sampler = PromptSampler(4, 1, seed=0, shuffle=False)
+    first = [[(1.0, 2), (1.0, 2), (1.0, 2), (1.0, 5)]]  # all correct, one 5-token response: reward 0.97
+    second = [[(1.0, 2), (0.0, 2), (0.0, 2), (0.0, 2)]]  # one of four correct: informative either way
+    roles = _FakeRoles([second])
+    batch_prompts = [prompts[i] for i in sampler.next_batch()]
+    comps, scored, _ = _FakeRoles([first]).generate_and_score(batch_prompts, None)
+    rewards = shaped_rewards(comps, scored, r)
+    assert rewards.tolist() == [[1.0, 1.0, 1.0, pytest.approx(0.97)]]
+    sampling = SamplingConfig(n=4, max_new_tokens=8)
+    c, s, rw, m = refill_groups(roles, prompts, sampler, sampling, comps, scored, rewards, r, step=1, primary="math")
+    if kept_first:
+        assert roles.calls == [] and m["dynamic_sampling/rounds"] == 0.0
+        assert rw.tolist() == [[1.0, 1.0, 1.0, pytest.approx(0.97)]]
+    else:
+        assert roles.calls == [[1]] and m["dynamic_sampling/rounds"] == 1.0  # a second round drew prompt 1
+        assert rw.tolist() == [[1.0, 0.0, 0.0, 0.0]] and [x.prompt_index for x in c] == [1, 1, 1, 1]
+        assert m["dynamic_sampling/informative_frac"] == 0.5 and m["dynamic_sampling/shortfall"] == 0.0

@@ -116,7 +116,8 @@ def test_dph_js_exact_under_reference_samples():
     per_token = dph_js(p.log()[None], q.log()[None])[0]
     m = (p + q) / 2
     exact = 0.5 * (p * (p / m).log()).sum() + 0.5 * (q * (q / m).log()).sum()
-    assert (q * per_token).sum().item() == pytest.approx(exact.item(), rel=1e-6)
+    # the generator without the 1/2 (f-GAN's table, the DPH-RL authors' code): twice the exact JS
+    assert (q * per_token).sum().item() == pytest.approx(2 * exact.item(), rel=1e-6)
     assert torch.allclose(dph_js(q.log()[None], q.log()[None]), torch.zeros(1, 3), atol=1e-7)
 
 
@@ -126,9 +127,9 @@ def test_dph_js_extreme_finite_and_bounded(lp_val, ref_val):
     js = dph_js(lp, torch.tensor([[ref_val]]))
     js.sum().backward()
     assert torch.isfinite(js).all() and torch.isfinite(lp.grad).all()
-    # log u = lp - ref is clamped to +-20 first: f(e^-20) ~ 0.5 log 2; f(e^20) = 0.5 (20 u - (1 + u) log((1 + u) / 2))
+    # log u = lp - ref is clamped to +-20 first: f(e^-20) ~ log 2; f(e^20) = 20 u - (1 + u) log((1 + u) / 2)
     u = math.exp(20.0 if lp_val > ref_val else -20.0)
-    expected = 0.5 * (u * math.log(u) - (1 + u) * math.log((1 + u) / 2))
+    expected = u * math.log(u) - (1 + u) * math.log((1 + u) / 2)
     assert js.item() == pytest.approx(expected, rel=1e-5)
 
 

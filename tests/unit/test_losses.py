@@ -133,6 +133,21 @@ def test_sum_norm_rejects_short_max_len():
         LOSS_AGGREGATIONS.get("seq_mean_token_sum_norm")(token_loss, mask, num_tokens=10, num_seqs=2, max_len=4)
 
 
+def test_sum_norm_counts_response_positions_not_the_prompt_offset():
+    """Issue 9 item 1: the trainer passes the shifted full sequence (prompt + response). A 40-token prompt with a
+    30-token response is T = 69 wide, but the response budget (max_len 64) bounds the 30 response positions only.
+    Every response token's loss is -1, so the loss is -30 / (1 x 64) = -0.46875 (Liu et al. 2025, eq. 3)."""
+    t, prompt, resp = 69, 40, 30
+    mask = torch.zeros(1, t)
+    mask[0, prompt - 1 : prompt - 1 + resp] = 1.0
+    token_loss = -mask.clone()
+    out = LOSS_AGGREGATIONS.get("seq_mean_token_sum_norm")(token_loss, mask, num_tokens=30, num_seqs=1, max_len=64)
+    assert out.item() == pytest.approx(-30 / 64)
+    mask[0, :] = 1.0  # 69 response positions do exceed a 64-token budget
+    with pytest.raises(ValueError, match="more than max_len"):
+        LOSS_AGGREGATIONS.get("seq_mean_token_sum_norm")(-mask, mask, num_tokens=69, num_seqs=1, max_len=64)
+
+
 def test_negative_count_rejected_and_zero_is_zero_loss():
     with pytest.raises(ValueError):
         LOSS_AGGREGATIONS.get("token_mean")(torch.ones(1, 2), torch.ones(1, 2), num_tokens=-1, num_seqs=1, max_len=2)
