@@ -43,8 +43,6 @@ class RunConfig:
     """CPUs given to a local Ray (None: all)."""
     save_final: bool = True
     """Save the final policy in Hugging Face format under ``RUN/final``."""
-    torch_threads: int = 0
-    """torch intra-op threads per role process (0: leave torch's default)."""
     resume: str | None = None
     """Resume from a checkpoint: ``auto`` (the newest complete checkpoint of the run folder ``output_dir/name``;
     a fresh start if there is none) or a checkpoint folder path. ``rlvr train ... --resume auto|PATH`` sets it."""
@@ -56,7 +54,6 @@ class ModelConfig:
     """An embedded model name (``smollm2-135m-instruct``, ``tiny-random``), a local folder, or a hub id."""
     dtype: Literal["bfloat16", "float32", "float16"] = "bfloat16"
     """Parameter and compute dtype of the trainer and engines (fp32 master weights under DeepSpeed bf16)."""
-    trust_remote_code: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,7 +113,9 @@ class RolloutConfig:
     max_new_tokens: int = 64
     temperature: float = 1.0
     top_p: float = 1.0
+    """Nucleus sampling; training needs 1.0 (a truncated sampler's logprobs disagree with the trainer's, case R2)."""
     top_k: int = -1
+    """Top-k sampling; training needs -1 (off), for the same reason as ``top_p``."""
     kv_cache_gib: float = 1.0
     """KV cache per engine on CPU (``VLLM_CPU_KVCACHE_SPACE``)."""
     gpu_memory_utilization: float = 0.4
@@ -448,11 +447,23 @@ FOREIGN_NAMES: dict[str, str] = {
 }
 """Names TRL, verl and OpenRLHF use for settings rlvr names otherwise (used only for error hints)."""
 
+REMOVED_KEYS: dict[str, str] = {
+    "run.torch_threads": "threads are set per role: rollout.threads, trainer.threads, critic.threads",
+    "model.trust_remote_code": (
+        "rlvr loads only architectures built into transformers and vLLM (code from the hub could change the "
+        "logits the trainer computes without the engine knowing); use a model whose architecture transformers "
+        "ships (Qwen2.5, Llama, SmolLM2, ...)"
+    ),
+}
+"""Keys other frameworks (or older rlvr recipes) have that rlvr deliberately does not: the reason, for the error."""
+
 
 def _unknown_key(where: str, key: str, valid: list[str]) -> RecipeError:
     near = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
     foreign = FOREIGN_NAMES.get(where + key) or FOREIGN_NAMES.get(key)
-    if foreign:  # before fuzzy matching: num_generations is not num_engines
+    if where + key in REMOVED_KEYS:
+        hint = f"rlvr has no such setting: {REMOVED_KEYS[where + key]}"
+    elif foreign:  # before fuzzy matching: num_generations is not num_engines
         hint = f"rlvr calls this '{foreign}'"
     elif near:
         hint = f"did you mean '{where}{near[0]}'?"
@@ -628,6 +639,15 @@ def validate(r: Recipe) -> None:
         errs.append("rollout.temperature must be > 0 for RL (sampled logprobs); use eval for greedy decoding")
     if not 0 < ro.top_p <= 1:
         errs.append("rollout.top_p must be in (0, 1]")
+    elif ro.top_p < 1 or ro.top_k > 0:
+        # case R2: vLLM's processed logprobs are renormalised over the kept tokens, the trainer's are not
+        errs.append(
+            f"rollout.top_p={ro.top_p} / rollout.top_k={ro.top_k} truncate the sampler: the engine's logprobs are "
+            "then renormalised over the kept tokens while the trainer's cover the whole vocabulary (probabilities "
+            "[.5, .3, .15, .05] at top_p 0.8: ratio 0.8 instead of 1), which biases truncated importance sampling, "
+            "the KL in the reward, the DPH-RL buffer and the rollout/trainer gap metrics. Train with rollout.top_p: "
+            "1.0 and rollout.top_k: -1 (lower rollout.temperature to sharpen sampling); `rlvr eval` may truncate"
+        )
     if ro.max_new_tokens < 1:
         errs.append("rollout.max_new_tokens must be >= 1")
     b = r.samples_per_step

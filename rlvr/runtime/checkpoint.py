@@ -58,7 +58,7 @@ REQUIRED = (CONTROLLER, RECIPE, FINGERPRINT, TRAINER)
 
 MAY_CHANGE_ON_RESUME = (
     "run.name", "run.output_dir", "run.steps", "run.resume", "run.executor", "run.ray_address", "run.num_cpus",
-    "run.torch_threads", "run.save_final",
+    "run.save_final",
     "rollout.num_engines", "rollout.kv_cache_gib", "rollout.gpu_memory_utilization", "rollout.enforce_eager",
     "rollout.num_gpus", "rollout.threads",
     "reward.num_workers",

@@ -265,6 +265,9 @@ def test_missing_file_raises_file_not_found(tmp_path):
         ),
         (["data.prompt_template=Solve it"], "data.prompt_template must contain {question}"),
         (["reward.verifiers=[]"], "reward.verifiers is empty: name at least one verifier"),
+        # issue 9 item 5 (case R2): a truncated sampler's logprobs disagree with the trainer's
+        (["rollout.top_p=0.8"], "Train with rollout.top_p: 1.0 and rollout.top_k: -1"),
+        (["rollout.top_k=20"], "rollout.top_p=1.0 / rollout.top_k=20 truncate the sampler"),
     ],
 )
 def test_invariant_fails_with_fix_message(overrides, expected):
