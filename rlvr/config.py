@@ -294,6 +294,32 @@ class SyncConfig:
     """A sync that has not completed within this many seconds fails the run with a clear error."""
     check: bool = True
     """After each sync, compare each engine's weight checksum with the trainer's."""
+    probe_every: int = 1
+    """Every N-th sync (policy versions divisible by N), compare each engine's logprobs of a fixed probe sequence
+    (a greedy continuation of a fixed prompt) with the trainer's and stop the run above ``probe_tolerance``: checks
+    what the engine computes, not only what it received (``rlvr.sync.probe``). 0: off."""
+    probe_tolerance: float | None = None
+    """Largest accepted |engine - trainer| probe logprob, nats. None: by ``model.dtype``, 1e-3 for float32, 0.25
+    for bfloat16, 0.1 for float16 (``rlvr.sync.probe.DEFAULT_TOLERANCE``, which says how they were measured)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimeoutsConfig:
+    """Deadlines (wall-clock seconds) of the controller's waits on its roles. A role that overruns stops the run
+    with an error naming the role, the step and the setting to raise. The weight sync's own deadline is
+    ``sync.timeout_s``; a verifier's, per sample, ``reward.timeout_s``."""
+
+    startup_s: float = 1800.0
+    """Roles starting (the first DeepSpeed start compiles an op, ~2 min on 2 cores; a model download may follow),
+    and replacement engines."""
+    rollout_s: float = 3600.0
+    """One rollout: every engine's ``generate`` of its share of a step's prompts (validation's too)."""
+    reward_s: float = 600.0
+    """Scores still missing once the last engine has finished (verifiers score while engines generate)."""
+    train_s: float = 3600.0
+    """One policy update (and the critic's, beside it), and the reference-logprob and critic-value passes."""
+    checkpoint_s: float = 1800.0
+    """Writing or loading a checkpoint, and saving the final policy."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -360,6 +386,7 @@ class Recipe:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     sync: SyncConfig = field(default_factory=SyncConfig)
+    timeouts: TimeoutsConfig = field(default_factory=TimeoutsConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
@@ -711,8 +738,13 @@ def validate(r: Recipe) -> None:
         )
     if va.every_steps and va.source is None and r.data.source == "generated" and r.data.generated.holdout == 0:
         errs.append("validation needs held-out rows: set data.generated.holdout > 0 (e.g. 64) or validation.source")
+    for f in dataclasses.fields(TimeoutsConfig):
+        if not getattr(r.timeouts, f.name) > 0:
+            errs.append(f"timeouts.{f.name} must be > 0 seconds, got {getattr(r.timeouts, f.name)}")
     if r.sync.timeout_s <= 0:
         errs.append("sync.timeout_s must be > 0")
+    if r.sync.probe_every < 0 or (r.sync.probe_tolerance is not None and not r.sync.probe_tolerance > 0):
+        errs.append("sync.probe_every must be >= 0 (0: off) and sync.probe_tolerance > 0 nats (or null: by dtype)")
     # names in registries are checked here so a typo fails before anything starts
     from rlvr.algos import ADVANTAGES, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
 

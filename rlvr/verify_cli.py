@@ -11,11 +11,19 @@ Output: one JSON object per input row, in input order (to ``--output``, else to 
 
 ``line`` is the 1-based line number in FILE; ``id`` is copied when the row has one. A line that is not a JSON
 object, or lacks a field, gives ``score`` 0 and ``reason`` ``bad_input: <what>`` instead of stopping the run.
-Then a summary (rows, mean score over all rows, rows per reason, latency p50/p99) goes to stdout when
-``--output`` is given, else to stderr (stdout holds the results).
+
+Golds are read as ``--answer-format`` says (``raw``: the field as is; ``gsm8k``: the number after the last
+``#### ``, as ``data.answer_format`` in a recipe) and checked as training checks them when data loads
+(:func:`rlvr.reward.golds.gold_checker`, case V15, issue 9 item 12): a row whose gold the verifier cannot
+read as one final answer (a whole worked solution, a number with a label under ``units: refuse``...) is not
+scored: ``score`` 0, ``reason`` ``bad_gold: <why and the setting that fixes it>``, and the summary counts them
+with up to five examples. ``--bad-gold error`` stops before scoring instead (exit 2).
+Then a summary (rows, mean score over all rows, rows per reason, latency p50/p99, bad golds) goes to stdout
+when ``--output`` is given, else to stderr (stdout holds the results).
 
 Exit status: 0 when every row was processed (whatever the scores); 2 for a missing or unreadable FILE, a
-verifier that does not resolve or build, or bad ``--args``.
+verifier that does not resolve or build, or bad ``--args``; 2 also with ``--bad-gold error`` when some gold is
+unusable (nothing is written then).
 """
 
 from __future__ import annotations
@@ -43,6 +51,10 @@ def add_verify_parser(sub: Any) -> None:
     p.add_argument("--gold-field", default="gold", help="field holding the gold answer (default: gold)")
     p.add_argument("--workers", type=int, default=2, help="scoring worker processes (default: 2)")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds per row before it scores 0 'timeout'")
+    p.add_argument("--answer-format", choices=("raw", "gsm8k"), default="raw",
+                   help="raw: the gold field as is; gsm8k: the number after its last '#### ' (as data.answer_format)")
+    p.add_argument("--bad-gold", choices=("score", "error"), default="score",
+                   help="rows whose gold the verifier cannot use: score 0 'bad_gold: ...' (default) or stop (exit 2)")
     p.set_defaults(fn=cmd_verify)
 
 
@@ -77,6 +89,21 @@ def read_rows(
         yield line_no, row, None
 
 
+def read_gold(value: Any, answer_format: str) -> tuple[str, str | None]:
+    """``(gold, problem)``: the gold text of a row's gold field read as ``answer_format`` (``raw`` or
+    ``gsm8k``, as :func:`rlvr.data.datasets.load_rows` reads ``data.answer_format``), and None, or a
+    ``bad_gold: ...`` problem (no ``#### `` marker under ``gsm8k``; an empty gold)."""
+    from rlvr.data.datasets import format_gold, gsm8k_gold
+
+    if answer_format == "gsm8k":
+        gold = gsm8k_gold(str(value))
+        if gold is None:
+            return str(value), "bad_gold: no '#### ' marker for --answer-format gsm8k (use --answer-format raw)"
+    else:
+        gold = format_gold(value)
+    return gold, (None if gold else "bad_gold: empty gold")
+
+
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile: the ``ceil(q/100 * n)``-th smallest of ``n`` values (NaN when empty)."""
     if not values:
@@ -97,6 +124,7 @@ class _Summary:
         self.score_sum = 0.0
         self.reasons: collections.Counter[str] = collections.Counter()
         self.latencies: list[float] = []
+        self.bad_golds: list[tuple[int, str, str]] = []  # (line, gold, reason)
 
     def add(self, result: dict[str, Any]) -> None:
         self.rows += 1
@@ -112,22 +140,65 @@ class _Summary:
         p50, p99 = percentile(self.latencies, 50), percentile(self.latencies, 99)
         n = len(self.latencies)
         lines.append(f"latency: p50 {p50 * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms (over {n} scored rows)")
+        if self.bad_golds:
+            lines.append(bad_gold_text(self.bad_golds, self.rows))
         return "\n".join(lines)
 
 
-def _score_chunk(pool: Any, chunk: list[tuple[int, dict[str, Any] | None, str | None]], args: argparse.Namespace,
-                 out: TextIO, summary: _Summary) -> None:
-    from rlvr.data.datasets import format_gold
+def bad_gold_text(bad: list[tuple[int, str, str]], rows: int) -> str:
+    """The summary's warning: how many rows have an unusable gold, and the first five (line, gold, reason)."""
+    from rlvr.reward.golds import EXAMPLES
 
-    usable = [(n, row) for n, row, problem in chunk if problem is None]
+    shown = "\n".join(f"  line {n}: {g[:80]!r}: {r}" for n, g, r in bad[:EXAMPLES])
+    more = f"\n  and {len(bad) - EXAMPLES} more" if len(bad) > EXAMPLES else ""
+    return f"WARNING: {len(bad)} of {rows} rows have a gold the verifier cannot use (not scored):\n{shown}{more}"
+
+
+class _GoldCheck:
+    """Each distinct gold checked once with the verifier's gold parser (None: the verifier has none)."""
+
+    def __init__(self, checker: Any) -> None:
+        self.checker = checker
+        self.verdicts: dict[str, str | None] = {}
+
+    def problem(self, gold: str) -> str | None:
+        if self.checker is None:
+            return None
+        if gold not in self.verdicts:
+            try:
+                self.verdicts[gold] = self.checker(gold)
+            except Exception as e:  # noqa: BLE001 - a plugin's check that raises names the row
+                self.verdicts[gold] = f"error: {type(e).__name__}: {str(e)[:200]}"
+        why = self.verdicts[gold]
+        return None if why is None else f"bad_gold: {why}"
+
+
+def _with_golds(chunk: list[tuple[int, dict[str, Any] | None, str | None]], args: argparse.Namespace,
+                golds: _GoldCheck, summary: _Summary) -> list[tuple[int, dict[str, Any] | None, str | None, str]]:
+    """``(line, row, problem, gold)`` per item: the gold read (``--answer-format``) and checked."""
+    out = []
+    for line_no, row, problem in chunk:
+        gold = ""
+        if problem is None and row is not None:
+            gold, problem = read_gold(row[args.gold_field], args.answer_format)
+            problem = problem or golds.problem(gold)
+            if problem is not None:
+                summary.bad_golds.append((line_no, gold, problem.removeprefix("bad_gold: ")))
+        out.append((line_no, row, problem, gold))
+    return out
+
+
+def _score_chunk(pool: Any, chunk: list[tuple[int, dict[str, Any] | None, str | None, str]],
+                 args: argparse.Namespace, out: TextIO, summary: _Summary) -> None:
+    usable = [(n, row, gold) for n, row, problem, gold in chunk if problem is None]
     drop = {args.response_field, args.gold_field}
     scored = iter(pool.score(
-        [row[args.response_field] for _, row in usable],
-        [format_gold(row[args.gold_field]) for _, row in usable],
-        [{k: v for k, v in row.items() if k not in drop} for _, row in usable],
+        [row[args.response_field] for _, row, _ in usable],
+        [gold for _, _, gold in usable],
+        [{k: v for k, v in row.items() if k not in drop} for _, row, _ in usable],
     ) if usable else [])
     key = pool.keys[0]
-    for line_no, row, problem in chunk:
+    for line_no, row, problem, _ in chunk:
         result: dict[str, Any] = {"line": line_no}
         if row is not None and "id" in row:
             result["id"] = row["id"]
@@ -141,10 +212,24 @@ def _score_chunk(pool: Any, chunk: list[tuple[int, dict[str, Any] | None, str | 
         summary.add(result)
 
 
+def _first_bad_gold(path: Path, args: argparse.Namespace, golds: _GoldCheck) -> str | None:
+    """With ``--bad-gold error``: the message listing every unusable gold of FILE, or None when all are usable."""
+    summary = _Summary()
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            items = list(read_rows(f, args.response_field, args.gold_field))
+    except OSError as e:
+        return f"cannot read '{args.file}': {e.strerror or e}"
+    _with_golds(items, args, golds, summary)
+    if not summary.bad_golds:
+        return None
+    return bad_gold_text(summary.bad_golds, len(items)) + "\n--bad-gold error: nothing scored"
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     """Run ``rlvr verify`` (module docstring); returns the exit status."""
     from rlvr.config import VerifierSpec
-    from rlvr.reward.base import build_verifier
+    from rlvr.reward.golds import gold_checker
     from rlvr.reward.pool import ScoringPool
 
     path = Path(args.file)
@@ -160,7 +245,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return _fail(f"--workers must be >= 1 and --timeout > 0, got {args.workers} and {args.timeout}")
     spec = VerifierSpec(name=args.verifier, args=verifier_args)
     try:
-        build_verifier(spec)  # here, so that a bad name or args is one line, not a worker's traceback
+        golds = _GoldCheck(gold_checker(spec))  # builds it here: a bad name or args is one line, not a traceback
+    except Exception as e:  # noqa: BLE001 - unknown name, import error, bad args: all reported the same way
+        return _fail(f"cannot build verifier {args.verifier!r}: {type(e).__name__}: {e}")
+    if args.bad_gold == "error":
+        problem = _first_bad_gold(path, args, golds)
+        if problem is not None:
+            return _fail(problem)
+    try:
         pool = ScoringPool([spec], args.workers, args.timeout)
     except Exception as e:  # noqa: BLE001 - unknown name, import error, bad args: all reported the same way
         return _fail(f"cannot build verifier {args.verifier!r}: {type(e).__name__}: {e}")
@@ -176,10 +268,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
             for item in read_rows(f, args.response_field, args.gold_field):
                 chunk.append(item)
                 if len(chunk) >= CHUNK_ROWS:
-                    _score_chunk(pool, chunk, args, out, summary)
+                    _score_chunk(pool, _with_golds(chunk, args, golds, summary), args, out, summary)
                     chunk = []
             if chunk:
-                _score_chunk(pool, chunk, args, out, summary)
+                _score_chunk(pool, _with_golds(chunk, args, golds, summary), args, out, summary)
     except OSError as e:
         return _fail(f"cannot read '{args.file}': {e.strerror or e}")
     finally:

@@ -28,6 +28,18 @@ or \\boxed{\\frac{639}{40}}``, two forms of one number, as a MATH-500 reference 
 enclosed in one bracket counts the values inside it (the gold ``(0,1)`` holds 2); "or"/"and" between brackets
 separates values with or without spaces (the gold ``(11,7)or(7,11)`` holds 2).
 
+Exact answers (issue 9, item 11): when both sides are exact (integers, fractions, powers, factorials,
+exact constants such as ``\\pi`` or ``\\sqrt{2}``; no decimal, no percent), equality is decided exactly
+(:mod:`rlvr_verifiers._exact`), not by math-verify's float test that calls ``\\frac{1}{10^{20}}`` and
+``\\frac{1}{10^{20}+1}`` equal; decimals keep math-verify's rounding to 6 places. A power tower or huge
+factorial (exact value over ``_exact.MAX_DIGITS`` = 10,000 digits, estimated before computing) is never
+evaluated: it equals only an answer that parses to the identical expression. ``exact=False`` restores
+math-verify's own comparison.
+
+Unit rule (item 12, ``units="number"``, the default): a gold or answer that is one number followed by a label
+(``9 (apples)``, ``5 cents``, ``12 km/h``: :func:`rlvr_verifiers.numeric.split_label`) is compared by its
+number; units are not converted. ``units="refuse"``: such a gold is refused at load (``rlvr.reward.golds``).
+
 Reasons: ``no_answer`` (nothing extracted, or an empty answer: case V13), ``hedged``, ``wrong``, ``bad_gold``
 (the gold is empty), ``error: <ExcType>: msg`` (math-verify or sympy failed on this input).
 """
@@ -37,7 +49,7 @@ from __future__ import annotations
 import logging
 import re
 from rlvr.types import VerifyResult
-from rlvr_verifiers.numeric import NUMBER_RE, number_token
+from rlvr_verifiers.numeric import NUMBER_RE, UNITS, number_token, split_label
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _JOINER_RE = re.compile(
@@ -291,17 +303,30 @@ class MathVerifier:
             last number; ``"none"``: no box (and no ``answer_pattern`` match) is ``no_answer``.
         answer_pattern: a regular expression tried before the fallback when there is no box; the answer is its
             first group (or the whole match) of the last match in the response.
+        exact: ``True`` (default): exact answers are compared exactly (module docstring); ``False``:
+            math-verify's own comparison (float tolerance for every number).
+        units: ``"number"`` (default): a number followed by a label is compared by its number (the unit
+            rule); ``"refuse"``: a gold with a label is refused at load and the label is left to math-verify.
 
-    Errors: ``ValueError`` at construction for an unknown ``fallback`` or an invalid ``answer_pattern``.
+    Errors: ``ValueError`` at construction for an unknown ``fallback`` or ``units``, or an invalid
+    ``answer_pattern``.
     ``verify`` never raises: math-verify or sympy failures become reason ``error: <ExcType>: msg``.
     """
 
-    preload_modules = ("math_verify", "rlvr_verifiers.math")
+    preload_modules = ("math_verify", "rlvr_verifiers.math", "rlvr_verifiers._exact")
     """Imported once by the scoring pool's fork server (see ``rlvr.reward.pool.ScoringPool``)."""
 
-    def __init__(self, fallback: str = "last_number", answer_pattern: str | None = None) -> None:
+    def __init__(
+        self,
+        fallback: str = "last_number",
+        answer_pattern: str | None = None,
+        exact: bool = True,
+        units: str = "number",
+    ) -> None:
         if fallback not in ("last_number", "none"):
             raise ValueError(f"fallback must be 'last_number' or 'none', got {fallback!r}")
+        if units not in UNITS:
+            raise ValueError(f"units must be one of {', '.join(map(repr, UNITS))}, got {units!r}")
         if answer_pattern is not None:
             try:
                 re.compile(answer_pattern)
@@ -315,20 +340,39 @@ class MathVerifier:
                 log.addFilter(_DropTimeoutDisabledWarning())
         self.fallback = fallback
         self.answer_pattern = answer_pattern
+        self.exact = bool(exact)
+        self.units = units
         self._mv = math_verify
         self._latex = [math_verify.LatexExtractionConfig()]
 
     def gold_answer(self, gold: str) -> str:
-        """The gold's answer text: its last box (or run of boxes) if it has any, cleaned like an answer."""
+        """The gold's answer text: its last box (or run of boxes) if it has any, cleaned like an answer; with
+        ``units="number"``, a number followed by a label is the number (``9 (apples)`` -> ``9``)."""
         text = _normalize(str(gold))
         boxed = _last_box_run(text)
-        return clean_answer(boxed if boxed is not None else text)
+        return self._unlabel(clean_answer(boxed if boxed is not None else text))
+
+    def _unlabel(self, answer: str) -> str:
+        """The number of ``answer`` when it is one number followed by a label (the unit rule), else
+        ``answer``."""
+        if getattr(self, "units", "number") != "number":
+            return answer
+        found = split_label(answer)
+        return found[0] if found else answer
 
     def equivalent(self, gold_answer: str, answer: str) -> bool:
-        """math-verify's verdict on two cleaned answers, gold first (case V1); text equality (ignoring spaces
-        and case) when math-verify extracts nothing from either."""
+        """math-verify's verdict on two cleaned answers, gold first (case V1), with exact answers compared
+        exactly (``exact``, module docstring); text equality (ignoring spaces and case) when math-verify
+        extracts nothing from either."""
         g = self._mv.parse(f"${gold_answer}$", extraction_config=self._latex, parsing_timeout=None)
         p = self._mv.parse(f"${answer}$", extraction_config=self._latex, parsing_timeout=None)
+        if g and p and getattr(self, "exact", True):
+            from rlvr_verifiers import _exact
+
+            if any(_exact.has_huge(x) for x in (*g, *p)):  # never evaluated: compared as written
+                return any(x == y for x in g for y in p if not isinstance(x, str) and not isinstance(y, str))
+            with _exact.exact_numbers():
+                return bool(self._mv.verify(g, p, timeout_seconds=None))
         if g and p:
             return bool(self._mv.verify(g, p, timeout_seconds=None))
         if not g and not p:
@@ -342,6 +386,7 @@ class MathVerifier:
             if not gold_ans:
                 return VerifyResult(score=0.0, parsed=None, reason="bad_gold")
             answer, _ = extract_answer(str(response), self.fallback, self.answer_pattern)
+            answer = self._unlabel(answer) if answer else answer
             if not answer:
                 return VerifyResult(score=0.0, parsed=answer, reason="no_answer")
             candidates = split_items(answer)

@@ -8,6 +8,11 @@ Also the number-reading rules shared with :mod:`rlvr_verifiers.math`:
 - A minus sign belongs to the number only when it does not follow a word character, a closing bracket or a
   dot (``5-3`` holds 5 and 3, ``x = -3`` holds -3); the Unicode minus ``−`` counts as ``-``.
 - ``a/b`` is one number (a fraction); ``$`` (currency) and ``%`` around a number are ignored.
+- **Unit rule** (``units="number"``, the default of ``numeric`` and ``math``): a gold that is one number
+  followed by a label (:func:`split_label`: ``9 (apples)``, ``5 cents``, ``12 km/h``, ``18 \\text{ dollars}``)
+  is that number; the label is not compared and units are not converted (``180 minutes`` is not ``3 hours``).
+  ``units="refuse"``: such a gold is a bad gold at load time (``rlvr.reward.golds``), with this setting as the
+  fix.
 """
 
 from __future__ import annotations
@@ -26,6 +31,16 @@ NUMBER_RE = re.compile(
 """One number token in free text (see the module docstring for the rules)."""
 
 _MARKER_RE = re.compile(r"####")
+UNITS = ("number", "refuse")
+"""Values of the ``units`` argument of ``numeric`` and ``math`` (see the module docstring)."""
+_LABEL_WORDS = r"[A-Za-z][A-Za-z'.]*(?:(?:\s+|\s*[/-]\s*)[A-Za-z][A-Za-z'.]*)*(?:\^?[23]|[\u00b2\u00b3])?"
+_LABEL_RE = re.compile(
+    r"(?P<number>-?\$?\s*(?:" + NUMBER_RE.pattern + r"|\\d?frac\s*\{-?\d+\}\s*\{\d+\}))\$?"
+    r"(?:\s*\((?P<paren>\s*" + _LABEL_WORDS + r"\s*)\)|\s*\\(?:text|textrm|mbox|mathrm)\s*\{(?P<tex>\s*"
+    + _LABEL_WORDS + r"\s*)\}|\s+(?P<bare>" + _LABEL_WORDS + r"))\s*\.?"
+)
+_NOT_LABELS = frozenset("or and to times plus minus over divided percent percentage per cent".split())
+_VERBS = frozenset("is are was were be been has have had will can should would needs need".split())
 _AFTER_MARKER_RE = re.compile(r"[\s$*:]*")  # allowed between '####' and its number
 
 
@@ -62,6 +77,30 @@ def marked_number(text: str) -> tuple[bool, str | None]:
     return True, (number_token(m.group(0)) if m else None)
 
 
+def split_label(text: str) -> tuple[str, str] | None:
+    """``(number, label)`` when ``text`` is one number followed by a label, else None.
+
+    The number: a number token (``9``, ``-2.5``, ``1,000``, ``3/4``, ``$5``) or ``\\frac{a}{b}``; the label:
+    words of letters (``apples``, ``km/h``, ``square feet``, ``cm^2``), bare, in parentheses or in
+    ``\\text{}`` / ``\\mbox{}`` / ``\\mathrm{}``, with a word of two or more letters, and not a joining word
+    (``5 or 7``, ``2 times``: None), not a phrase with a verb or of more than four words (``42 is the
+    answer``: None), and not a percent word (``28 percent`` keeps the percent rule, case V4).
+    ``"9 (apples)"`` -> ``("9", "apples")``; ``"5 m"``, ``"3x"``, ``"2 \\sqrt{2}"`` -> None.
+    """
+    m = _LABEL_RE.fullmatch(text.strip())
+    if m is None:
+        return None
+    label = (m.group("paren") or m.group("tex") or m.group("bare") or "").strip().rstrip(".").strip()
+    words = re.findall(r"[A-Za-z]+", label)
+    if not any(len(w) >= 2 for w in words) or words[0].lower() in _NOT_LABELS or len(words) > 4:
+        return None
+    if _VERBS.intersection(w.lower() for w in words):  # ``42 is the answer``: a sentence, not a label
+        return None
+    if any(w.lower() in ("percent", "percentage") for w in words):
+        return None
+    return m.group("number").replace("$", "").strip(), label
+
+
 def to_float(token: str) -> float | None:
     """Value of a number token (``"-3"``, ``"1000.5"``, ``"3/4"``); None for a zero denominator or junk."""
     try:
@@ -72,14 +111,28 @@ def to_float(token: str) -> float | None:
         return None
 
 
-def parse_gold_number(gold: str) -> float | None:
-    """The gold as a float when the whole gold is one number (``"1,000"``, ``"$5"``, ``"18.0"``, ``"-2"``,
-    ``"3/4"``, ``"#### 42"``, ``"28%"``); None otherwise."""
+def _gold_text(gold: str) -> str:
     text = normalize_text(str(gold)).replace("\\%", "%").strip()  # LaTeX 28\% (case V4)
     if "####" in text:
         text = text.rsplit("####", 1)[1]
-    text = text.strip().strip("$").strip().rstrip(".%").strip()
+    return text.strip().strip("$").strip().rstrip(".%").strip()
+
+
+def gold_label(gold: str) -> str | None:
+    """The label after the gold's number (``"9 (apples)"`` -> ``"apples"``), or None when it has none."""
+    found = split_label(_gold_text(gold))
+    return found[1] if found else None
+
+
+def parse_gold_number(gold: str, units: str = "number") -> float | None:
+    """The gold as a float when the whole gold is one number (``"1,000"``, ``"$5"``, ``"18.0"``, ``"-2"``,
+    ``"3/4"``, ``"#### 42"``, ``"28%"``), or, with ``units="number"``, one number followed by a label
+    (``"9 (apples)"`` -> 9.0, :func:`split_label`); None otherwise."""
+    text = _gold_text(gold)
     m = NUMBER_RE.fullmatch(text)
+    if m is None and units == "number":
+        found = split_label(text)
+        m = NUMBER_RE.fullmatch(found[0].strip("$ ")) if found else None
     return to_float(number_token(m.group(0))) if m else None
 
 
@@ -92,13 +145,23 @@ class NumericVerifier:
     near 0).
 
     Scores 1 or 0; reasons ``no_answer`` (no number found), ``wrong``, ``bad_gold`` (the gold is not one
-    number). Never raises on model output. Errors: ``ValueError`` at construction for a negative tolerance.
+    number). Never raises on model output.
+
+    Args:
+        tolerance: relative tolerance (default 1e-6).
+        units: ``"number"`` (default): a gold of one number and a label (``9 (apples)``) is that number (the
+            unit rule of the module docstring); ``"refuse"``: such a gold is ``bad_gold`` (and refused at load).
+
+    Errors: ``ValueError`` at construction for a negative tolerance or an unknown ``units``.
     """
 
-    def __init__(self, tolerance: float = 1e-6) -> None:
+    def __init__(self, tolerance: float = 1e-6, units: str = "number") -> None:
         if not tolerance >= 0:
             raise ValueError(f"tolerance must be >= 0, got {tolerance!r}")
+        if units not in UNITS:
+            raise ValueError(f"units must be one of {', '.join(map(repr, UNITS))}, got {units!r}")
         self.tolerance = float(tolerance)
+        self.units = units
 
     def extract(self, response: str) -> str | None:
         """The answer token of a response (``"1000"``, ``"-3"``, ``"3/4"``) or None."""
@@ -107,7 +170,7 @@ class NumericVerifier:
 
     def verify(self, response: str, gold: str, **row: object) -> VerifyResult:
         """Score one response against ``gold``; ``row`` (the data row's other fields) is ignored."""
-        want = parse_gold_number(gold)
+        want = parse_gold_number(gold, getattr(self, "units", "number"))
         if want is None or not math.isfinite(want):
             return VerifyResult(score=0.0, parsed=None, reason="bad_gold")
         token = self.extract(str(response))

@@ -11,8 +11,13 @@ Gold parsers (:func:`gold_checker`), in order:
 1. the verifier's own ``check_gold(gold) -> str | None`` (None: usable; a string: the reason it is not); for a
    function verifier, a ``check_gold`` attribute of the function;
 2. ``math`` (:class:`~rlvr_verifiers.math.MathVerifier`): :func:`math_gold_problem`;
-3. ``numeric`` (:class:`~rlvr_verifiers.numeric.NumericVerifier`): the gold must be one finite number;
+3. ``numeric`` (:class:`~rlvr_verifiers.numeric.NumericVerifier`): :func:`numeric_gold_problem`;
 4. anything else: not checked (logged once).
+
+Golds that load but that the verifier would read wrong (issue 9, item 12) are named with the setting that fixes
+them: a whole worked solution (GSM8K's reasoning ending in ``#### 18``: ``answer_format: gsm8k``, in a recipe
+``data.answer_format``, in ``rlvr verify`` ``--answer-format``) and, under ``units: refuse``, a number followed
+by a label (``9 (apples)``: the verifier's ``units: number`` compares its number).
 """
 
 from __future__ import annotations
@@ -32,6 +37,19 @@ EXAMPLES = 5
 """Bad golds shown in the log and in the error message."""
 _COMMAND_RE = re.compile(r"\\(?:begin|end)\s*\{[^{}]*\}|\\[A-Za-z]+")
 _WORD_RE = re.compile(r"(?<![A-Za-z])[A-Za-z]{2,}(?![A-Za-z])")
+_GSM8K_MARK_RE = re.compile(r"####\s*(\S[^\n]*)")
+_SENTENCE_END_RE = re.compile(r"[.!?](?:\s|$)")
+SOLUTION_FIX_GSM8K = (
+    "set answer_format: gsm8k (recipe: data.answer_format=gsm8k; rlvr verify: --answer-format gsm8k) "
+    "so that the gold is the number after '####'"
+)
+"""The fix named for a GSM8K-style worked solution given as the gold."""
+SOLUTION_FIX = (
+    "set data.answer to the field that holds the final answer (rlvr verify: --gold-field), or box the final "
+    "answer in the gold (\\boxed{...})"
+)
+"""The fix named for any other worked solution given as the gold."""
+UNITS_FIX = "set the verifier's args units: number (compares its number, the label ignored), or drop the label"
 _PROSE_WORDS = frozenset(
     "is are was were be been the to of needs need has have had will can should would for it this that there we "
     "so he she they his her their with in on at by".split()
@@ -91,18 +109,50 @@ def prose_problem(answer: str) -> str | None:
     return None
 
 
+def solution_problem(gold: str, has_box: bool) -> str | None:
+    """A reason, with its fix, when ``gold`` is a whole worked solution rather than one final answer.
+
+    A gold with no box is a solution when it holds a GSM8K ``####`` marker (fix: ``answer_format: gsm8k``),
+    or when it reads as prose (:func:`prose_problem`) over several lines or sentences (fix: point
+    ``data.answer`` at the final answer, or box it). A gold with a box is read by its box: not a solution.
+    """
+    if has_box:
+        return None
+    text = str(gold)
+    mark = list(_GSM8K_MARK_RE.finditer(text))
+    if mark:
+        final = mark[-1].group(1).strip()
+        return f"a whole worked solution, not one final answer (its answer {final[:30]!r} follows '####'): " + (
+            SOLUTION_FIX_GSM8K
+        )
+    sentences = len(_SENTENCE_END_RE.findall(text.strip() + " "))
+    if prose_problem(text) is not None and ("\n" in text.strip() or sentences >= 2):
+        return f"a whole worked solution ({sentences} sentences), not one final answer: {SOLUTION_FIX}"
+    return None
+
+
 def math_gold_problem(verifier: Any, gold: str) -> str | None:
     """Why the ``math`` verifier cannot use ``gold`` (None: usable).
 
-    The gold's answer (:meth:`MathVerifier.gold_answer`: its last box, cleaned) must be non-empty, must not be
-    prose (:func:`prose_problem`), and ``math_verify.parse`` of it must give an expression (a result with more
+    The gold must not be a whole worked solution (:func:`solution_problem`); its answer
+    (:meth:`MathVerifier.gold_answer`: its last box, cleaned; a trailing label dropped under ``units:
+    number``) must be non-empty, must not be a number with a label under ``units: refuse``, must not be prose
+    (:func:`prose_problem`), and ``math_verify.parse`` of it must give an expression (a result with more
     than the raw string; math-verify's own timeout off, like the verifier's).
     """
     import math_verify
+    from rlvr_verifiers.math import find_boxes
+    from rlvr_verifiers.numeric import split_label
 
+    solution = solution_problem(gold, bool(find_boxes(str(gold))))
+    if solution is not None:
+        return solution
     answer = verifier.gold_answer(gold)
     if not answer:
         return "empty answer"
+    labelled = split_label(answer)
+    if labelled is not None and getattr(verifier, "units", "number") != "number":
+        return f"a number followed by a label ({labelled[1]!r}) under units: refuse: {UNITS_FIX}"
     prose = prose_problem(answer)
     if prose is not None:
         return prose
@@ -114,12 +164,17 @@ def math_gold_problem(verifier: Any, gold: str) -> str | None:
     return None
 
 
-def numeric_gold_problem(gold: str) -> str | None:
-    """Why the ``numeric`` verifier cannot use ``gold`` (None: it is one finite number)."""
-    from rlvr_verifiers.numeric import parse_gold_number
+def numeric_gold_problem(gold: str, units: str = "number") -> str | None:
+    """Why the ``numeric`` verifier (with its ``units`` rule) cannot use ``gold`` (None: it is one finite
+    number, or one number and a label under ``units: number``). A number with a label under ``units: refuse``
+    names ``units: number`` as the fix; a GSM8K solution is read by its ``####`` number, so it is usable."""
+    from rlvr_verifiers.numeric import gold_label, parse_gold_number
 
-    value = parse_gold_number(gold)
+    value = parse_gold_number(gold, units)
     if value is None:
+        label = gold_label(gold)
+        if label is not None:
+            return f"a number followed by a label ({label!r}) under units: refuse: {UNITS_FIX}"
         return "not one number"
     return None if math.isfinite(value) else "not a finite number"
 
@@ -141,7 +196,8 @@ def gold_checker(spec: VerifierSpec) -> Callable[[str], str | None] | None:
     if isinstance(verifier, MathVerifier):
         return lambda gold: math_gold_problem(verifier, gold)
     if isinstance(verifier, NumericVerifier):
-        return numeric_gold_problem
+        units = getattr(verifier, "units", "number")
+        return lambda gold: numeric_gold_problem(gold, units)
     return None
 
 
@@ -184,7 +240,7 @@ def check_golds(
     if not bad:
         log.info("%s", report.summary())
         return kept, report
-    fix = "fix data.answer / data.answer_format, or the data"
+    fix = "fix data.answer / data.answer_format (or the verifier's args), or the data"
     if mode == "error":
         raise RecipeError(f"{report.summary()}. data.bad_gold=error: {fix}, or set data.bad_gold=drop")
     if not kept:

@@ -24,6 +24,12 @@ class Engine(Protocol):
         """Log-probabilities (nats) of tokens 1..n-1 of each sequence given its prefix: [N][len_i - 1]."""
         ...
 
+    def probe_logprobs(self, prompt_ids: list[int], n_tokens: int) -> tuple[list[int], list[float]]:
+        """The sync probe: a greedy continuation of ``prompt_ids`` generated on the engine's serving path (prefix
+        cache included), ``n_tokens`` ids (eos ignored), and the logprobs [P - 1 + n_tokens] (nats, temperature 1)
+        of tokens 1.. of prompt + continuation."""
+        ...
+
     def expected_weights(self) -> dict[str, tuple[int, ...]]:
         """Checkpoint tensor name -> shape, for checking a weight sync before it starts."""
         ...

@@ -92,6 +92,16 @@ class HFEngine:
             res.append(lp.tolist())
         return res
 
+    @torch.no_grad()
+    def probe_logprobs(self, prompt_ids: list[int], n_tokens: int) -> tuple[list[int], list[float]]:
+        """Greedy continuation of ``prompt_ids`` (``n_tokens`` ids, eos ignored) and the logprobs [P - 1 + n_tokens]
+        (nats, T = 1) of tokens 1.. of prompt + continuation; plain forwards (no generation config, no processors)."""
+        seq = list(prompt_ids)
+        for _ in range(n_tokens):
+            logits = self.model(input_ids=torch.tensor([seq], device=self.device)).logits[0, -1]
+            seq.append(int(logits.argmax()))
+        return seq[len(prompt_ids) :], self.sequence_logprobs([seq])[0]
+
     def expected_weights(self) -> dict[str, tuple[int, ...]]:
         return checkpoint_shapes(self.model_dir)
 

@@ -122,6 +122,24 @@ class VLLMEngine:
             res.append([float(pl[i][seq[i]].logprob) for i in range(1, len(seq))])
         return res
 
+    def probe_logprobs(self, prompt_ids: list[int], n_tokens: int) -> tuple[list[int], list[float]]:
+        """The sync probe (:mod:`rlvr.sync.probe`): a greedy continuation of ``prompt_ids``, ``n_tokens`` ids (eos
+        ignored), and the logprobs [P - 1 + n_tokens] (nats, T = 1) of tokens 1.. of prompt + continuation.
+
+        The continuation is generated on the serving path (prefix cache, decode KV, output head): its logprobs are
+        vLLM's processed logprobs of a greedy request (``log_softmax`` of the raw logits). The prompt's P - 1 are
+        prompt logprobs (vLLM 0.32 never serves those from the prefix cache), which score tokens of any probability,
+        not only the argmax. Greedy: deterministic, and draws nothing from the sampling RNG.
+        """
+        from vllm import SamplingParams
+
+        params = SamplingParams(n=1, max_tokens=n_tokens, temperature=0.0, logprobs=0, ignore_eos=True)
+        (out,) = self.llm.generate([{"prompt_token_ids": list(prompt_ids)}], params, use_tqdm=False)
+        o = out.outputs[0]
+        ids = list(o.token_ids)
+        gen = [float(step[t].logprob) for t, step in zip(ids, o.logprobs)]
+        return ids, self.sequence_logprobs([list(prompt_ids)])[0] + gen
+
     # -- weight sync ------------------------------------------------------------------------------------------
     def expected_weights(self) -> dict[str, tuple[int, ...]]:
         return checkpoint_shapes(self.model_dir)

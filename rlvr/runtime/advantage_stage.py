@@ -54,7 +54,8 @@ def form_advantages(roles: Any, batch: TrainBatch, rewards: torch.Tensor, recipe
     n_tok = mask.sum().clamp(min=1.0)
     penalty = None
     if al.kl_coef > 0 and al.kl_penalty == "reward":
-        ref_lp = roles.get([t.call("compute_logprobs", batch, True) for t in roles.trainers], None, "reference logprobs")[0]
+        ref_lp = roles.get([t.call("compute_logprobs", batch, True) for t in roles.trainers], recipe.timeouts.train_s,
+                           "reference logprobs", "timeouts.train_s")[0]
         kl = KL_ESTIMATORS.get(al.kl_estimator)(batch.rollout_logprobs, ref_lp) * mask  # [B, S-1]
         penalty = -al.kl_coef * kl
         metrics["train/kl"] = float(kl.sum() / n_tok)
@@ -64,7 +65,8 @@ def form_advantages(roles: Any, batch: TrainBatch, rewards: torch.Tensor, recipe
         token_rewards = outcome_token_rewards(rewards.reshape(-1), mask)
         if penalty is not None:
             token_rewards = token_rewards + penalty
-        values = roles.get([roles.critic.call("compute_values", batch)], None, "critic values")[0]
+        values = roles.get([roles.critic.call("compute_values", batch)], recipe.timeouts.train_s, "critic values",
+                           "timeouts.train_s")[0]
         adv, returns = CRITIC_ADVANTAGES.get(al.advantage)(token_rewards, values, mask, al)
         critic_inputs = {"values": values, "returns": returns}
         metrics["critic/value_mean"] = float((values * mask).sum() / n_tok)

@@ -33,7 +33,6 @@ from rlvr.types import Completion, Prompt, SamplingConfig
 
 log = logging.getLogger("rlvr")
 
-STARTUP_TIMEOUT_S = 1800.0  # first DeepSpeed start compiles an op (~2 min on 2 cores); a hub download may follow
 
 
 @dataclass(frozen=True)
@@ -183,7 +182,8 @@ class Roles:
             self.critic = self.ex.spawn(
                 "critic", CriticWorker, r, model_dir, resources=Resources(num_cpus=0.1, num_gpus=r.critic.num_gpus, env=cenv)
             )
-        self.get([h.call("ping") for h in self.all], STARTUP_TIMEOUT_S, "starting the roles")
+        self.step = 0  # the step the loop is on (named in timeout errors); set by train()
+        self.get([h.call("ping") for h in self.all], r.timeouts.startup_s, "starting the roles", "timeouts.startup_s")
         self._init_sync()
 
     @property
@@ -217,7 +217,7 @@ class Roles:
             if i in dead:
                 continue
             try:
-                self.get([e.call("ping")], 3600, f"checking engine{i}")
+                self.get([e.call("ping")], self.recipe.timeouts.rollout_s, f"checking engine{i}", "timeouts.rollout_s")
             except RoleError as err:
                 if not err.died:
                     raise
@@ -225,19 +225,27 @@ class Roles:
         for i in dead:
             self.ex.kill(self.engines[i])
             self.engines[i] = self._spawn_engine(i)
-        self.get([self.engines[i].call("ping") for i in dead], STARTUP_TIMEOUT_S, "restarting engines")
+        self.get([self.engines[i].call("ping") for i in dead], self.recipe.timeouts.startup_s, "restarting engines",
+                 "timeouts.startup_s")
         self._init_sync()
         self.sync(self.version)
         return dead
 
-    def get(self, calls: list, timeout_s: float | None, what: str) -> list:
-        return self.ex.get(calls, timeout_s, what)
+    def get(self, calls: list, timeout_s: float, what: str, setting: str | None = None) -> list:
+        """Wait for ``calls`` (at most ``timeout_s`` seconds in all); errors name the step, the role and ``setting``,
+        the recipe key of the deadline. Errors: :class:`RoleError`."""
+        return self.ex.get(calls, timeout_s, self._what(what), setting)
+
+    def _what(self, what: str) -> str:
+        return f"step {self.step}: {what}" if self.step else what
 
     def _init_sync(self) -> None:
         r = self.recipe
-        self.specs = self.get([self.trainers[0].call("weight_specs")], 600, "reading the trainer's weights")[0]
+        self.specs = self.get([self.trainers[0].call("weight_specs")], r.timeouts.startup_s, "reading the trainer's weights",
+                              "timeouts.startup_s")[0]
         wspecs = [WeightSpec(n, tuple(s), d) for n, s, d in self.specs]
-        expected = self.get([e.call("expected_weights") for e in self.engines], 600, "reading the engines' weights")
+        expected = self.get([e.call("expected_weights") for e in self.engines], r.timeouts.startup_s,
+                            "reading the engines' weights", "timeouts.startup_s")
         for i, exp in enumerate(expected):
             check_specs(wspecs, exp, f"engine{i}")
         backend = r.sync.backend
@@ -254,9 +262,15 @@ class Roles:
         self.get(calls, r.sync.timeout_s + 30, "forming the weight-sync group")
         self.sync_backend = backend
         self.sync_bytes = float(sum(s.nbytes for s in wspecs))
+        from rlvr.sync.probe import PROBE_NEW_TOKENS, probe_prompt
+
+        # the fixed prompt of the sync probe (rlvr.sync.probe), as long as the engines' context allows
+        self.probe_ids = probe_prompt(self.model_dir, r.data.max_prompt_tokens + r.rollout.max_new_tokens - PROBE_NEW_TOKENS)
 
     def sync(self, version: int) -> dict[str, float]:
-        """Push the trainer's weights to every engine; check checksums; return ``sync/*`` metrics."""
+        """Push the trainer's weights to every engine; check checksums, and on every ``sync.probe_every``-th version
+        what the engines compute (:func:`rlvr.sync.probe.run_probe`: ``sync/probe_gap``, nats); return ``sync/*``
+        metrics. Errors: :class:`WeightSyncError` on a failed transfer, a checksum or a probe mismatch."""
         r = self.recipe
         t0 = time.perf_counter()
         recv = [e.call("receive_weights", self.specs, version) for e in self.engines]
@@ -273,6 +287,14 @@ class Roles:
                     raise WeightSyncError(
                         f"weight sync to engine{i}: checksum {c!r} != trainer's {sent['checksum']!r} (corrupted transfer)"
                     )
+        probe: dict[str, float] = {}
+        if r.sync.probe_every > 0 and version % r.sync.probe_every == 0:
+            from rlvr.sync.probe import run_probe, tolerance as probe_tolerance
+
+            wait = lambda calls, timeout_s, what: self.get(calls, timeout_s, what, "sync.timeout_s")  # noqa: E731
+            probe = run_probe(wait, self.engines, self.trainers, self.probe_ids, version=version,
+                              tol=probe_tolerance(r.model.dtype, r.sync.probe_tolerance), dtype=r.model.dtype,
+                              timeout_s=r.sync.timeout_s + 30)
         gb = sent["bytes"] / 1e9
         self.version = version
         return {
@@ -281,6 +303,7 @@ class Roles:
             "sync/gb": gb,
             "sync/gbps": gb / max(sent["seconds"], 1e-9),
             "sync/policy_version": float(version),
+            **probe,
         }
 
     def generate_and_score(self, prompts: list[Prompt], sampling: SamplingConfig) -> tuple[list[Completion], list, dict[str, float]]:
@@ -318,21 +341,21 @@ class Roles:
         gen = [eng.call("generate", chunk, sampling) for eng, chunk in zip(self.engines, chunks)]
         parts: list[list[Completion]] = [[] for _ in range(e)]
         score_calls: list = [None] * e
-        for i, part in self.ex.as_completed(gen, 3600, "rollout"):
+        for i, part in self.ex.as_completed(gen, self.recipe.timeouts.rollout_s, self._what("rollout"), "timeouts.rollout_s"):
             parts[i] = part
             by_index = {p.index: p for p in chunks[i]}
             golds = [by_index[c.prompt_index].gold for c in part]
             rows = [by_index[c.prompt_index].row for c in part]
             score_calls[i] = self.reward.call("score", [c.text for c in part], golds, rows)
         t_rollout = time.perf_counter() - t0
-        scored = [s for part in self.get(score_calls, None, "reward") for s in part]
+        scored = [s for part in self.get(score_calls, self.recipe.timeouts.reward_s, "reward", "timeouts.reward_s") for s in part]
         t_reward = time.perf_counter() - t0 - t_rollout
         completions = [c for part in parts for c in part]
         return completions, scored, {"timing/rollout_s": t_rollout, "timing/reward_s": t_reward}
 
     def shutdown(self) -> None:
         try:
-            self.get([self.reward.call("close")], 60, "closing the reward pool")
+            self.get([self.reward.call("close")], self.recipe.timeouts.reward_s, "closing the reward pool", "timeouts.reward_s")
         except Exception:
             pass
         self.ex.shutdown()
@@ -409,7 +432,7 @@ def save_checkpoint(roles: "Roles", run_dir: Path, step: int, sampler: Any, r: R
         calls = [t.call("save_state", str(tmp / ck.TRAINER)) for t in roles.trainers]
         if roles.critic is not None:
             calls.append(roles.critic.call("save_state", str(tmp / ck.CRITIC)))
-        roles.get(calls, 1800, f"writing the checkpoint of step {step}")
+        roles.get(calls, r.timeouts.checkpoint_s, f"writing the checkpoint of step {step}", "timeouts.checkpoint_s")
         ck.save_controller(tmp, step=step, policy_version=step, sampler_state=sampler.state_dict(), recipe=r,
                            data_fp=data_fp, metrics=metrics)
         final = ck.commit(tmp)
@@ -429,7 +452,7 @@ def _restore(roles: "Roles", ckpt: Path, state: Any) -> None:
     calls = [t.call("load_state", str(ckpt / ck.TRAINER)) for t in roles.trainers]
     if roles.critic is not None:
         calls.append(roles.critic.call("load_state", str(ckpt / ck.CRITIC)))
-    roles.get(calls, 1800, f"loading checkpoint {ckpt}")
+    roles.get(calls, roles.recipe.timeouts.checkpoint_s, f"loading checkpoint {ckpt}", "timeouts.checkpoint_s")
     roles.sync(version=state.policy_version)
 
 
@@ -524,6 +547,7 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
         nonfinite_in_row = 0
         with _StopFlag() as stop:
             for step in range(first, r.run.steps + 1):
+                roles.step = step
                 every_s = r.metrics.samples_every
                 metrics, rows = _one_step(step, roles, prompts, sampler, sampling, r, primary, pad_id, dph_buffer,
                                           n_rows=r.metrics.samples_rows if every_s and step % every_s == 0 else 0)
@@ -552,7 +576,8 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
                         raise RunInterrupted(stop.signame, step, path)
         if r.run.save_final:
             final_dir = str(run_dir / "final")
-            roles.get([t.call("save_pretrained", final_dir) for t in roles.trainers], 1800, "saving the final policy")
+            roles.get([t.call("save_pretrained", final_dir) for t in roles.trainers], r.timeouts.checkpoint_s,
+                      "saving the final policy", "timeouts.checkpoint_s")
             log.info("final policy saved to %s", final_dir)
     finally:
         progress.close()
@@ -612,7 +637,7 @@ def _one_step(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sa
     calls = [t.call("train_step", batch, dph) for t in roles.trainers]
     if critic_inputs is not None:  # the critic learns beside the policy, in its own process
         calls.append(roles.critic.call("train_step", batch, critic_inputs["values"], critic_inputs["returns"]))
-    updates = roles.get(calls, None, "policy update")
+    updates = roles.get(calls, r.timeouts.train_s, "policy update", "timeouts.train_s")
     train_stats = dict(updates[0])
     if critic_inputs is not None:
         train_stats.update({k: v for k, v in updates[-1].items() if not k.startswith("timing/")})

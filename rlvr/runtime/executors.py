@@ -23,11 +23,31 @@ log = logging.getLogger(__name__)
 
 class RoleError(RuntimeError):
     """A call on a role (engine, reward worker, trainer rank) failed or timed out. ``role``: the role's name when
-    known; ``died``: True when its process is gone (a Ray actor died), so a new one may be started."""
+    known; ``died``: True when its process is gone (a Ray actor died), so a new one may be started;
+    ``timed_out``: True when the deadline passed."""
 
-    def __init__(self, message: str, role: str | None = None, died: bool = False):
+    def __init__(self, message: str, role: str | None = None, died: bool = False, timed_out: bool = False):
         super().__init__(message)
-        self.role, self.died = role, died
+        self.role, self.died, self.timed_out = role, died, timed_out
+
+
+def _overran(what: str, role: str | None, method: str | None, timeout_s: float | None, setting: str | None) -> RoleError:
+    who = f"{role}.{method}" if role else "a call"
+    fix = f": raise {setting} if it needs longer, or find why {role or 'it'} is stuck (its log)" if setting else ""
+    return RoleError(f"{what}: {who} did not finish within {timeout_s:g}s{fix}", role, timed_out=True)
+
+
+def _left(deadline: float | None) -> float | None:
+    """Seconds to a monotonic ``deadline`` (None: no deadline); the deadline covers a whole wait, not each call."""
+    import time
+
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def _deadline(timeout_s: float | None) -> float | None:
+    import time
+
+    return None if timeout_s is None else time.monotonic() + timeout_s
 
 
 def free_port() -> int:
@@ -92,26 +112,31 @@ class LocalExecutor:
         thread, obj = target
         return thread.submit(lambda: getattr(obj.result(), method)(*args, **kwargs))
 
-    def get(self, calls: list[_Call], timeout_s: float | None, what: str) -> list[Any]:
-        out = []
+    def get(self, calls: list[_Call], timeout_s: float | None, what: str, setting: str | None = None) -> list[Any]:
+        """Results of ``calls`` in order, all within ``timeout_s`` seconds in total. ``setting``: the recipe key
+        that sets this deadline (named in the error). Errors: :class:`RoleError` naming the role and call."""
+        out, deadline = [], _deadline(timeout_s)
         for c in calls:
             try:
-                out.append(c.future.result(timeout=timeout_s))
+                out.append(c.future.result(timeout=_left(deadline)))
             except cf.TimeoutError:
-                raise RoleError(f"{what}: {c.role}.{c.method} did not finish within {timeout_s:.0f}s") from None
+                raise _overran(what, c.role, c.method, timeout_s, setting) from None
             except Exception as e:
                 raise RoleError(f"{what}: {c.role}.{c.method} failed: {type(e).__name__}: {e}") from e
         return out
 
-    def as_completed(self, calls: list[_Call], timeout_s: float | None, what: str):
-        """Yield ``(position in calls, result)`` as calls finish (first finished first)."""
+    def as_completed(self, calls: list[_Call], timeout_s: float | None, what: str, setting: str | None = None):
+        """Yield ``(position in calls, result)`` as calls finish (first finished first), all within ``timeout_s``."""
         pos = {c.future: i for i, c in enumerate(calls)}
+        done: set[int] = set()
         try:
             for f in cf.as_completed(list(pos), timeout=timeout_s):
                 i = pos[f]
+                done.add(i)
                 yield i, self.get([calls[i]], 0, what)[0]
         except cf.TimeoutError:
-            raise RoleError(f"{what}: not finished within {timeout_s:.0f}s") from None
+            late = next((c for i, c in enumerate(calls) if i not in done), None)
+            raise _overran(what, late.role if late else None, late.method if late else None, timeout_s, setting) from None
 
     def kill(self, handle: Handle) -> None:
         """Errors: :class:`RoleError`: a role in this process cannot be killed and replaced."""
@@ -162,14 +187,16 @@ class RayExecutor:
     def _submit(self, actor: Any, method: str, args: tuple, kwargs: dict) -> Any:
         return getattr(actor, method).remote(*args, **kwargs)
 
-    def get(self, calls: list[_Call], timeout_s: float | None, what: str) -> list[Any]:
+    def get(self, calls: list[_Call], timeout_s: float | None, what: str, setting: str | None = None) -> list[Any]:
+        """Results of ``calls`` in order, all within ``timeout_s`` seconds in total. ``setting``: the recipe key
+        that sets this deadline (named in the error). Errors: :class:`RoleError` naming the role and call."""
         ray = self._ray
-        out = []
+        out, deadline = [], _deadline(timeout_s)
         for c in calls:
             try:
-                out.append(ray.get(c.future, timeout=timeout_s))
+                out.append(ray.get(c.future, timeout=_left(deadline)))
             except ray.exceptions.GetTimeoutError:
-                raise RoleError(f"{what}: {c.role}.{c.method} did not finish within {timeout_s:.0f}s") from None
+                raise _overran(what, c.role, c.method, timeout_s, setting) from None
             except ray.exceptions.RayActorError as e:
                 raise RoleError(f"{what}: the {c.role} actor died during {c.method}: {e}", c.role, died=True) from e
             except ray.exceptions.RayTaskError as e:
@@ -177,17 +204,15 @@ class RayExecutor:
                 raise RoleError(f"{what}: {c.role}.{c.method} failed: {type(cause).__name__}: {cause}") from e
         return out
 
-    def as_completed(self, calls: list[_Call], timeout_s: float | None, what: str):
-        """Yield ``(position in calls, result)`` as calls finish (first finished first)."""
-        import time
-
+    def as_completed(self, calls: list[_Call], timeout_s: float | None, what: str, setting: str | None = None):
+        """Yield ``(position in calls, result)`` as calls finish (first finished first), all within ``timeout_s``."""
         pending = {c.future: i for i, c in enumerate(calls)}
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        deadline = _deadline(timeout_s)
         while pending:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready, _ = self._ray.wait(list(pending), num_returns=1, timeout=left)
+            ready, _ = self._ray.wait(list(pending), num_returns=1, timeout=_left(deadline))
             if not ready:
-                raise RoleError(f"{what}: not finished within {timeout_s:.0f}s")
+                late = calls[next(iter(pending.values()))]
+                raise _overran(what, late.role, late.method, timeout_s, setting)
             i = pending.pop(ready[0])
             yield i, self.get([calls[i]], None, what)[0]
 

@@ -7,6 +7,15 @@ Tensors never travel inside ``collective_rpc`` arguments (they cannot in multipr
 Loading uses ``reload_weights(weights_iterator=..., is_checkpoint_format=True)`` (HF checkpoint names), which
 works on CPU where ``model.load_weights`` does not (vLLM repacks CPU weights). The caller must reset the prefix
 cache afterwards (stale KV blocks computed with the old weights otherwise survive: ~16 nats logprob errors).
+
+Tied output heads (``tie_word_embeddings``, e.g. SmolLM2): the checkpoint has no ``lm_head.weight`` and the head
+shares the embedding's ``Parameter``, so a reload writes the new embedding into the head's storage too, but vLLM
+0.32's layer-wise reload (``model_loader/reload/layerwise.py``, ``finalize_layerwise_processing``) sees no weight
+loaded *for the head*, logs "ParallelLMHead: Failed to load weights" and puts the old kernel tensors back without
+running ``process_weights_after_loading``. On CPU that method is what builds the head's GEMM
+(``UnquantizedEmbeddingMethod`` -> ``dispatch_cpu_unquantized_gemm``: a packed copy of the weight inside
+``layer.cpu_linear``), so the logits kept using the start-up head. :func:`refresh_tied_layers` re-runs it for every
+layer whose weight is shared with another (a no-op on GPU, where the head reads ``layer.weight`` directly).
 """
 
 from __future__ import annotations
@@ -14,6 +23,35 @@ from __future__ import annotations
 import torch
 
 from rlvr.sync.weights import WeightSpec, create_group, receive_into
+
+
+def refresh_tied_layers(model: torch.nn.Module) -> list[str]:
+    """Re-run ``quant_method.process_weights_after_loading`` on every layer whose ``weight`` is the same tensor as
+    another layer's (tied embeddings), so derived kernel state (CPU packed GEMM weights) follows the new values.
+
+    Returns the names of the refreshed layers. Errors: ``NotImplementedError`` for a tied layer under a quantized
+    method (re-processing quantized weights in place is not known to be safe; rlvr syncs unquantized models).
+    """
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    by_weight: dict[int, list[tuple[str, torch.nn.Module]]] = {}
+    for name, mod in model.named_modules():
+        w = mod._parameters.get("weight") if hasattr(mod, "_parameters") else None
+        if w is not None and getattr(mod, "quant_method", None) is not None:
+            by_weight.setdefault(id(w), []).append((name, mod))
+    refreshed = []
+    for group in by_weight.values():
+        if len(group) < 2:
+            continue
+        for name, mod in group:
+            if not isinstance(mod.quant_method, UnquantizedEmbeddingMethod):
+                raise NotImplementedError(
+                    f"{name}: tied weight under {type(mod.quant_method).__name__}; live sync supports unquantized "
+                    "tied embeddings only"
+                )
+            mod.quant_method.process_weights_after_loading(mod)
+            refreshed.append(name)
+    return refreshed
 
 
 class WeightSyncExtension:
@@ -46,4 +84,6 @@ class WeightSyncExtension:
         model_dtype = next(self.model_runner.get_model().parameters()).dtype
         named = [(n, t.to(model_dtype)) for n, t in named]
         self.reload_weights(weights_iterator=named, is_checkpoint_format=True)
+        with torch.no_grad():
+            refresh_tied_layers(self.model_runner.get_model())  # a tied head follows its embedding (module doc)
         return total

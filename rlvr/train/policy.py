@@ -45,6 +45,30 @@ def _init_dist(rank: int, world_size: int, master_addr: str, master_port: int, b
     dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
 
 
+class _FiniteAdamW(torch.optim.AdamW):
+    """AdamW that clips to ``grad_clip`` (<= 0: no clipping) and skips a step whose gradient norm is NaN/inf.
+
+    For DeepSpeed ZeRO-0 in fp32, where DeepSpeed hands the step to the client optimizer without an overflow
+    check. It sets the two attributes DeepSpeed's engine reads after ``optimizer.step()``: ``overflow`` (-> the
+    engine's ``was_step_applied()``) and ``_global_grad_norm`` (-> ``get_global_grad_norm()``, the L2 norm before
+    clipping). The gradients are already all-reduced there, so every rank takes the same decision.
+    """
+
+    grad_clip: float = 0.0
+    overflow: bool = False
+    _global_grad_norm: float | None = None
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        params = [p for g in self.param_groups for p in g["params"] if p.grad is not None]
+        clip = self.grad_clip if self.grad_clip > 0 else float("inf")
+        self._global_grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip)) if params else 0.0
+        self.overflow = not math.isfinite(self._global_grad_norm)
+        if self.overflow:
+            return None
+        return super().step(closure)
+
+
 class PolicyWorker:
     """One trainer rank. Methods are called by the controller (in-process or through a Ray actor handle)."""
 
@@ -94,11 +118,14 @@ class PolicyWorker:
         backend = "nccl" if self.device.type == "cuda" else "gloo"
         _init_dist(self.rank, self.world_size, self.master_addr, self.master_port, backend)
         micro = min(tr.micro_batch_size, r.mini_batch // self.world_size)
+        # ZeRO 1-3 and the bf16/fp16 wrappers skip a non-finite step themselves; ZeRO-0 in fp32 hands the step to
+        # the client optimizer unchecked (measured: NaN weights), so there the optimizer clips and skips itself
+        unchecked = tr.zero_stage == 0 and r.model.dtype == "float32"
         config = {
             "train_micro_batch_size_per_gpu": micro,
             "gradient_accumulation_steps": r.grad_accum_steps,
             "train_batch_size": micro * r.grad_accum_steps * self.world_size,
-            "gradient_clipping": tr.grad_clip,
+            "gradient_clipping": 0.0 if unchecked else tr.grad_clip,
             "zero_optimization": {"stage": tr.zero_stage},
             "bf16": {"enabled": r.model.dtype == "bfloat16"},
             "fp16": {"enabled": r.model.dtype == "float16"},
@@ -108,7 +135,10 @@ class PolicyWorker:
             "wall_clock_breakdown": False,
         }
         # a plain torch AdamW: DeepSpeed's own would compile FusedAdam first (~2.5 min on CPU)
-        opt = torch.optim.AdamW(model.parameters(), lr=tr.lr, betas=tr.betas, weight_decay=tr.weight_decay)
+        adamw = _FiniteAdamW if unchecked else torch.optim.AdamW
+        opt = adamw(model.parameters(), lr=tr.lr, betas=tr.betas, weight_decay=tr.weight_decay)
+        if unchecked:
+            opt.grad_clip = tr.grad_clip
         self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=config)
         self.module = self.engine.module
 
@@ -125,17 +155,20 @@ class PolicyWorker:
 
         The output layer runs on response positions only (N = response tokens of the micro-batch): for a 135M
         model with a 49k vocabulary that skips ~20% of the FLOPs and the [b, S, V] logits of the prompt tokens.
-        Models whose forward post-processes logits (final soft-capping) take the plain full forward instead.
+        Only architectures on :data:`rlvr.models.heads.LEAN_HEADS` do so, with the logit transform their own
+        forward applies (Granite's ``logits_scaling``, Cohere's ``logit_scale``, Gemma's soft-capping); any other
+        architecture takes the plain full forward.
         """
+        from rlvr.models.heads import lean_output_head
+
         ids = mb.input_ids.to(self.device)
         am = mb.attention_mask.to(self.device)
         mask = mb.loss_mask.to(self.device).bool()  # [b, S-1]
         targets = ids[:, 1:][mask]  # [N]
-        body, head = getattr(model, "model", None), model.get_output_embeddings()
-        lean = body is not None and head is not None and not getattr(model.config, "final_logit_softcapping", None)
+        head = lean_output_head(model)  # hidden [N, H] -> logits [N, V], or None: full forward
         with self._autocast():
-            if lean:
-                hidden = body(input_ids=ids, attention_mask=am).last_hidden_state[:, :-1]  # [b, S-1, H]
+            if head is not None:
+                hidden = model.model(input_ids=ids, attention_mask=am).last_hidden_state[:, :-1]  # [b, S-1, H]
                 logits = head(hidden[mask])  # [N, V]
             else:
                 logits = model(input_ids=ids, attention_mask=am).logits[:, :-1][mask]  # [N, V]
@@ -172,7 +205,7 @@ class PolicyWorker:
         ``dph``: samples of the starting policy (their ``rollout_logprobs`` are pi_ref's) for the DPH-RL term
         (``algorithm.dph_divergence``), added once per optimizer step in its first micro-batch on each rank
         (normaliser: the response tokens of the whole ``dph`` batch, token mean). An optimizer step whose gradient
-        norm is NaN/inf is skipped (``train/skipped`` counts them; DeepSpeed skips it itself).
+        norm is NaN/inf is skipped (``train/skipped`` counts them; under DeepSpeed, the steps it did not apply).
 
         Old logprobs are recomputed with the current weights before the first step when more than one optimizer
         step is taken; with exactly one, the detached logprobs of that step's own forward pass are the same numbers
@@ -203,9 +236,9 @@ class PolicyWorker:
                     s = self._micro_step(batch.select(idx), old, ref, idx, num_tokens, num_seqs, dph if k == 0 else None)
                     for key, v in s.items():
                         stats.setdefault(key, []).append(v)
-                grad_norm = self._optimizer_step()
+                grad_norm, applied = self._optimizer_step()
                 stats.setdefault("train/grad_norm", []).append(grad_norm)
-                stats.setdefault("train/skipped", []).append(float(not math.isfinite(grad_norm)))
+                stats.setdefault("train/skipped", []).append(float(not applied))
         self.version += 1
         # per-micro-batch means averaged over micro-batches; "_max" statistics take the max
         summed = ("train/loss", "train/skipped")
@@ -270,27 +303,35 @@ class PolicyWorker:
         :func:`rlvr.algos.kl.dph_forward_kl` or :func:`~rlvr.algos.kl.dph_js` against the stored pi_ref logprobs."""
         total = float(dph.loss_mask.sum().clamp(min=1.0))
         mine = list(range(self.rank, len(dph), self.world_size))
-        if not mine:
-            return torch.zeros((), device=self.device), {}
-        part = dph.select(mine)
+        # a rank with no share (len(dph) < world size) still runs the forward and backward, on row 0 with weight 0:
+        # under ZeRO-3 each forward and backward gathers parameters collectively, so every rank must take part
+        weight = 1.0 if mine else 0.0
+        part = dph.select(mine or [0])
         m = part.loss_mask.to(self.device)
         lp, _ = self._forward(self.module, part, need_entropy=False)
         ref_lp = part.rollout_logprobs[:, : lp.shape[1]].to(self.device)
         div = self.dph_fn(lp, ref_lp) * m
-        return self.algo.dph_coef * div.sum() / total, {"train/dph_div": float(div.detach().sum() / m.sum().clamp(min=1.0))}
+        loss = weight * self.algo.dph_coef * div.sum() / total
+        return loss, ({"train/dph_div": float(div.detach().sum() / m.sum().clamp(min=1.0))} if mine else {})
 
-    def _optimizer_step(self) -> float:
+    def _optimizer_step(self) -> tuple[float, bool]:
+        """Finish one optimizer step: (gradient L2 norm before clipping, whether the update was applied).
+
+        DeepSpeed: the last micro-batch's ``engine.step()`` was the accumulation boundary (micro-batches per rank
+        == gradient_accumulation_steps), so the update is already done or skipped; "applied" is
+        ``engine.was_step_applied()``, never inferred from the norm (``get_global_grad_norm()`` can be stale or
+        None after a skipped step, depending on the ZeRO stage and DeepSpeed version). torch: a NaN/inf norm skips.
+        """
         tr = self.recipe.trainer
         if self.ds:
-            # the last micro-batch's engine.step() was the accumulation boundary (micro-batches per rank ==
-            # gradient_accumulation_steps), so the update is done; read its gradient norm
             gn = self.engine.get_global_grad_norm()
-            return float(gn) if gn is not None else float("nan")
+            return (float(gn) if gn is not None else float("nan")), bool(self.engine.was_step_applied())
         gn = torch.nn.utils.clip_grad_norm_(self.module.parameters(), tr.grad_clip if tr.grad_clip > 0 else float("inf"))
-        if torch.isfinite(gn):  # a NaN/inf gradient skips the update (as DeepSpeed's overflow check does)
+        applied = bool(torch.isfinite(gn))
+        if applied:  # a NaN/inf gradient skips the update (as DeepSpeed's overflow check does)
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(gn)
+        return float(gn), applied
 
     # -- weights -------------------------------------------------------------------------------------------------------
     def _named_weights(self):
@@ -325,6 +366,30 @@ class PolicyWorker:
                 pass
             return {}
         return self.sender.send(self._named_weights())
+
+    def probe_logprobs(self, prompt_ids: list[int], continuations: list[list[int]]) -> list[list[float]]:
+        """Log-probabilities (nats, temperature 1) of tokens 1.. of ``prompt_ids + continuations[e]``:
+        [E][P - 1 + n_e], through :meth:`compute_logprobs` (the forward of the update's old logprobs). The sync
+        probe (:mod:`rlvr.sync.probe`) compares them with the engines'. Every rank must call it (ZeRO-3 gathers)."""
+        from rlvr.train.batch import TrainBatch
+
+        e, p = len(continuations), len(prompt_ids)
+        s = p + max(len(c) for c in continuations)
+        ids = torch.zeros((e, s), dtype=torch.long)
+        am = torch.zeros((e, s), dtype=torch.long)
+        lm = torch.zeros((e, s - 1), dtype=torch.float32)
+        for i, c in enumerate(continuations):
+            ids[i, : p + len(c)] = torch.tensor(list(prompt_ids) + list(c))
+            am[i, : p + len(c)] = 1
+            lm[i, : p - 1 + len(c)] = 1.0
+        batch = TrainBatch(input_ids=ids, attention_mask=am, loss_mask=lm, rollout_logprobs=torch.zeros_like(lm),
+                           advantages=torch.zeros(e), max_new_tokens=s - p)
+        rollout_temperature, self.temperature = self.temperature, 1.0  # greedy probe logprobs are at T = 1
+        try:
+            lp = self.compute_logprobs(batch)  # [E, S-1]
+        finally:
+            self.temperature = rollout_temperature
+        return [lp[i, : p - 1 + len(c)].tolist() for i, c in enumerate(continuations)]
 
     def state_checksum(self) -> float:
         """float64 sum over all parameters (tests: did the update change the weights?)."""

@@ -9,3 +9,9 @@ def digit_share(response: str, gold: str, **row) -> float:
 def non_empty(response: str, gold: str, **row) -> float:
     """1 for any non-empty response: every sample of a random model counts as "solved" (DPH-RL buffer tests)."""
     return 1.0 if response else 0.0
+
+
+def has_digit(response: str, gold: str, **row) -> float:
+    """1 when the response holds a digit, else 0: a BINARY reward a random model earns about half the time, so
+    groups are mixed (the pass@k estimators need 0/1 rewards; DAPO's filter and DPH-RL's buffer need correct ones)."""
+    return 1.0 if any(ch.isdigit() for ch in response) else 0.0

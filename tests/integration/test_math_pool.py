@@ -75,3 +75,20 @@ def test_pool_inside_a_ray_actor(tmp_path: Path) -> None:
     finally:
         if started_here:
             ray.shutdown()
+
+
+def test_power_towers_and_huge_factorials_within_the_sample_limit() -> None:
+    # issue 9 item 11: exact values too large to compute are compared as written, never evaluated. Values by
+    # hand: an expression and itself plus 1 differ; identical ones are equal. math-verify alone evaluates
+    # 2^{2^{100}} against 3 and does not return (exact=False: that sample scores 0 "timeout").
+    cases = [(r"2^{2^{2^{100}}}", r"2^{2^{2^{100}}}+1", 0.0), (r"2^{2^{100}}", "3", 0.0),
+             ("1000000!", "1000000!+1", 0.0), ("1000000!", "1000000!", 1.0), (r"10^{10^{10}}", r"10^{10^{10}}", 1.0)]
+    responses, golds = [rf"\boxed{{{a}}}" for _, a, _ in cases], [g for g, _, _ in cases]
+    with ScoringPool([VerifierSpec(name="math")], num_workers=2, timeout_s=5.0) as pool:
+        scored = pool.score(responses, golds, [{}] * len(cases))
+        stats = pool.stats()
+    assert [s.reward for s in scored] == [e for *_, e in cases]
+    assert stats["timeouts"] == 0 and max(s.latency_s for s in scored) < 5.0
+    with ScoringPool([VerifierSpec(name="math", args={"exact": False})], num_workers=1, timeout_s=3.0) as pool:
+        hung = pool.score([responses[1]], [golds[1]], [{}])
+    assert hung[0].results["math"].reason == "timeout"

@@ -147,3 +147,53 @@ def test_real_golds_all_usable(label: str, cfg: DataConfig, n: int, verifier: st
     rows = load_rows(cfg, 0)
     kept, report = check_golds(rows, [VerifierSpec(name=verifier)])
     assert (len(rows), len(kept), report.bad) == (n, n, ())
+
+
+REAL_MORE = [
+    ("aime24", DataConfig(source=str(REPO / "data/aime24/test.jsonl"), question="problem"), 30, "math"),
+    ("aime25", DataConfig(source=str(REPO / "data/aime25/test.jsonl"), question="problem"), 30, "math"),
+    ("amc23", DataConfig(source=str(REPO / "data/amc23/test.jsonl"), question="problem"), 40, "math"),
+    ("amc23, numeric", DataConfig(source=str(REPO / "data/amc23/test.jsonl"), question="problem"), 40, "numeric"),
+]
+
+
+@pytest.mark.parametrize("label, cfg, n, verifier", REAL_MORE, ids=[r[0] for r in REAL_MORE])
+def test_competition_golds_all_usable(label: str, cfg: DataConfig, n: int, verifier: str) -> None:
+    rows = load_rows(cfg, 0)
+    kept, report = check_golds(rows, [VerifierSpec(name=verifier)])
+    assert (len(rows), len(kept), report.bad) == (n, n, ())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# issue 9 item 12: golds that load but would be read wrong are named with the setting that fixes them
+
+GSM8K_SOLUTION = "Janet sells 16 - 3 - 4 = <<16-3-4=9>>9 duck eggs a day.\nShe makes 9 * 2 = $<<9*2=18>>18.\n#### 18"
+
+
+def test_worked_solution_gold_names_answer_format() -> None:
+    why = math_gold_problem(MathVerifier(), GSM8K_SOLUTION)
+    assert why is not None and "whole worked solution" in why and "'18'" in why
+    assert "answer_format: gsm8k" in why and "--answer-format gsm8k" in why
+    prose = "First add 2 and 3 to get 5. Then double it to get 10.\nSo she has ten."  # 2 sentences, no marker
+    assert "whole worked solution" in math_gold_problem(MathVerifier(), prose)
+    assert math_gold_problem(MathVerifier(), r"First add them. So $\boxed{10}$.") is None  # its box is the answer
+
+
+def test_gsm8k_test_with_raw_gold_is_refused_for_math() -> None:
+    # the measured case: the full GSM8K solution as gold (answer_format forgotten); every one of 1319 is refused
+    rows = load_rows(DataConfig(source=str(REPO / "data/gsm8k/test.jsonl")), 0)
+    with pytest.raises(RecipeError, match=r"1319 of 1319 rows .*answer_format: gsm8k.*No row is left"):
+        check_golds(rows, [VerifierSpec(name="math")])
+    kept, _ = check_golds(rows, [VerifierSpec(name="numeric")])  # numeric reads the number after '####'
+    assert len(kept) == 1319
+
+
+@pytest.mark.parametrize("name", ["math", "numeric"])
+def test_labelled_gold_rule(name: str) -> None:
+    rows = rows_of("9 (apples)", "12 km/h", "7")
+    kept, report = check_golds(rows, [VerifierSpec(name=name)])  # units: number (default): compared by number
+    assert len(kept) == 3 and report.bad == ()
+    kept, report = check_golds(rows, [VerifierSpec(name=name, args={"units": "refuse"})])
+    assert [r["gold"] for r in kept] == ["7"]
+    assert "a number followed by a label ('apples')" in report.bad[0].reason
+    assert "units: number" in report.bad[0].reason

@@ -120,3 +120,57 @@ def test_percentile_and_reason_key() -> None:
     assert [reason_key(r) for r in (None, "wrong", "unknown_number: 7", "bad_input: line 3")] == [
         "correct", "wrong", "unknown_number", "bad_input"
     ]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# issue 9 item 12: golds read as --answer-format says and checked as training checks them
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _gsm8k_rows(n: int) -> list[dict]:
+    rows = [json.loads(x) for x in (REPO / "data/gsm8k/test.jsonl").read_text().splitlines()[:n]]
+    # the right answer, boxed; the gold field holds the whole worked solution ending in '#### N'
+    return [{"response": f"So \\boxed{{{r['answer'].rsplit('####', 1)[1].strip()}}}.", "gold": r["answer"]}
+            for r in rows]
+
+
+def test_verify_gsm8k_solutions_as_gold(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in _gsm8k_rows(200)) + "\n")
+    # default (raw): before, 200 right answers scored 0 'wrong' silently; now each is refused with the fix
+    assert run([str(src), "--verifier", "math", "-o", str(out)]) == 0
+    results = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(results) == 200 and all(r["score"] == 0.0 for r in results)
+    assert all(r["reason"].startswith("bad_gold: a whole worked solution") for r in results)
+    summary = capsys.readouterr().out
+    assert "WARNING: 200 of 200 rows have a gold the verifier cannot use" in summary
+    assert "--answer-format gsm8k" in summary and "and 195 more" in summary
+    # the fix: all 200 right
+    assert run([str(src), "--verifier", "math", "--answer-format", "gsm8k", "-o", str(out)]) == 0
+    assert [json.loads(x)["score"] for x in out.read_text().splitlines()] == [1.0] * 200
+    assert "mean score: 1.0000" in capsys.readouterr().out
+
+
+def test_verify_labelled_gold_and_bad_gold_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in [
+        {"response": r"\boxed{9}", "gold": "9 (apples)"},  # 9 = 9 by the unit rule: 1
+        {"response": r"\boxed{8}", "gold": "9 (apples)"},  # 8 != 9: 0 wrong
+        {"response": "#### 5", "gold": "no marker"},  # --answer-format gsm8k: no '####' in the gold
+    ]) + "\n")
+    for verifier in ("math", "numeric"):
+        assert run([str(src), "--verifier", verifier, "-o", str(out), "--answer-format", "gsm8k"]) == 0
+        results = [json.loads(x) for x in out.read_text().splitlines()]
+        assert [r["score"] for r in results] == [0.0, 0.0, 0.0]  # gsm8k format: '9 (apples)' has no marker
+    assert run([str(src), "--verifier", "numeric", "-o", str(out)]) == 0
+    results = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [(r["score"], r["reason"]) for r in results[:2]] == [(1.0, None), (0.0, "wrong")]
+    assert results[2]["reason"] == "bad_gold: not one number"
+    capsys.readouterr()
+    # units: refuse and --bad-gold error: exit 2 before scoring, the message names the fix
+    assert run([str(src), "--verifier", "math", "--args", '{"units": "refuse"}', "--bad-gold", "error",
+                "-o", str(tmp_path / "none.jsonl")]) == 2
+    err = capsys.readouterr().err
+    # rows 1-2 refused (a label under units: refuse); 'no marker' is two words, a text answer for math: usable
+    assert "2 of 3 rows" in err and "units: number" in err and not (tmp_path / "none.jsonl").exists()

@@ -1,0 +1,172 @@
+"""Weights the engine really uses (issue 9, items 13-15): after a sync the engine *computes* with the trainer's
+weights, checked on logprobs the engine serves (greedy continuations), not on the tensors it received.
+
+- a tied output head (``tie_word_embeddings``, as in SmolLM2) follows an embedding-only change, fp32 and bf16;
+- the sync probe passes a good sync and stops a sync whose reload loaded nothing;
+- the prefix cache is dropped at each sync: a prompt longer than one KV block (128 tokens on CPU), continued by
+  generation, is served from stale blocks when the reset is skipped (prompt-logprob requests cannot show this:
+  vLLM 0.32 never serves them from the prefix cache).
+
+Models: ``tiny-random`` and a tied copy of it built here (same init, ``tie_word_embeddings=True``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlvr.config import load_recipe
+from rlvr.models import resolve_model
+from rlvr.sync.probe import run_probe
+from rlvr.sync.weights import WeightSyncError
+
+pytestmark = pytest.mark.integration
+TINY = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny_test.yaml")
+
+
+@pytest.fixture(scope="module")
+def tied_tiny(tmp_path_factory) -> str:
+    """``tiny-random``'s architecture with ``tie_word_embeddings=True``: no ``lm_head.weight`` in the checkpoint."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rlvr.models import tiny
+
+    folder = tmp_path_factory.mktemp("tied_tiny")
+    cfg = LlamaConfig(**{**tiny.TINY_CONFIG, "tie_word_embeddings": True})
+    cfg.architectures = ["LlamaForCausalLM"]
+    model = LlamaForCausalLM(cfg).to(torch.float32)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            p.copy_(torch.ones_like(p) if name.endswith("norm.weight") else torch.randn(p.shape, generator=gen) * 0.02)
+    model.save_pretrained(folder, safe_serialization=True)
+    tiny.build_tokenizer().save_pretrained(folder)
+    return str(folder)
+
+
+def _roles(tmp_path, model_dir: str, *overrides: str):
+    from rlvr.runtime.controller import Roles
+    from rlvr.runtime.executors import LocalExecutor
+
+    recipe = load_recipe(TINY, [f"run.output_dir={tmp_path}", "run.executor=local", "trainer.backend=torch", *overrides])
+    return Roles(recipe, model_dir, tmp_path, LocalExecutor())
+
+
+def _obj(handle):
+    """The object behind a LocalExecutor handle (tests only: to perturb or patch a role)."""
+    return handle._target[1].result()
+
+
+def _perturb(module: torch.nn.Module, names: tuple[str, ...], scale: float, seed: int) -> None:
+    """Add N(0, scale^2) noise to the parameters whose names contain one of ``names`` (all when empty)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in module.named_parameters():
+            if not names or any(k in n for k in names):
+                p.add_(torch.randn(p.shape, generator=gen) * scale)
+
+
+def _probe(roles, tol=float("inf")) -> float:
+    r = roles.recipe
+    return run_probe(roles.get, roles.engines, roles.trainers, roles.probe_ids, tol=tol, version=roles.version,
+                     dtype=r.model.dtype, timeout_s=120)["sync/probe_gap"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype,tight", [("float32", 1e-4), ("bfloat16", 0.1)])
+def test_tied_head_follows_an_embedding_only_change(tmp_path, tied_tiny, dtype, tight):
+    """Item 13. Only ``model.embed_tokens.weight`` changes (the trainer's head is the same tensor); after the sync
+    the engine's logits follow it. Before the fix the engine kept its start-up head: gap 4.2 nats (fp32)."""
+    roles = _roles(tmp_path, tied_tiny, f"model.dtype={dtype}", "sync.probe_every=0")
+    try:
+        trainer = _obj(roles.trainers[0]).module
+        assert trainer.lm_head.weight is trainer.model.embed_tokens.weight  # the model really is tied
+        assert [n for n, _, _ in roles.specs if "embed" in n or "lm_head" in n] == ["model.embed_tokens.weight"]
+        assert _probe(roles) < tight  # start: engine == trainer
+        conts = [ids for ids, _ in roles.get([roles.engines[0].call("probe_logprobs", roles.probe_ids, 8)], 60, "e")]
+        before = roles.get([roles.trainers[0].call("probe_logprobs", roles.probe_ids, conts)], 60, "t")[0][0]
+        _perturb(trainer, ("embed_tokens",), 0.05, seed=1)
+        after = roles.get([roles.trainers[0].call("probe_logprobs", roles.probe_ids, conts)], 60, "t")[0][0]
+        moved = max(abs(a - b) for a, b in zip(after, before))
+        assert moved > 1.0  # the change moves the trainer's logprobs far more than the tolerance
+        roles.sync(version=1)
+        gap = _probe(roles)
+        print(f"tied {dtype}: embedding change moved {moved:.3g} nats; engine-trainer gap after sync {gap:.3g}")
+        assert gap < tight, f"engine {gap:.3g} nats from the trainer after the sync (the change moved {moved:.3g})"
+    finally:
+        roles.shutdown()
+
+
+def test_probe_passes_a_good_sync_and_stops_a_reload_that_loads_nothing(tmp_path, monkeypatch):
+    """Item 14. A good sync reports ``sync/probe_gap`` within 1e-4 nats (fp32). With the reload made a no-op the
+    checksum of what was received still matches, but the probe raises WeightSyncError; the engine is then far
+    (> 0.05 nats) from the trainer."""
+    import rlvr.sync.vllm_ext as ext
+    from rlvr.sync.weights import WeightSpec, receive_into
+
+    roles = _roles(tmp_path, resolve_model("tiny-random"))
+    try:
+        trainer = _obj(roles.trainers[0]).module
+        _perturb(trainer, (), 0.01, seed=2)
+        good = roles.sync(version=1)
+        print("probe gap, good sync:", good)
+        assert 0 <= good["sync/probe_gap"] < 1e-4
+
+        def receive_only(self, specs):  # receives every tensor (so the checksums agree) and loads none of them
+            ws = [WeightSpec(n, tuple(s), d) for n, s, d in specs]
+            return receive_into(self._rlvr_pg, ws, torch.device("cpu"), self._rlvr_timeout)[1]
+
+        monkeypatch.setattr(ext.WeightSyncExtension, "rlvr_receive", receive_only)
+        _perturb(trainer, (), 0.01, seed=3)
+        with pytest.raises(WeightSyncError, match=r"engine0 \(policy version 2\) received the right tensors"):
+            roles.sync(version=2)
+        noop = _probe(roles)
+        print(f"probe gap, no-op reload: {noop:.3g}")
+        assert noop > 0.05
+    finally:
+        roles.shutdown()
+
+
+def test_prefix_cache_is_dropped_at_each_sync(tmp_path):
+    """Item 15. The probe prompt (200 tokens, over one 128-token CPU KV block) is cached by the probe of sync 1;
+    sync 2 skips the reset: the generated continuation is then computed on stale blocks (gap > 0.05 nats; measured
+    0.2) and the probe stops the run. With the reset the same check stays within 1e-4. Prompt logprobs of the same
+    sequence stay right even without the reset (vLLM does not serve them from the prefix cache), which is why a
+    test made of prompt-logprob requests cannot catch a missing reset."""
+    roles = _roles(tmp_path, resolve_model("tiny-random"), "data.max_prompt_tokens=201")  # context 209: room for one more token
+    try:
+        assert len(roles.probe_ids) == 200
+        assert roles.get([roles.engines[0].call("probe_logprobs", roles.probe_ids, 8)], 60, "e")  # cache, version 0
+        trainer, engine = _obj(roles.trainers[0]).module, _obj(roles.engines[0])
+        _perturb(trainer, (), 0.01, seed=4)
+        kept = roles.sync(version=1)
+        print("prefix cache reset: probe", kept)
+        assert kept["sync/probe_gap_gen"] < 1e-4  # reset, then the probe caches version-1 blocks
+        engine.llm.reset_prefix_cache = lambda *a, **k: True  # the sync "forgets" to drop the prefix cache
+        _perturb(trainer, (), 0.01, seed=5)
+        with pytest.raises(WeightSyncError, match="prefix cache kept across weights"):
+            roles.sync(version=2)
+        stale = run_probe(roles.get, roles.engines, roles.trainers, roles.probe_ids, tol=float("inf"), version=2,
+                          dtype="float32", timeout_s=120)
+        print("prefix cache kept: probe", stale)
+        assert stale["sync/probe_gap_gen"] > 0.05
+        # prompt logprobs of prompt + continuation bypass the cache: right even now
+        conts = [ids for ids, _ in roles.get([roles.engines[0].call("probe_logprobs", roles.probe_ids, 8)], 60, "e")]
+        seq = roles.probe_ids + conts[0]
+        served = roles.get([roles.engines[0].call("sequence_logprobs", [seq])], 60, "e")[0][0][-8:]
+        scored = roles.get([roles.trainers[0].call("probe_logprobs", roles.probe_ids, conts)], 60, "t")[0][0][-8:]
+        assert max(abs(a - b) for a, b in zip(served, scored)) < 1e-4
+    finally:
+        roles.shutdown()
+
+
+def test_hf_engine_tied_sync_passes_the_probe(tmp_path, tied_tiny):
+    """The transformers engine shares the probe: a tied model after an embedding change is within 1e-5 (fp32)."""
+    roles = _roles(tmp_path, tied_tiny, "rollout.engine=hf")
+    try:
+        _perturb(_obj(roles.trainers[0]).module, ("embed_tokens",), 0.05, seed=6)
+        assert roles.sync(version=1)["sync/probe_gap"] < 1e-5
+    finally:
+        roles.shutdown()

@@ -1,0 +1,96 @@
+"""The sync probe's pure parts (rlvr.sync.probe): the gap, the tolerance by dtype, the fixed prompt, the verdict,
+and the recipe settings. Fake roles stand in for the engines and the trainer (milliseconds); the real engines are
+in tests/integration/test_sync_engine.py."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from rlvr.config import RecipeError, load_recipe
+from rlvr.sync.probe import PROBE_NEW_TOKENS, PROBE_PROMPT_TOKENS, probe_gap, probe_prompt, run_probe, tolerance
+from rlvr.sync.weights import WeightSyncError
+
+TINY = Path(__file__).resolve().parents[2] / "recipes" / "tiny_test.yaml"
+
+
+def test_probe_gap_is_the_largest_absolute_difference():
+    # |-1.0 - -1.25| = 0.25, |-2.0 - -1.5| = 0.5, |-0.5 - -0.5| = 0
+    assert probe_gap([-1.0, -2.0, -0.5], [-1.25, -1.5, -0.5]) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="unequal"):
+        probe_gap([-1.0], [-1.0, -2.0])
+    with pytest.raises(ValueError):
+        probe_gap([], [])
+
+
+def test_tolerance_by_dtype_unless_set():
+    assert tolerance("float32", None) == 1e-3
+    assert tolerance("bfloat16", None) == 0.25
+    assert tolerance("float16", None) == 0.1
+    assert tolerance("bfloat16", 0.05) == 0.05
+
+
+def test_probe_prompt_repeats_the_text_to_the_cap():
+    from rlvr.models import resolve_model
+
+    model = resolve_model("tiny-random")  # one token per character
+    ids = probe_prompt(model, 1000)
+    assert len(ids) == PROBE_PROMPT_TOKENS == 200
+    # the tiny tokenizer lower-cases: 'q' (4 + 10 digits + 16) = 30, 'u' = 34
+    assert ids[:2] == [30, 34]
+    assert probe_prompt(model, 64) == ids[:64]  # capped by the context, same tokens
+    with pytest.raises(ValueError, match="context"):
+        probe_prompt(model, 1)
+
+
+class _Call:
+    def __init__(self, value):
+        self.value = value
+
+
+class _Role:
+    """A fake role whose ``probe_logprobs`` returns a fixed answer (and records what it was asked)."""
+
+    def __init__(self, answer):
+        self.answer, self.asked = answer, []
+
+    def call(self, method, *args):
+        assert method == "probe_logprobs"
+        self.asked.append(args)
+        return _Call(self.answer)
+
+
+def _get(calls, timeout_s, what):
+    return [c.value for c in calls]
+
+
+def test_run_probe_returns_the_largest_gap_and_scores_each_engines_own_tokens():
+    e0 = _Role(([5, 6], [-0.1, -0.2]))
+    e1 = _Role(([7, 8], [-0.3, -0.4]))
+    trainer = _Role([[-0.1, -0.2005], [-0.3002, -0.4]])
+    out = run_probe(_get, [e0, e1], [trainer], [1, 2, 3], tol=1e-3, version=4, dtype="float32", timeout_s=9)
+    assert out["sync/probe_gap"] == pytest.approx(5e-4)  # engine0's second token: |-0.2 - -0.2005|
+    assert e0.asked == [([1, 2, 3], PROBE_NEW_TOKENS)]
+    assert trainer.asked == [([1, 2, 3], [[5, 6], [7, 8]])]
+
+
+@pytest.mark.parametrize("bad", [0.53, math.nan])
+def test_run_probe_fails_loudly_above_the_tolerance(bad):
+    e0 = _Role(([5], [-1.0]))
+    e1 = _Role(([6], [-1.0]))
+    trainer = _Role([[-1.0], [-1.0 - bad]])
+    with pytest.raises(WeightSyncError, match=r"engine1 \(policy version 3\).*sync.probe_tolerance"):
+        run_probe(_get, [e0, e1], [trainer], [1], tol=1e-3, version=3, dtype="float32", timeout_s=9)
+
+
+def test_probe_settings_load_and_are_checked():
+    r = load_recipe(TINY, [])
+    assert r.sync.probe_every == 1 and r.sync.probe_tolerance is None
+    r = load_recipe(TINY, ["sync.probe_every=5", "sync.probe_tolerance=0.01"])
+    assert r.sync.probe_every == 5 and r.sync.probe_tolerance == 0.01
+    with pytest.raises(RecipeError, match="probe_every"):
+        load_recipe(TINY, ["sync.probe_every=-1"])
+    with pytest.raises(RecipeError, match="probe_tolerance"):
+        load_recipe(TINY, ["sync.probe_tolerance=0"])
