@@ -18,6 +18,7 @@ class Gsm8kVerifier(NumericVerifier):
 
     def check_gold(self, gold: str) -> str | None:
         """None when the gold is one number (``"1,000"``, ``"#### 42"``, ``"$5"``), else the reason."""
-        if parse_gold_number(gold) is None:
-            return f"gold {str(gold)[:60]!r} is not one number"
+        if parse_gold_number(gold, self.units) is None:
+            hint = " (a number with a label: reward.verifiers args units: number)" if self.units == "refuse" else ""
+            return f"gold {str(gold)[:60]!r} is not one number{hint}"
         return None

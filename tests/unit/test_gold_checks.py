@@ -197,3 +197,11 @@ def test_labelled_gold_rule(name: str) -> None:
     assert [r["gold"] for r in kept] == ["7"]
     assert "a number followed by a label ('apples')" in report.bad[0].reason
     assert "units: number" in report.bad[0].reason
+
+
+def test_gsm8k_verifier_check_gold_follows_its_unit_rule():
+    """The gsm8k verifier's load check reads a labelled gold the way its verify does (units: number by default)."""
+    from rlvr_verifiers.gsm8k import Gsm8kVerifier
+
+    assert Gsm8kVerifier().check_gold("9 (apples)") is None
+    assert "units: number" in Gsm8kVerifier(units="refuse").check_gold("9 (apples)")
