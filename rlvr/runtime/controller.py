@@ -269,7 +269,7 @@ class Roles:
 
     def sync(self, version: int) -> dict[str, float]:
         """Push the trainer's weights to every engine; check checksums, and on every ``sync.probe_every``-th version
-        what the engines compute (:func:`rlvr.sync.probe.run_probe`: ``sync/probe_gap``, nats); return ``sync/*``
+        what the engines compute (:func:`rlvr.sync.probe.run_probe`: ``sync/probe_gap_*``, nats); return ``sync/*``
         metrics. Errors: :class:`WeightSyncError` on a failed transfer, a checksum or a probe mismatch."""
         r = self.recipe
         t0 = time.perf_counter()

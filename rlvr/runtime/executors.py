@@ -15,6 +15,7 @@ import concurrent.futures as cf
 import logging
 import os
 import socket
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,7 +107,16 @@ class LocalExecutor:
             os.environ.setdefault(k, v)
         thread = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"rlvr-{name}")
         self._threads.append(thread)
-        return Handle(name, (thread, thread.submit(cls, *args, **kwargs)), self)
+        return Handle(name, (thread, thread.submit(self._construct, cls, args, kwargs)), self)
+
+    _BUILD_LOCK = threading.Lock()
+
+    @classmethod
+    def _construct(cls_, cls: type, args: tuple, kwargs: dict) -> Any:
+        # one role is built at a time: model loading (transformers, vLLM) touches process-global state, and two
+        # loads on two threads were seen to fail ("Cannot copy out of meta tensor"); roles' calls still overlap
+        with cls_._BUILD_LOCK:
+            return cls(*args, **kwargs)
 
     def _submit(self, target: tuple[cf.ThreadPoolExecutor, cf.Future], method: str, args: tuple, kwargs: dict) -> cf.Future:
         thread, obj = target
