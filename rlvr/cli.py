@@ -62,7 +62,11 @@ def cmd_train(args: argparse.Namespace) -> int:
               f"continue with: rlvr train {again}", file=sys.stderr)
         return 143 if e.signame == "SIGTERM" else 130
     except (RecipeError, RoleError, WeightSyncError, NonFiniteError, ValueError, OSError, ImportError) as e:
-        logging.getLogger("rlvr").exception("run failed")  # the traceback goes to RUN/train.log
+        # the traceback goes to RUN/train.log only (the file handler); the console gets the one-line message
+        record = logging.getLogger("rlvr").makeRecord("rlvr", logging.ERROR, __file__, 0, "run failed", (), sys.exc_info())
+        for h in logging.getLogger().handlers:
+            if isinstance(h, logging.FileHandler):
+                h.handle(record)
         print(f"rlvr train: the run failed: {type(e).__name__}: {e}\n(traceback in {run_dir / 'train.log'})", file=sys.stderr)
         return 1
     m = result.last_metrics

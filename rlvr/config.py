@@ -670,8 +670,10 @@ def validate(r: Recipe) -> None:
         errs.append("rollout.top_p must be in (0, 1]")
     elif ro.top_p < 1 or ro.top_k > 0:
         # case R2: vLLM's processed logprobs are renormalised over the kept tokens, the trainer's are not
+        what = " and ".join(x for x in (f"rollout.top_p={ro.top_p}" if ro.top_p < 1 else "",
+                                        f"rollout.top_k={ro.top_k}" if ro.top_k > 0 else "") if x)
         errs.append(
-            f"rollout.top_p={ro.top_p} / rollout.top_k={ro.top_k} truncate the sampler: the engine's logprobs are "
+            f"{what} truncates the sampler: the engine's logprobs are "
             "then renormalised over the kept tokens while the trainer's cover the whole vocabulary (probabilities "
             "[.5, .3, .15, .05] at top_p 0.8: ratio 0.8 instead of 1), which biases truncated importance sampling, "
             "the KL in the reward, the DPH-RL buffer and the rollout/trainer gap metrics. Train with rollout.top_p: "

@@ -542,7 +542,7 @@ def results_table(results: dict[str, Any]) -> Any:
 def add_eval_parser(sub: Any) -> None:
     """Register the ``eval`` subcommand on an ``argparse`` subparsers object (see :func:`cmd_eval`)."""
     d = EvalConfig(model="", data=())
-    p = sub.add_parser("eval", help="evaluate a model on data sets: pass@k, maj@k, mean@k with 95% intervals")
+    p = sub.add_parser("eval", help="evaluate a model on data sets: pass@k, maj@k, mean@k with 95%% intervals")
     p.add_argument("model", help="embedded name (smollm2-135m-instruct, tiny-random), a local folder (RUN/final) "
                    "or a hub id")
     p.add_argument("--data", nargs="+", action="extend", required=True, metavar="SET",

@@ -139,7 +139,10 @@ class _Summary:
         lines += [f"  {k}: {n}" for k, n in self.reasons.most_common()]
         p50, p99 = percentile(self.latencies, 50), percentile(self.latencies, 99)
         n = len(self.latencies)
-        lines.append(f"latency: p50 {p50 * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms (over {n} scored rows)")
+        if n:
+            lines.append(f"latency: p50 {p50 * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms (over {n} scored rows)")
+        else:
+            lines.append("latency: n/a (no row was scored)")
         if self.bad_golds:
             lines.append(bad_gold_text(self.bad_golds, self.rows))
         return "\n".join(lines)

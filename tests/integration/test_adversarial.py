@@ -98,5 +98,6 @@ def test_known_outcomes(pool: ScoringPool) -> None:
     """The outcomes that do not depend on the machine's speed (far from the limit either way)."""
     names = ["tower", "exp_10_10_10", "megabyte_no_box", "dollar_signs", "megabyte_with_box", "huge_integer"]
     out = pool.score([ADVERSARIAL[n][0] for n in names], [ADVERSARIAL[n][1] for n in names], [{}] * len(names))
-    assert [s.results["math"].reason for s in out] == ["timeout", "timeout", "no_answer", "no_answer", "wrong",
-                                                       "wrong"]
+    # towers are decided without evaluating them (verifiers/_exact.py: over 10,000 digits, a value equals only the
+    # same expression), so they are "wrong" at once instead of timing out (issue 9 item 11)
+    assert [s.results["math"].reason for s in out] == ["wrong", "wrong", "no_answer", "no_answer", "wrong", "wrong"]

@@ -144,3 +144,11 @@ def test_run_and_checkpoint_folders_resolve_to_their_policy(tmp_path):
     empty.mkdir()
     with pytest.raises(ValueError, match="holds no model"):
         resolve_model(str(empty))
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["eval", "--help"], ["train", "--help"], ["verify", "--help"]])
+def test_help_prints_usage(argv, capsys):
+    """argparse formats help strings with %: a bare '95%' once crashed `rlvr --help` (TypeError)."""
+    with pytest.raises(SystemExit) as ei:
+        main(argv)
+    assert ei.value.code == 0 and "usage: rlvr" in capsys.readouterr().out

@@ -267,7 +267,8 @@ def test_missing_file_raises_file_not_found(tmp_path):
         (["reward.verifiers=[]"], "reward.verifiers is empty: name at least one verifier"),
         # issue 9 item 5 (case R2): a truncated sampler's logprobs disagree with the trainer's
         (["rollout.top_p=0.8"], "Train with rollout.top_p: 1.0 and rollout.top_k: -1"),
-        (["rollout.top_k=20"], "rollout.top_p=1.0 / rollout.top_k=20 truncate the sampler"),
+        (["rollout.top_k=20"], "invalid recipe:\n  - rollout.top_k=20 truncates the sampler"),
+        (["rollout.top_p=0.9"], "  - rollout.top_p=0.9 truncates the sampler"),
     ],
 )
 def test_invariant_fails_with_fix_message(overrides, expected):
