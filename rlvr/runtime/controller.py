@@ -95,6 +95,10 @@ def preflight(recipe: Recipe) -> None:
     from rlvr.reward.base import resolve_verifier
 
     check_model_name(recipe.model.path)
+    if recipe.model.dtype == "bfloat16" and recipe.trainer.num_gpus == 0 and not cpu_has_bf16():
+        log.warning("this CPU has no bf16 instructions (AVX512-BF16 / AMX): bf16 matmuls run ~60x slower than fp32 "
+                    "here (measured on an AVX2-only EPYC: 0.80 s against 0.0135 s for a 512x576 @ 576x1536 matmul); add model.dtype=float32 for a run "
+                    "many times faster")
     import importlib.util
 
     packages = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
@@ -111,6 +115,18 @@ def preflight(recipe: Recipe) -> None:
         if looks_like_file and resolve_data_path(source) is None:
             raise FileNotFoundError(f"{key}={source!r}: no such file (relative paths are tried from the working "
                                     "directory, then from the rlvr repository); fix the path")
+
+
+def cpu_has_bf16() -> bool:
+    """True when this x86 CPU has native bf16 matmul instructions (``avx512_bf16`` or ``amx_bf16`` in
+    /proc/cpuinfo); True where that cannot be read (not Linux x86: no claim either way)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return True
+    if "flags" not in flags:
+        return True
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def role_env(recipe: Recipe, run_dir: Path, threads: int) -> dict[str, str]:
