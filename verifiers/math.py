@@ -355,7 +355,7 @@ class MathVerifier:
     def _unlabel(self, answer: str) -> str:
         """The number of ``answer`` when it is one number followed by a label (the unit rule), else
         ``answer``."""
-        if getattr(self, "units", "number") != "number":
+        if self.units != "number":
             return answer
         found = split_label(answer)
         return found[0] if found else answer
@@ -366,7 +366,7 @@ class MathVerifier:
         extracts nothing from either."""
         g = self._mv.parse(f"${gold_answer}$", extraction_config=self._latex, parsing_timeout=None)
         p = self._mv.parse(f"${answer}$", extraction_config=self._latex, parsing_timeout=None)
-        if g and p and getattr(self, "exact", True):
+        if g and p and self.exact:
             from rlvr_verifiers import _exact
 
             if any(_exact.has_huge(x) for x in (*g, *p)):  # never evaluated: compared as written

@@ -170,7 +170,7 @@ class NumericVerifier:
 
     def verify(self, response: str, gold: str, **row: object) -> VerifyResult:
         """Score one response against ``gold``; ``row`` (the data row's other fields) is ignored."""
-        want = parse_gold_number(gold, getattr(self, "units", "number"))
+        want = parse_gold_number(gold, self.units)
         if want is None or not math.isfinite(want):
             return VerifyResult(score=0.0, parsed=None, reason="bad_gold")
         token = self.extract(str(response))

@@ -16,11 +16,15 @@ Errors: ``ValueError`` when ``rewards`` is not 2-D or holds NaN/inf, and as each
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
-from rlvr.config import AlgorithmConfig
 from rlvr.registry import Registry
+
+if TYPE_CHECKING:  # annotations only: the schema imports these registries to validate names
+    from rlvr.config import AlgorithmConfig
 
 ADVANTAGES: Registry = Registry("advantage estimator")
 

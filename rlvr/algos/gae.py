@@ -12,11 +12,15 @@ Errors: ``ValueError`` on mismatched shapes, NaN/inf inputs, or settings out of 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
-from rlvr.config import AlgorithmConfig
 from rlvr.registry import Registry
+
+if TYPE_CHECKING:  # annotations only: the schema imports these registries to validate names
+    from rlvr.config import AlgorithmConfig
 
 CRITIC_ADVANTAGES: Registry = Registry("critic advantage estimator")
 

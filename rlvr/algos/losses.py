@@ -24,13 +24,17 @@ Errors: ``ValueError`` on mismatched shapes, a negative or non-finite count, or 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 
 import torch
 from torch import Tensor
 
-from rlvr.config import AlgorithmConfig
 from rlvr.registry import Registry
+
+if TYPE_CHECKING:  # annotations only: the schema imports these registries to validate names
+    from rlvr.config import AlgorithmConfig
 
 POLICY_LOSSES: Registry = Registry("policy loss")
 LOSS_AGGREGATIONS: Registry = Registry("loss aggregation")

@@ -151,7 +151,7 @@ def math_gold_problem(verifier: Any, gold: str) -> str | None:
     if not answer:
         return "empty answer"
     labelled = split_label(answer)
-    if labelled is not None and getattr(verifier, "units", "number") != "number":
+    if labelled is not None and verifier.units != "number":
         return f"a number followed by a label ({labelled[1]!r}) under units: refuse: {UNITS_FIX}"
     prose = prose_problem(answer)
     if prose is not None:
@@ -196,7 +196,7 @@ def gold_checker(spec: VerifierSpec) -> Callable[[str], str | None] | None:
     if isinstance(verifier, MathVerifier):
         return lambda gold: math_gold_problem(verifier, gold)
     if isinstance(verifier, NumericVerifier):
-        units = getattr(verifier, "units", "number")
+        units = verifier.units
         return lambda gold: numeric_gold_problem(gold, units)
     return None
 

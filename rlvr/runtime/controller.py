@@ -199,6 +199,10 @@ class Roles:
                 "critic", CriticWorker, r, model_dir, resources=Resources(num_cpus=0.1, num_gpus=r.critic.num_gpus, env=cenv)
             )
         self.step = 0  # the step the loop is on (named in timeout errors); set by train()
+        from rlvr.sync.probe import PROBE_NEW_TOKENS, probe_prompt
+
+        # the fixed prompt of the sync probe (rlvr.sync.probe), as long as the engines' context allows; built once
+        self.probe_ids = probe_prompt(model_dir, r.data.max_prompt_tokens + r.rollout.max_new_tokens - PROBE_NEW_TOKENS)
         self.get([h.call("ping") for h in self.all], r.timeouts.startup_s, "starting the roles", "timeouts.startup_s")
         self._init_sync()
 
@@ -278,10 +282,6 @@ class Roles:
         self.get(calls, r.sync.timeout_s + 30, "forming the weight-sync group")
         self.sync_backend = backend
         self.sync_bytes = float(sum(s.nbytes for s in wspecs))
-        from rlvr.sync.probe import PROBE_NEW_TOKENS, probe_prompt
-
-        # the fixed prompt of the sync probe (rlvr.sync.probe), as long as the engines' context allows
-        self.probe_ids = probe_prompt(self.model_dir, r.data.max_prompt_tokens + r.rollout.max_new_tokens - PROBE_NEW_TOKENS)
 
     def sync(self, version: int) -> dict[str, float]:
         """Push the trainer's weights to every engine; check checksums, and on every ``sync.probe_every``-th version

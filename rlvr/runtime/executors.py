@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,14 +41,10 @@ def _overran(what: str, role: str | None, method: str | None, timeout_s: float |
 
 def _left(deadline: float | None) -> float | None:
     """Seconds to a monotonic ``deadline`` (None: no deadline); the deadline covers a whole wait, not each call."""
-    import time
-
     return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 def _deadline(timeout_s: float | None) -> float | None:
-    import time
-
     return None if timeout_s is None else time.monotonic() + timeout_s
 
 

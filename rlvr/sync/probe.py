@@ -114,10 +114,10 @@ def run_probe(
     conts = [list(ids) for ids, _ in outs]
     scored = get([t.call("probe_logprobs", prompt_ids, conts) for t in trainers], timeout_s,
                  f"sync probe of policy version {version} (trainer)")[0]
-    pairs = [(lps, tr) for (_, lps), tr in zip(outs, scored)]
-    means = [mean_gap(a, b) for a, b in pairs]
-    gen = [mean_gap(a[-PROBE_NEW_TOKENS:], b[-PROBE_NEW_TOKENS:]) for a, b in pairs]
-    worst = [probe_gap(a, b) for a, b in pairs]
+    diffs = [_abs_diffs(lps, tr) for (_, lps), tr in zip(outs, scored)]  # per engine: [P - 1 + n] nats
+    means = [sum(d) / len(d) for d in diffs]  # normaliser: the tokens compared
+    gen = [sum(d[-PROBE_NEW_TOKENS:]) / len(d[-PROBE_NEW_TOKENS:]) for d in diffs]  # normaliser: the n generated
+    worst = [max(d) for d in diffs]
     for i, (m, g) in enumerate(zip(means, gen)):
         if not (m <= tol and g <= tol):  # NaN fails too
             raise WeightSyncError(

@@ -25,7 +25,8 @@ from rlvr.algos.logprobs import entropy_from_logits, token_logprobs
 from rlvr.config import Recipe
 from rlvr.rollout.base import set_threads
 from rlvr.sync.weights import DTYPES, WeightSender
-from rlvr.train.batch import TrainBatch
+from rlvr.train.batch import TrainBatch, pack
+from rlvr.types import Completion
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +55,11 @@ class _FiniteAdamW(torch.optim.AdamW):
     clipping). The gradients are already all-reduced there, so every rank takes the same decision.
     """
 
-    grad_clip: float = 0.0
-    overflow: bool = False
-    _global_grad_norm: float | None = None
+    def __init__(self, params, *, grad_clip: float, **adamw) -> None:
+        super().__init__(params, **adamw)
+        self.grad_clip = grad_clip
+        self.overflow = False
+        self._global_grad_norm: float | None = None
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -135,10 +138,11 @@ class PolicyWorker:
             "wall_clock_breakdown": False,
         }
         # a plain torch AdamW: DeepSpeed's own would compile FusedAdam first (~2.5 min on CPU)
-        adamw = _FiniteAdamW if unchecked else torch.optim.AdamW
-        opt = adamw(model.parameters(), lr=tr.lr, betas=tr.betas, weight_decay=tr.weight_decay)
+        adamw = dict(lr=tr.lr, betas=tr.betas, weight_decay=tr.weight_decay)
         if unchecked:
-            opt.grad_clip = tr.grad_clip
+            opt = _FiniteAdamW(model.parameters(), grad_clip=tr.grad_clip, **adamw)
+        else:
+            opt = torch.optim.AdamW(model.parameters(), **adamw)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=config)
         self.module = self.engine.module
 
@@ -148,8 +152,10 @@ class PolicyWorker:
             return torch.autocast(self.device.type, dtype=self.dtype)
         return nullcontext()
 
-    def _forward(self, model: torch.nn.Module, mb: TrainBatch, need_entropy: bool, entropy_grad: bool = False):
-        """Log-probabilities [b, S-1] of each response token at the rollout temperature (0 elsewhere), and the
+    def _forward(self, model: torch.nn.Module, mb: TrainBatch, need_entropy: bool, entropy_grad: bool = False,
+                 temperature: float | None = None):
+        """Log-probabilities [b, S-1] of each response token at ``temperature`` (None: the rollout temperature;
+        0 elsewhere), and the
         policy's entropy on those positions ([b, S-1]) when ``need_entropy`` (with gradient when ``entropy_grad``:
         the entropy bonus).
 
@@ -172,19 +178,21 @@ class PolicyWorker:
                 logits = head(hidden[mask])  # [N, V]
             else:
                 logits = model(input_ids=ids, attention_mask=am).logits[:, :-1][mask]  # [N, V]
-        lp_flat = token_logprobs(logits.float()[None], targets[None], self.temperature)[0]  # [N]
+        temperature = self.temperature if temperature is None else temperature
+        lp_flat = token_logprobs(logits.float()[None], targets[None], temperature)[0]  # [N]
         lp = torch.zeros(mask.shape, dtype=lp_flat.dtype, device=self.device).masked_scatter(mask, lp_flat)
         ent = None
         if need_entropy:
             with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
                 src = logits.float() if entropy_grad else logits.detach().float()
-                ent_flat = entropy_from_logits(src[None], self.temperature)[0]
+                ent_flat = entropy_from_logits(src[None], temperature)[0]
                 ent = torch.zeros(mask.shape, dtype=ent_flat.dtype, device=self.device).masked_scatter(mask, ent_flat)
         return lp, ent
 
     @torch.no_grad()
-    def compute_logprobs(self, batch: TrainBatch, reference: bool = False) -> torch.Tensor:
-        """Log-probabilities [B, S-1] of every target token under the policy (or the reference), no grad."""
+    def compute_logprobs(self, batch: TrainBatch, reference: bool = False, temperature: float | None = None) -> torch.Tensor:
+        """Log-probabilities [B, S-1] of every target token under the policy (or the reference), no grad, at
+        ``temperature`` (None: the rollout temperature)."""
         model = self.ref if reference else self.module
         was_training = model.training
         model.eval()
@@ -193,7 +201,7 @@ class PolicyWorker:
         for i in range(0, len(batch), mbs):
             idx = list(range(i, min(i + mbs, len(batch))))
             mb = batch.select(idx)
-            lp, _ = self._forward(model, mb, need_entropy=False)
+            lp, _ = self._forward(model, mb, need_entropy=False, temperature=temperature)
             out[idx, : lp.shape[1]] = lp.float().cpu()
         model.train(was_training)
         return out
@@ -371,24 +379,14 @@ class PolicyWorker:
         """Log-probabilities (nats, temperature 1) of tokens 1.. of ``prompt_ids + continuations[e]``:
         [E][P - 1 + n_e], through :meth:`compute_logprobs` (the forward of the update's old logprobs). The sync
         probe (:mod:`rlvr.sync.probe`) compares them with the engines'. Every rank must call it (ZeRO-3 gathers)."""
-        from rlvr.train.batch import TrainBatch
-
-        e, p = len(continuations), len(prompt_ids)
-        s = p + max(len(c) for c in continuations)
-        ids = torch.zeros((e, s), dtype=torch.long)
-        am = torch.zeros((e, s), dtype=torch.long)
-        lm = torch.zeros((e, s - 1), dtype=torch.float32)
-        for i, c in enumerate(continuations):
-            ids[i, : p + len(c)] = torch.tensor(list(prompt_ids) + list(c))
-            am[i, : p + len(c)] = 1
-            lm[i, : p - 1 + len(c)] = 1.0
-        batch = TrainBatch(input_ids=ids, attention_mask=am, loss_mask=lm, rollout_logprobs=torch.zeros_like(lm),
-                           advantages=torch.zeros(e), max_new_tokens=s - p)
-        rollout_temperature, self.temperature = self.temperature, 1.0  # greedy probe logprobs are at T = 1
-        try:
-            lp = self.compute_logprobs(batch)  # [E, S-1]
-        finally:
-            self.temperature = rollout_temperature
+        # the whole sequence after its first token is the "response": pack's loss mask then covers tokens 1..
+        p = len(prompt_ids)
+        seqs = [Completion(prompt_index=0, sample_index=i, prompt_ids=list(prompt_ids[:1]),
+                           token_ids=list(prompt_ids[1:]) + list(c), logprobs=[0.0] * (p - 1 + len(c)), text="",
+                           finish_reason="length", policy_version=self.version)
+                for i, c in enumerate(continuations)]  # fmt: skip
+        batch = pack(seqs, torch.zeros(len(seqs)), pad_id=0, max_new_tokens=p - 1 + max(len(c) for c in continuations))
+        lp = self.compute_logprobs(batch, temperature=1.0)  # [E, S-1]: greedy probe logprobs are at T = 1
         return [lp[i, : p - 1 + len(c)].tolist() for i, c in enumerate(continuations)]
 
     def state_checksum(self) -> float:

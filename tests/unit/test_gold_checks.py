@@ -128,7 +128,7 @@ def test_recipe_field_bad_gold(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# real data: every gold is usable (counts: GSM8K 7473 + 1319, SVAMP 1000, MATH-500 500)
+# real data: every gold is usable (counts: GSM8K 7473 + 1319, SVAMP 1000, MATH-500 500, AIME 30 + 30, AMC 40)
 
 REAL = [
     ("gsm8k train", DataConfig(source=str(REPO / "data/gsm8k/train.jsonl"), answer_format="gsm8k"), 7473, "gsm8k"),
@@ -139,17 +139,6 @@ REAL = [
     ("svamp, math", DataConfig(source=str(REPO / "data/svamp/test.jsonl"), question="{Body} {Question}",
                                answer="Answer"), 1000, "math"),
     ("math500", DataConfig(source=str(REPO / "data/math500/test.jsonl"), question="problem"), 500, "math"),
-]
-
-
-@pytest.mark.parametrize("label, cfg, n, verifier", REAL, ids=[r[0] for r in REAL])
-def test_real_golds_all_usable(label: str, cfg: DataConfig, n: int, verifier: str) -> None:
-    rows = load_rows(cfg, 0)
-    kept, report = check_golds(rows, [VerifierSpec(name=verifier)])
-    assert (len(rows), len(kept), report.bad) == (n, n, ())
-
-
-REAL_MORE = [
     ("aime24", DataConfig(source=str(REPO / "data/aime24/test.jsonl"), question="problem"), 30, "math"),
     ("aime25", DataConfig(source=str(REPO / "data/aime25/test.jsonl"), question="problem"), 30, "math"),
     ("amc23", DataConfig(source=str(REPO / "data/amc23/test.jsonl"), question="problem"), 40, "math"),
@@ -157,8 +146,8 @@ REAL_MORE = [
 ]
 
 
-@pytest.mark.parametrize("label, cfg, n, verifier", REAL_MORE, ids=[r[0] for r in REAL_MORE])
-def test_competition_golds_all_usable(label: str, cfg: DataConfig, n: int, verifier: str) -> None:
+@pytest.mark.parametrize("label, cfg, n, verifier", REAL, ids=[r[0] for r in REAL])
+def test_real_golds_all_usable(label: str, cfg: DataConfig, n: int, verifier: str) -> None:
     rows = load_rows(cfg, 0)
     kept, report = check_golds(rows, [VerifierSpec(name=verifier)])
     assert (len(rows), len(kept), report.bad) == (n, n, ())

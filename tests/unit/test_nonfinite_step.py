@@ -48,8 +48,7 @@ def _param(grad):
 
 def test_finite_adamw_clips_and_reports_the_norm_before_clipping():
     p = _param([3.0, 4.0])  # L2 norm 5
-    opt = _FiniteAdamW([p], lr=0.1, weight_decay=0.0)
-    opt.grad_clip = 1.0
+    opt = _FiniteAdamW([p], grad_clip=1.0, lr=0.1, weight_decay=0.0)
     opt.step()
     assert (opt.overflow, opt._global_grad_norm) == (False, 5.0)
     assert torch.allclose(p.grad, torch.tensor([0.6, 0.8]))  # clipped to norm 1
@@ -59,7 +58,7 @@ def test_finite_adamw_clips_and_reports_the_norm_before_clipping():
 
 def test_finite_adamw_skips_a_nan_gradient_and_leaves_no_state():
     p = _param([float("nan"), 1.0])
-    opt = _FiniteAdamW([p], lr=0.1)
+    opt = _FiniteAdamW([p], grad_clip=0.0, lr=0.1)
     opt.step()
     assert opt.overflow and math.isnan(opt._global_grad_norm)
     assert torch.equal(p.detach(), torch.tensor([1.0, 2.0])) and len(opt.state) == 0
