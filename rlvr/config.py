@@ -52,8 +52,12 @@ class RunConfig:
 class ModelConfig:
     path: str = "smollm2-135m-instruct"
     """An embedded model name (``smollm2-135m-instruct``, ``tiny-random``), a local folder, or a hub id."""
-    dtype: Literal["bfloat16", "float32", "float16"] = "bfloat16"
-    """Parameter and compute dtype of the trainer and engines (fp32 master weights under DeepSpeed bf16)."""
+    dtype: Literal["auto", "bfloat16", "float32", "float16"] = "auto"
+    """Compute dtype of the trainer and the engines, and the dtype a weight sync sends. The trainer keeps fp32
+    parameters, gradients and optimizer state whatever this is (mixed precision: bf16 learns per step as fp32
+    does). ``auto``: resolved when the recipe loads by :func:`rlvr.hardware.fast_dtype` -- bfloat16 where the
+    trainer has GPUs or the CPU has native bf16 (AMX / AVX512-BF16), float32 otherwise (bf16 matmuls are ~100x
+    slower than fp32 on an AVX2-only CPU)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -632,6 +636,11 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] | tuple[str
         key, value = parse_override(ov)
         _set_dotted(tree, key, value)
     recipe = _build(Recipe, tree)
+    if recipe.model.dtype == "auto":
+        from rlvr.hardware import fast_dtype
+
+        dtype = fast_dtype(recipe.trainer.num_gpus)
+        recipe = dataclasses.replace(recipe, model=dataclasses.replace(recipe.model, dtype=dtype))
     validate(recipe)
     return recipe
 

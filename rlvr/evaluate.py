@@ -103,7 +103,9 @@ class EvalConfig:
     seed: int = 0
     """Engine seed (vLLM: the engine's sampler; HF: torch). Same seed, engine and machine: same samples."""
     engine: Literal["vllm", "hf"] = "vllm"
-    dtype: Literal["bfloat16", "float32", "float16"] = "bfloat16"
+    dtype: Literal["auto", "bfloat16", "float32", "float16"] = "auto"
+    """The engine's dtype; ``auto``: bfloat16 with a GPU or a CPU with native bf16, else float32
+    (:func:`rlvr.hardware.fast_dtype`)."""
     output: str | None = None
     prompt_template: str = BOXED_TEMPLATE
     system_prompt: str | None = None
@@ -299,14 +301,21 @@ def sample_stats(completions: list[Completion], scored: list, key: str) -> dict[
 def _engine(cfg: EvalConfig, model_dir: str, max_model_len: int) -> Any:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # as the training roles: per-weight dtype warnings
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    dtype = cfg.dtype
+    if dtype == "auto":
+        import torch
+
+        from rlvr.hardware import fast_dtype
+
+        dtype = fast_dtype(1 if torch.cuda.is_available() else 0)
     if cfg.engine == "vllm":
         from rlvr.rollout.vllm_engine import VLLMEngine
 
-        return VLLMEngine(model_dir, dtype=cfg.dtype, max_model_len=max_model_len, seed=cfg.seed,
+        return VLLMEngine(model_dir, dtype=dtype, max_model_len=max_model_len, seed=cfg.seed,
                           kv_cache_gib=cfg.kv_cache_gib, threads=cfg.threads)  # fmt: skip
     from rlvr.rollout.hf_engine import HFEngine
 
-    return HFEngine(model_dir, dtype=cfg.dtype, max_model_len=max_model_len, seed=cfg.seed, threads=cfg.threads)
+    return HFEngine(model_dir, dtype=dtype, max_model_len=max_model_len, seed=cfg.seed, threads=cfg.threads)
 
 
 def sample_record(ls: LoadedSet, p: Prompt, c: Completion, s: Any, key: str) -> dict[str, Any]:
@@ -556,7 +565,8 @@ def add_eval_parser(sub: Any) -> None:
     p.add_argument("--limit", type=int, default=None, help="the first N rows of each set, in file order")
     p.add_argument("--seed", type=int, default=d.seed, help="engine seed (default 0)")
     p.add_argument("--engine", choices=["vllm", "hf"], default=d.engine)
-    p.add_argument("--dtype", choices=["bfloat16", "float32", "float16"], default=d.dtype)
+    p.add_argument("--dtype", choices=["auto", "bfloat16", "float32", "float16"], default=d.dtype,
+                   help="engine dtype (default auto: bfloat16 on a GPU or a CPU with native bf16, else float32)")
     p.add_argument("--output", "-o", default=None, help="output folder (default evals/<model>)")
     p.add_argument("--prompt-template", default=d.prompt_template, help="user message with {question} (default: "
                    "the question + 'Please reason step by step, and put your final answer within \\boxed{}.')")

@@ -73,7 +73,19 @@ class _FiniteAdamW(torch.optim.AdamW):
 
 
 class PolicyWorker:
-    """One trainer rank. Methods are called by the controller (in-process or through a Ray actor handle)."""
+    """One trainer rank. Methods are called by the controller (in-process or through a Ray actor handle).
+
+    Precision (``model.dtype``), the same in both backends: the parameters, their gradients (accumulated over
+    micro-batches) and AdamW's state are fp32, and the forward runs under ``torch.autocast`` in bf16, as in TRL and
+    verl's FSDP mixed precision (Micikevicius et al. 2018, "Mixed Precision Training", sec. 3.1: an fp32 master copy
+    so that updates smaller than the low-precision grid are kept). A weight sync and ``save_pretrained`` send the
+    fp32 weights rounded to bf16. Measured (``benchmarks/bf16_updates.py``, issue 10): DeepSpeed's own bf16 mode
+    seeded its fp32 master from the bf16-rounded module, so every master sat on the bf16 grid and an lr-1e-5 step
+    moved the bf16 weights by 3-5% of the master's change. Memory per parameter: 16 bytes at one rank (as before);
+    under ZeRO-2 with W ranks ``4 + 12 / W`` instead of ``2 + 14 / W`` (fp32 parameters are not partitioned).
+    fp16 (GPUs only under DeepSpeed, which refuses fp16 on a CPU) keeps DeepSpeed's fp16 module and loss scaling;
+    the torch backend runs fp16 autocast with a ``GradScaler``.
+    """
 
     def __init__(self, recipe: Recipe, model_dir: str, rank: int, world_size: int, master_addr: str, master_port: int):
         from transformers import AutoModelForCausalLM
@@ -108,9 +120,13 @@ class PolicyWorker:
             self.optimizer = torch.optim.AdamW(
                 self.module.parameters(), lr=tr.lr, betas=tr.betas, weight_decay=tr.weight_decay
             )
+        # fp16 autocast needs loss scaling, or gradients under 6e-8 flush to zero (DeepSpeed fp16 scales itself)
+        self.scaler = torch.amp.GradScaler(self.device.type) if not self.ds and self.dtype == torch.float16 else None
         self.ref = None
         if self.algo.kl_coef > 0:
-            self.ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=self.dtype).to(self.device).eval()
+            # fp32 weights under the policy's autocast: at the start the KL to the policy is exactly 0
+            ref_dtype = self.dtype if (self.ds and self.dtype == torch.float16) else torch.float32
+            self.ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=ref_dtype).to(self.device).eval()
             self.ref.requires_grad_(False)
         self.version = 0
 
@@ -121,17 +137,21 @@ class PolicyWorker:
         backend = "nccl" if self.device.type == "cuda" else "gloo"
         _init_dist(self.rank, self.world_size, self.master_addr, self.master_port, backend)
         micro = min(tr.micro_batch_size, r.mini_batch // self.world_size)
-        # ZeRO 1-3 and the bf16/fp16 wrappers skip a non-finite step themselves; ZeRO-0 in fp32 hands the step to
-        # the client optimizer unchecked (measured: NaN weights), so there the optimizer clips and skips itself
-        unchecked = tr.zero_stage == 0 and r.model.dtype == "float32"
+        fp16 = r.model.dtype == "float16"
+        # ZeRO 1-3 and the fp16 wrapper skip a non-finite step themselves; ZeRO-0 in fp32 hands the step to the
+        # client optimizer unchecked (measured: NaN weights), so there the optimizer clips and skips itself
+        unchecked = tr.zero_stage == 0 and not fp16
         config = {
             "train_micro_batch_size_per_gpu": micro,
             "gradient_accumulation_steps": r.grad_accum_steps,
             "train_batch_size": micro * r.grad_accum_steps * self.world_size,
             "gradient_clipping": 0.0 if unchecked else tr.grad_clip,
             "zero_optimization": {"stage": tr.zero_stage},
-            "bf16": {"enabled": r.model.dtype == "bfloat16"},
-            "fp16": {"enabled": r.model.dtype == "float16"},
+            # bf16 is mixed precision done by torch.autocast (see the class docstring): DeepSpeed's own bf16 mode would
+            # cast the module to bf16 and seed its fp32 master from that rounded copy, losing updates under half a
+            # bf16 step, and accumulates gradients in bf16
+            "bf16": {"enabled": False},
+            "fp16": {"enabled": fp16},
             "zero_allow_untested_optimizer": True,
             "zero_force_ds_cpu_optimizer": False,
             "steps_per_print": 10**9,
@@ -148,7 +168,8 @@ class PolicyWorker:
 
     # -- forward pieces -----------------------------------------------------------------------------------------
     def _autocast(self):
-        if not self.ds and self.dtype != torch.float32:
+        """bf16 (and torch-backend fp16) compute over the fp32 parameters; DeepSpeed fp16 has an fp16 module."""
+        if self.dtype != torch.float32 and not (self.ds and self.dtype == torch.float16):
             return torch.autocast(self.device.type, dtype=self.dtype)
         return nullcontext()
 
@@ -172,6 +193,13 @@ class PolicyWorker:
         mask = mb.loss_mask.to(self.device).bool()  # [b, S-1]
         targets = ids[:, 1:][mask]  # [N]
         head = lean_output_head(model)  # hidden [N, H] -> logits [N, V], or None: full forward
+        if self.ds and model is self.module:
+            # what DeepSpeed's engine.forward does first, and this forward bypasses (it calls the module's parts):
+            # ZeRO-3 counts micro-steps there; without it every micro-batch's gradient overwrote the one before
+            # (measured: 2 micro-batches, the update of the second alone; tests/integration/test_bf16_updates.py)
+            clear = getattr(self.engine.optimizer, "clear_backward_seen_flag", None)
+            if clear is not None:
+                clear()
         with self._autocast():
             if head is not None:
                 hidden = model.model(input_ids=ids, attention_mask=am).last_hidden_state[:, :-1]  # [b, S-1, H]
@@ -289,6 +317,8 @@ class PolicyWorker:
             self.engine.backward(scaled, scale_wrt_gas=False)
             # DeepSpeed counts micro-steps itself: step() after every backward, a real update at the boundary
             self.engine.step()
+        elif self.scaler is not None:
+            self.scaler.scale(scaled).backward()
         else:
             scaled.backward()
         n = mask.sum().clamp(min=1.0)
@@ -334,9 +364,14 @@ class PolicyWorker:
         if self.ds:
             gn = self.engine.get_global_grad_norm()
             return (float(gn) if gn is not None else float("nan")), bool(self.engine.was_step_applied())
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
         gn = torch.nn.utils.clip_grad_norm_(self.module.parameters(), tr.grad_clip if tr.grad_clip > 0 else float("inf"))
         applied = bool(torch.isfinite(gn))
-        if applied:  # a NaN/inf gradient skips the update (as DeepSpeed's overflow check does)
+        if self.scaler is not None:  # skips a non-finite step itself and lowers the loss scale
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        elif applied:  # a NaN/inf gradient skips the update (as DeepSpeed's overflow check does)
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return float(gn), applied
@@ -434,8 +469,9 @@ class PolicyWorker:
         if self.ds:
             self.engine.save_checkpoint(str(out), tag="ds", client_state=client)
         elif self.rank == 0:
-            torch.save({"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(), **client},
-                       out / "torch_state.pt")
+            scaler = {"scaler": self.scaler.state_dict()} if self.scaler is not None else {}
+            torch.save({"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(), **scaler,
+                        **client}, out / "torch_state.pt")
         (out / f"rng_rank{self.rank}.json").write_text(json.dumps(rng_state()))
         self.save_pretrained(str(out / "hf"))
         return str(out)
@@ -455,6 +491,8 @@ class PolicyWorker:
             state = torch.load(src / "torch_state.pt", map_location=self.device, weights_only=False)
             self.module.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
+            if self.scaler is not None and "scaler" in state:
+                self.scaler.load_state_dict(state["scaler"])
             self.version = int(state["version"])
         set_rng_state(json.loads((src / f"rng_rank{self.rank}.json").read_text()))
         return self.version

@@ -198,7 +198,34 @@ def test_yaml_syntax_error_names_the_file(tmp_path):
 
 
 def test_empty_file_gives_the_defaults(tmp_path):
-    assert load_recipe(_yaml(tmp_path, "")) == Recipe()
+    import dataclasses
+
+    from rlvr.hardware import fast_dtype
+
+    loaded = load_recipe(_yaml(tmp_path, ""))
+    assert Recipe().model.dtype == "auto"  # resolved at load, to this machine's fast dtype
+    assert loaded == dataclasses.replace(Recipe(), model=dataclasses.replace(Recipe().model, dtype=fast_dtype(0)))
+
+
+def test_dtype_auto_resolves_and_an_explicit_dtype_is_kept(tmp_path, monkeypatch):
+    import rlvr.hardware as hw
+
+    monkeypatch.setattr(hw, "cpu_has_bf16", lambda cpuinfo=None: False)
+    assert load_recipe(_yaml(tmp_path, "")).model.dtype == "float32"  # CPU without bf16: fp32
+    assert load_recipe(_yaml(tmp_path, "trainer: {num_gpus: 1}\n")).model.dtype == "bfloat16"  # a GPU trainer
+    assert load_recipe(_yaml(tmp_path, "model: {dtype: bfloat16}\n")).model.dtype == "bfloat16"  # explicit: kept
+    monkeypatch.setattr(hw, "cpu_has_bf16", lambda cpuinfo=None: True)
+    assert load_recipe(_yaml(tmp_path, "")).model.dtype == "bfloat16"
+
+
+def test_cpu_bf16_flags_are_read_from_cpuinfo():
+    from rlvr.hardware import cpu_has_bf16, fast_dtype
+
+    epyc_avx2 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma f16c\n"  # this machine's kind of line
+    sapphire = "processor\t: 0\nflags\t\t: avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
+    assert not cpu_has_bf16(epyc_avx2) and cpu_has_bf16(sapphire)
+    assert cpu_has_bf16("Processor : ARMv8\n")  # no x86 flags line: no claim either way
+    assert (fast_dtype(0, epyc_avx2), fast_dtype(0, sapphire), fast_dtype(0.5, epyc_avx2)) == ("float32", "bfloat16", "bfloat16")
 
 
 def test_missing_file_raises_file_not_found(tmp_path):
