@@ -12,7 +12,8 @@ child process (a DeepSpeed engine leaves torch.distributed state behind). After 
   average; 0: the update is lost);
 - ``gain``: the objective the advantages ask for, ``mean_t adv * (lp_k - lp_0)`` over response tokens, with the
   visible weights evaluated in fp32 (what a perfect engine would sample from after the sync), in nats per token;
-- ``grad``: the dtype autograd hands back for one matrix's gradient (the accumulation buffer's dtype).
+- ``grad``: the dtype autograd hands back for one matrix's gradient (the accumulation buffer's dtype);
+- the child process's peak RSS (the worker, plus the fp32 model the benchmark evaluates with).
 
 The fp32 torch variant is the reference; ``gain`` is also printed as a ratio to it.
 Run (about 10 min on 2 cores; bf16 matmuls are ~100x slower than fp32 on a CPU without AMX/AVX512-BF16):
@@ -35,6 +36,7 @@ VARIANTS = {  # name -> recipe overrides
     "torch-bf16": ["trainer.backend=torch", "model.dtype=bfloat16"],
     "ds2-fp32": ["trainer.backend=deepspeed", "trainer.zero_stage=2", "model.dtype=float32"],
     "ds2-bf16": ["trainer.backend=deepspeed", "trainer.zero_stage=2", "model.dtype=bfloat16"],
+    "ds3-fp32": ["trainer.backend=deepspeed", "trainer.zero_stage=3", "model.dtype=float32"],
     "ds3-bf16": ["trainer.backend=deepspeed", "trainer.zero_stage=3", "model.dtype=bfloat16"],
 }
 
@@ -126,7 +128,10 @@ def one(variant: str, model_dir: str, a) -> dict:
         rows.append({"step": k, "master_l2": float(dm.norm()), "visible_l2": float(dv.norm()),
                      "carried": float((dv @ dm) / (dm @ dm).clamp(min=1e-30)), "changed": changed, "gain": gain,
                      "grad_norm": s["train/grad_norm"], "train_s": s["timing/train_inner_s"]})  # fmt: skip
-    return {"variant": variant, "on_grid": on_grid, "grad_dtype": sorted(grad_dtypes),
+    import resource
+
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the whole process (worker + fp32 copy)
+    return {"variant": variant, "on_grid": on_grid, "grad_dtype": sorted(grad_dtypes), "peak_rss_mb": peak_mb,
             "param_dtype": str(target.dtype).removeprefix("torch."), "rows": rows}
 
 
@@ -161,7 +166,7 @@ def main() -> None:
             results.append(json.loads(lines[-1].removeprefix("RESULT=")))
             res = results[-1]
             print(f"{v}: params {res['param_dtype']}, grads {res['grad_dtype']}, master on the bf16 grid at start "
-                  f"{res['on_grid']:.1%}", flush=True)
+                  f"{res['on_grid']:.1%}, peak RSS {res['peak_rss_mb']:.0f} MB", flush=True)
     ref = next((r for r in results if r["variant"] == "torch-fp32"), None)
     print(f"\nlr {a.lr}, {a.seqs} seqs x ({a.prompt} prompt + {a.response} response) tokens, micro {a.micro}, "
           f"{a.layers or 'all'} layers of {a.model}")

@@ -127,3 +127,45 @@ def test_deepspeed_bf16_keeps_small_updates():
     assert abs(fp32_z3["gain"] - fp32["gain"]) < 1e-3 * fp32["gain"], (fp32_z3, fp32)
     _check("deepspeed ZeRO-2", fp32, bf16_z2)
     _check("deepspeed ZeRO-3", fp32, bf16_z3)
+
+
+def test_the_engine_samples_the_small_update_in_bf16(tmp_path):
+    """The engine's side: a bf16 vLLM engine, after the sync, scores the batch with the update's gain (its own
+    prompt logprobs, bf16 kernels) as the fp32 trainer's weights do -- within 0.75-1.33x; the trainer here is the
+    torch backend (the DeepSpeed trainer sends the same tensors: the tests above). Measured: 0.992x."""
+    from rlvr.config import load_recipe
+    from rlvr.models import resolve_model
+    import torch
+
+    from rlvr.runtime.controller import Roles  # rlvr.runtime.roles after issue 11's move
+    from rlvr.runtime.executors import LocalExecutor
+
+    fp32 = _train("torch", "float32", 0)
+    r = load_recipe(TINY, [f"run.output_dir={tmp_path}", "run.executor=local", "trainer.backend=torch",
+                           "model.dtype=bfloat16", f"trainer.lr={LR}", "trainer.micro_batch_size=4",
+                           "rollout.prompts_per_step=2", "sync.probe_every=0"])  # fmt: skip
+    roles = Roles(r, resolve_model("tiny-random"), tmp_path, LocalExecutor())
+    try:
+        batch = _batch()
+        seqs = [ids[: int(am.sum())].tolist() for ids, am in zip(batch.input_ids, batch.attention_mask)]
+
+        def engine_lp():
+            got = roles.get([roles.engines[0].call("sequence_logprobs", seqs)], 120, "engine logprobs")[0]
+            out = torch.zeros_like(batch.loss_mask)
+            for i, lp in enumerate(got):
+                out[i, : len(lp)] = torch.tensor(lp)
+            return out
+
+        before = engine_lp()
+        torch.manual_seed(0)
+        for _ in range(STEPS):
+            roles.get([roles.trainers[0].call("train_step", batch)], 120, "update")
+        roles.sync(version=1)
+        after = engine_lp()
+    finally:
+        roles.shutdown()
+    mask = batch.loss_mask.bool()
+    adv = batch.advantages[:, None].expand_as(batch.loss_mask)
+    gain = float((adv * (after - before))[mask].mean())
+    print(f"bf16 engine gain {gain:.5f} nats/token, fp32 trainer {fp32['gain']:.5f}: {gain / fp32['gain']:.3f}x")
+    assert 0.75 < gain / fp32["gain"] < 1.33
