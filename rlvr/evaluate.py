@@ -308,14 +308,10 @@ def _engine(cfg: EvalConfig, model_dir: str, max_model_len: int) -> Any:
         from rlvr.hardware import fast_dtype
 
         dtype = fast_dtype(1 if torch.cuda.is_available() else 0)
-    if cfg.engine == "vllm":
-        from rlvr.rollout.vllm_engine import VLLMEngine
+    from rlvr.rollout import engine_class
 
-        return VLLMEngine(model_dir, dtype=dtype, max_model_len=max_model_len, seed=cfg.seed,
-                          kv_cache_gib=cfg.kv_cache_gib, threads=cfg.threads)  # fmt: skip
-    from rlvr.rollout.hf_engine import HFEngine
-
-    return HFEngine(model_dir, dtype=dtype, max_model_len=max_model_len, seed=cfg.seed, threads=cfg.threads)
+    return engine_class(cfg.engine)(model_dir, dtype=dtype, max_model_len=max_model_len, seed=cfg.seed,
+                                    kv_cache_gib=cfg.kv_cache_gib, threads=cfg.threads)  # fmt: skip
 
 
 def sample_record(ls: LoadedSet, p: Prompt, c: Completion, s: Any, key: str) -> dict[str, Any]:

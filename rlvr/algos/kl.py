@@ -24,12 +24,11 @@ import math
 import torch
 from torch import Tensor
 
+from rlvr.algos.logprobs import LOG_RATIO_CLAMP
 from rlvr.registry import Registry
 
 KL_ESTIMATORS: Registry = Registry("KL estimator")
 
-LOG_RATIO_CLAMP = 20.0
-"""|log r| bound applied before exp (exp(20) = 4.9e8 is finite in fp32 and bf16)."""
 
 
 def _log_r(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:

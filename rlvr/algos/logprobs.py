@@ -17,6 +17,10 @@ from typing import Iterable
 import torch
 from torch import Tensor
 
+LOG_RATIO_CLAMP = 20.0
+"""|log r| bound for any log-ratio of two policies (KL estimators, importance ratios) applied before ``exp``:
+exp(20) = 4.9e8 is finite in fp32 and bf16, so one stale or near-zero-probability token cannot overflow."""
+
 
 def _check(logits: Tensor, temperature: float) -> None:
     if logits.dim() != 3:

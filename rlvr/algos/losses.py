@@ -31,6 +31,7 @@ import math
 import torch
 from torch import Tensor
 
+from rlvr.algos.logprobs import LOG_RATIO_CLAMP
 from rlvr.registry import Registry
 
 if TYPE_CHECKING:  # annotations only: the schema imports these registries to validate names
@@ -39,8 +40,6 @@ if TYPE_CHECKING:  # annotations only: the schema imports these registries to va
 POLICY_LOSSES: Registry = Registry("policy loss")
 LOSS_AGGREGATIONS: Registry = Registry("loss aggregation")
 
-LOG_RATIO_CLAMP = 20.0
-"""|log(pi / pi_old)| bound applied before exp, so one stale token cannot overflow the ratio."""
 
 
 def _check_bt(name: str, x: Tensor, like: Tensor) -> None:

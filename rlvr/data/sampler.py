@@ -57,7 +57,9 @@ class PromptSampler:
             if self.shuffle:
                 import torch
 
-                gen = torch.Generator().manual_seed(self.seed + epoch)
+                from rlvr.seeding import epoch_seed
+
+                gen = torch.Generator().manual_seed(epoch_seed(self.seed, epoch))
                 self._order = torch.randperm(self.num_items, generator=gen).tolist()
             else:
                 self._order = list(range(self.num_items))

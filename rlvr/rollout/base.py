@@ -42,6 +42,14 @@ class Engine(Protocol):
         Returns the checksum of the received tensors (see :mod:`rlvr.sync.weights`)."""
         ...
 
+    def get_policy_version(self) -> int:
+        """The version of the weights loaded (0: the initial model; a sync stamps the trainer's)."""
+        ...
+
+    def ping(self) -> bool:
+        """True once the engine is up (the controller's start-up and liveness check)."""
+        ...
+
 
 def checkpoint_shapes(model_dir: str) -> dict[str, tuple[int, ...]]:
     """Tensor name -> shape from a Hugging Face safetensors folder (headers only; no tensor is read).

@@ -36,8 +36,9 @@ class HFEngine:
     def generate(self, prompts: list[Prompt], sampling: SamplingConfig) -> list[Completion]:
         self._calls += 1
         # a seeded request draws the same samples whenever it is made (resume); unseeded ones vary per call
-        base = sampling.seed * 1000003 if sampling.seed is not None else self.seed * 1000003 + self._calls
-        gen = torch.Generator(device="cpu").manual_seed(base)
+        from rlvr.seeding import hf_generator_seed
+
+        gen = torch.Generator(device="cpu").manual_seed(hf_generator_seed(sampling.seed, self.seed, self._calls))
         torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
         out: list[Completion] = []
         stop = {self.eos_id, *sampling.stop_token_ids}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
-from typing import Any
+from typing import Callable
 
 import torch
 
@@ -20,10 +20,15 @@ from rlvr.algos.advantages import normalise_token_advantages
 from rlvr.algos.gae import CRITIC_ADVANTAGES, outcome_token_rewards
 from rlvr.algos.kl import reward_to_go
 from rlvr.config import Recipe
+from rlvr.seeding import dph_batch_seed, dph_prompt_seed
 from rlvr.train.batch import TrainBatch, pack
 from rlvr.types import Completion, Prompt, SamplingConfig
 
 log = logging.getLogger("rlvr")
+
+Generate = Callable[[list[Prompt], SamplingConfig], tuple[list[Completion], list, dict[str, float]]]
+"""``(prompts, sampling) -> (completions [B], scored [B], timings)``: :meth:`rlvr.runtime.roles.Roles.generate_and_score`
+or a fake."""
 
 
 def uses_critic(recipe: Recipe) -> bool:
@@ -31,8 +36,16 @@ def uses_critic(recipe: Recipe) -> bool:
     return recipe.algorithm.advantage in CRITIC_ADVANTAGES
 
 
-def form_advantages(roles: Any, batch: TrainBatch, rewards: torch.Tensor, recipe: Recipe) -> tuple[TrainBatch, dict | None, dict[str, float]]:
-    """Advantages for ``batch`` (B = P x G sequences; rewards: [P, G], prompt-major like the batch).
+def needs_reference(recipe: Recipe) -> bool:
+    """True when :func:`form_advantages` needs the reference model's logprobs of the batch (KL in the reward)."""
+    return recipe.algorithm.kl_coef > 0 and recipe.algorithm.kl_penalty == "reward"
+
+
+def form_advantages(batch: TrainBatch, rewards: torch.Tensor, recipe: Recipe, *, ref_logprobs: torch.Tensor | None = None,
+                    values: torch.Tensor | None = None) -> tuple[TrainBatch, dict | None, dict[str, float]]:
+    """Advantages for ``batch`` (B = P x G sequences; rewards: [P, G], prompt-major like the batch). Pure: the
+    reference's logprobs ([B, S-1], when :func:`needs_reference`) and the critic's values ([B, S-1], when
+    :func:`uses_critic`) come in as tensors. Errors: ``ValueError`` when a needed one is missing.
 
     - KL in the reward (``kl_coef > 0`` and ``kl_penalty=reward``): the per-token penalty ``-kl_coef * KL_t`` with
       ``KL_t`` the ``algorithm.kl_estimator`` (k1 = rollout logprob - reference logprob is InstructGPT's eq. 2;
@@ -53,10 +66,10 @@ def form_advantages(roles: Any, batch: TrainBatch, rewards: torch.Tensor, recipe
     metrics: dict[str, float] = {}
     n_tok = mask.sum().clamp(min=1.0)
     penalty = None
-    if al.kl_coef > 0 and al.kl_penalty == "reward":
-        ref_lp = roles.get([t.call("compute_logprobs", batch, True) for t in roles.trainers], recipe.timeouts.train_s,
-                           "reference logprobs", "timeouts.train_s")[0]
-        kl = KL_ESTIMATORS.get(al.kl_estimator)(batch.rollout_logprobs, ref_lp) * mask  # [B, S-1]
+    if needs_reference(recipe):
+        if ref_logprobs is None:
+            raise ValueError("algorithm.kl_penalty=reward needs the reference model's logprobs of the batch")
+        kl = KL_ESTIMATORS.get(al.kl_estimator)(batch.rollout_logprobs, ref_logprobs) * mask  # [B, S-1]
         penalty = -al.kl_coef * kl
         metrics["train/kl"] = float(kl.sum() / n_tok)
         metrics["reward/kl_penalty_seq_mean"] = float(penalty.sum() / len(batch))
@@ -65,8 +78,8 @@ def form_advantages(roles: Any, batch: TrainBatch, rewards: torch.Tensor, recipe
         token_rewards = outcome_token_rewards(rewards.reshape(-1), mask)
         if penalty is not None:
             token_rewards = token_rewards + penalty
-        values = roles.get([roles.critic.call("compute_values", batch)], recipe.timeouts.train_s, "critic values",
-                           "timeouts.train_s")[0]
+        if values is None:
+            raise ValueError(f"algorithm.advantage={al.advantage} needs the critic's values of the batch")
         adv, returns = CRITIC_ADVANTAGES.get(al.advantage)(token_rewards, values, mask, al)
         critic_inputs = {"values": values, "returns": returns}
         metrics["critic/value_mean"] = float((values * mask).sum() / n_tok)
@@ -91,7 +104,7 @@ def form_advantages(roles: Any, batch: TrainBatch, rewards: torch.Tensor, recipe
 # -- DPH-RL: samples of the starting policy ------------------------------------------------------------------
 
 
-def build_dph_buffer(roles: Any, prompts: list[Prompt], sampling: SamplingConfig, recipe: Recipe, primary: str) -> list[Completion]:
+def build_dph_buffer(generate: Generate, prompts: list[Prompt], sampling: SamplingConfig, recipe: Recipe, primary: str) -> list[Completion]:
     """Sample the STARTING policy (the engines before the first sync) on ``algorithm.dph_prompts`` training
     prompts (a seeded choice), ``sampling.n`` samples each, and keep the correct ones (primary verifier's score
     >= 1), as DPH-RL keeps the starting policy's solved samples for its divergence term (Li et al. 2025,
@@ -99,9 +112,9 @@ def build_dph_buffer(roles: Any, prompts: list[Prompt], sampling: SamplingConfig
     Returns the kept completions (possibly empty: the caller warns).
     """
     al = recipe.algorithm
-    rng = random.Random(recipe.run.seed * 31 + 5)
+    rng = random.Random(dph_prompt_seed(recipe.run.seed))
     chosen = rng.sample(range(len(prompts)), min(al.dph_prompts, len(prompts)))
-    completions, scored, _ = roles.generate_and_score([prompts[i] for i in chosen], sampling)
+    completions, scored, _ = generate([prompts[i] for i in chosen], sampling)
     kept = [c for c, s in zip(completions, scored) if s.results[primary].score >= 1.0 and c.token_ids]
     log.info("DPH-RL buffer: %d correct samples of the starting policy kept out of %d (%d prompts)",
              len(kept), len(completions), len(chosen))
@@ -114,7 +127,7 @@ def dph_batch(buffer: list[Completion], step: int, recipe: Recipe, pad_id: int) 
     al = recipe.algorithm
     if not buffer or al.dph_divergence == "none" or al.dph_coef == 0:
         return None
-    rng = random.Random(recipe.run.seed * 1_000_003 + step)
+    rng = random.Random(dph_batch_seed(recipe.run.seed, step))
     pick = rng.sample(range(len(buffer)), min(al.dph_batch, len(buffer)))
     comps = [buffer[i] for i in pick]
     return pack(comps, torch.zeros(len(comps)), pad_id, recipe.rollout.max_new_tokens)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,15 +23,14 @@ from rlvr.metrics.passk import pass_at_k
 from rlvr.metrics.progress import Progress
 from rlvr.metrics.samples import print_sample_table, sample_rows
 from rlvr.metrics.sinks import make_sinks
-from rlvr.runtime.advantage_stage import build_dph_buffer, dph_batch, form_advantages, uses_critic
-from rlvr.runtime.executors import Handle, LocalExecutor, RayExecutor, Resources, RoleError, free_port, host_ip
+from rlvr.runtime.advantage_stage import build_dph_buffer, dph_batch, form_advantages, needs_reference, uses_critic
+from rlvr.runtime.roles import Roles
 from rlvr.runtime.validation import run_validation, validation_prompts
-from rlvr.sync.weights import WeightSpec, WeightSyncError, check_specs, checksums_match
+from rlvr.seeding import DPH_BUFFER_ROUND, rollout_seed
 from rlvr.train.batch import pack
 from rlvr.types import Completion, Prompt, SamplingConfig
 
 log = logging.getLogger("rlvr")
-
 
 
 @dataclass(frozen=True)
@@ -118,264 +116,6 @@ def preflight(recipe: Recipe) -> None:
                                     "directory, then from the rlvr repository); fix the path")
 
 
-def role_env(recipe: Recipe, run_dir: Path, threads: int) -> dict[str, str]:
-    """Environment for every role process: thread counts and caches inside writable places."""
-    cache = os.environ.get("RLVR_CACHE", str(Path.home() / ".cache" / "rlvr"))
-    env = {
-        "OMP_NUM_THREADS": str(max(1, threads)),
-        "TOKENIZERS_PARALLELISM": "false",
-        "VLLM_CPU_KVCACHE_SPACE": str(max(1, int(round(recipe.rollout.kv_cache_gib)))),
-        "VLLM_CACHE_ROOT": os.environ.get("VLLM_CACHE_ROOT", str(Path(cache) / "vllm")),
-        # vLLM logs every weight of a reload at WARNING; the step lines are what a user reads
-        "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"),
-        "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", str(Path(cache) / "torch_extensions")),
-        "RLVR_CACHE": cache,
-        "PYTHONUNBUFFERED": "1",
-    }
-    for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "PYTHONPATH"):
-        if k in os.environ:
-            env[k] = os.environ[k]
-    return env
-
-
-class Roles:
-    """Spawns the roles of a run and owns the weight-sync group between trainer rank 0 and the engines."""
-
-    def __init__(self, recipe: Recipe, model_dir: str, run_dir: Path, executor: Any | None = None):
-        from rlvr.reward.pool import RewardWorker
-        from rlvr.train.policy import PolicyWorker
-
-        r = recipe
-        self.recipe = r
-        threads = r.rollout.threads
-        env = role_env(r, run_dir, threads)
-        if executor is None:
-            executor = LocalExecutor() if r.run.executor == "local" else RayExecutor(r.run.ray_address, r.run.num_cpus, env)
-        self.ex = executor
-        self.model_dir, self.env, self.version, self.restarts = model_dir, env, 0, 0
-        self.engines: list[Handle] = [self._spawn_engine(i) for i in range(r.rollout.num_engines)]
-        self.reward = self.ex.spawn(
-            "reward",
-            RewardWorker,
-            list(r.reward.verifiers),
-            r.reward.num_workers,
-            r.reward.timeout_s,
-            r.reward.memory_mb,
-            resources=Resources(num_cpus=0.1, env=env),
-        )
-        dp_addr, dp_port = host_ip(), free_port()
-        tenv = dict(env, OMP_NUM_THREADS=str(max(1, r.trainer.threads)))
-        self.trainers: list[Handle] = [
-            self.ex.spawn(
-                f"trainer{k}",
-                PolicyWorker,
-                r,
-                model_dir,
-                k,
-                r.trainer.num_workers,
-                dp_addr,
-                dp_port,
-                resources=Resources(num_cpus=0.1, num_gpus=r.trainer.num_gpus, env=tenv),
-            )
-            for k in range(r.trainer.num_workers)
-        ]
-        self.critic: Handle | None = None
-        if uses_critic(r):
-            from rlvr.train.critic import CriticWorker
-
-            cenv = dict(env, OMP_NUM_THREADS=str(max(1, r.critic.threads)))
-            self.critic = self.ex.spawn(
-                "critic", CriticWorker, r, model_dir, resources=Resources(num_cpus=0.1, num_gpus=r.critic.num_gpus, env=cenv)
-            )
-        self.step = 0  # the step the loop is on (named in timeout errors); set by train()
-        from rlvr.sync.probe import PROBE_NEW_TOKENS, probe_prompt
-
-        # the fixed prompt of the sync probe (rlvr.sync.probe), as long as the engines' context allows; built once
-        self.probe_ids = probe_prompt(model_dir, r.data.max_prompt_tokens + r.rollout.max_new_tokens - PROBE_NEW_TOKENS)
-        self.get([h.call("ping") for h in self.all], r.timeouts.startup_s, "starting the roles", "timeouts.startup_s")
-        self._init_sync()
-
-    @property
-    def all(self) -> list[Handle]:
-        """Every role: the engines, the reward worker, the trainer ranks and the critic (if any)."""
-        return self.engines + [self.reward] + self.trainers + ([self.critic] if self.critic else [])
-
-    def _spawn_engine(self, i: int) -> Handle:
-        r = self.recipe
-        return self.ex.spawn(
-            f"engine{i}",
-            _engine_class(r.rollout.engine),
-            self.model_dir,
-            dtype=r.model.dtype,
-            max_model_len=r.data.max_prompt_tokens + r.rollout.max_new_tokens,
-            seed=r.run.seed + i,
-            kv_cache_gib=r.rollout.kv_cache_gib,
-            gpu_memory_utilization=r.rollout.gpu_memory_utilization,
-            enforce_eager=r.rollout.enforce_eager,
-            threads=r.rollout.threads,
-            resources=Resources(num_cpus=0.1, num_gpus=r.rollout.num_gpus, env=self.env),
-        )
-
-    def restart_dead_engines(self, known_dead: tuple[int, ...] = ()) -> list[int]:
-        """Replace the engines ``known_dead`` and every other engine whose process is gone (a ping fails; a busy
-        engine answers once its current rollout ends), form a new weight-sync group with all engines and push the
-        current weights (policy version ``self.version``). Returns the replaced engines' indices.
-        Errors: :class:`RoleError` when a replacement does not start (or the executor cannot restart roles)."""
-        dead = list(known_dead)
-        for i, e in enumerate(self.engines):
-            if i in dead:
-                continue
-            try:
-                self.get([e.call("ping")], self.recipe.timeouts.rollout_s, f"checking engine{i}", "timeouts.rollout_s")
-            except RoleError as err:
-                if not err.died:
-                    raise
-                dead.append(i)
-        for i in dead:
-            self.ex.kill(self.engines[i])
-            self.engines[i] = self._spawn_engine(i)
-        self.get([self.engines[i].call("ping") for i in dead], self.recipe.timeouts.startup_s, "restarting engines",
-                 "timeouts.startup_s")
-        self._init_sync()
-        self.sync(self.version)
-        return dead
-
-    def get(self, calls: list, timeout_s: float, what: str, setting: str | None = None) -> list:
-        """Wait for ``calls`` (at most ``timeout_s`` seconds in all); errors name the step, the role and ``setting``,
-        the recipe key of the deadline. Errors: :class:`RoleError`."""
-        return self.ex.get(calls, timeout_s, self._what(what), setting)
-
-    def _what(self, what: str) -> str:
-        return f"step {self.step}: {what}" if self.step else what
-
-    def _init_sync(self) -> None:
-        r = self.recipe
-        self.specs = self.get([self.trainers[0].call("weight_specs")], r.timeouts.startup_s, "reading the trainer's weights",
-                              "timeouts.startup_s")[0]
-        wspecs = [WeightSpec(n, tuple(s), d) for n, s, d in self.specs]
-        expected = self.get([e.call("expected_weights") for e in self.engines], r.timeouts.startup_s,
-                            "reading the engines' weights", "timeouts.startup_s")
-        for i, exp in enumerate(expected):
-            check_specs(wspecs, exp, f"engine{i}")
-        backend = r.sync.backend
-        if backend == "auto":
-            # NCCL needs each rank on its own GPU: whole GPUs on both sides; a shared GPU (fractions) or CPU: gloo
-            backend = "nccl" if r.trainer.num_gpus >= 1 and r.rollout.num_gpus >= 1 else "gloo"
-        host, port, world = host_ip(), free_port(), 1 + len(self.engines)
-        name = f"rlvr-sync-{port}"
-        calls = [t.call("init_weight_sync", host, port, world, backend, r.sync.timeout_s, name) for t in self.trainers]
-        calls += [
-            e.call("init_weight_sync", host, port, 1 + i, world, backend, r.sync.timeout_s, name)
-            for i, e in enumerate(self.engines)
-        ]
-        self.get(calls, r.sync.timeout_s + 30, "forming the weight-sync group")
-        self.sync_backend = backend
-        self.sync_bytes = float(sum(s.nbytes for s in wspecs))
-
-    def sync(self, version: int) -> dict[str, float]:
-        """Push the trainer's weights to every engine; check checksums, and on every ``sync.probe_every``-th version
-        what the engines compute (:func:`rlvr.sync.probe.run_probe`: ``sync/probe_gap_*``, nats); return ``sync/*``
-        metrics. Errors: :class:`WeightSyncError` on a failed transfer, a checksum or a probe mismatch."""
-        r = self.recipe
-        t0 = time.perf_counter()
-        recv = [e.call("receive_weights", self.specs, version) for e in self.engines]
-        send = [t.call("send_weights") for t in self.trainers]
-        try:
-            sent = self.get(send, r.sync.timeout_s + 30, f"weight sync to policy version {version}")[0]
-            got = self.get(recv, r.sync.timeout_s + 30, f"weight sync to policy version {version}")
-        except RoleError as e:
-            raise WeightSyncError(f"{e}. The run stops: an engine with unknown weights cannot be trusted.") from e
-        seconds = time.perf_counter() - t0
-        if r.sync.check:
-            for i, c in enumerate(got):
-                if not checksums_match(c, sent["checksum"]):
-                    raise WeightSyncError(
-                        f"weight sync to engine{i}: checksum {c!r} != trainer's {sent['checksum']!r} (corrupted transfer)"
-                    )
-        probe: dict[str, float] = {}
-        if r.sync.probe_every > 0 and version % r.sync.probe_every == 0:
-            from rlvr.sync.probe import run_probe, tolerance as probe_tolerance
-
-            wait = lambda calls, timeout_s, what: self.get(calls, timeout_s, what, "sync.timeout_s")  # noqa: E731
-            probe = run_probe(wait, self.engines, self.trainers, self.probe_ids, version=version,
-                              tol=probe_tolerance(r.model.dtype, r.sync.probe_tolerance), dtype=r.model.dtype,
-                              timeout_s=r.sync.timeout_s + 30)
-        gb = sent["bytes"] / 1e9
-        self.version = version
-        return {
-            "sync/seconds": seconds,
-            "sync/send_seconds": sent["seconds"],
-            "sync/gb": gb,
-            "sync/gbps": gb / max(sent["seconds"], 1e-9),
-            "sync/policy_version": float(version),
-            **probe,
-        }
-
-    def generate_and_score(self, prompts: list[Prompt], sampling: SamplingConfig) -> tuple[list[Completion], list, dict[str, float]]:
-        """Roll out ``prompts`` (split evenly over the engines) and score every completion.
-
-        An engine whose process dies is replaced and given the current weights (:meth:`restart_dead_engines`),
-        and the whole rollout is retried (seeded sampling draws the same samples), up to ``rollout.max_restarts``
-        times per run; ``timing/engine_restarts`` counts the restarts so far.
-
-        Each engine's part goes to the reward worker as soon as that engine finishes, so scoring overlaps with the
-        engines still generating. Returns (completions [B], scored [B], timings), both prompt-major in input order
-        (B = len(prompts) x G). Timings: ``timing/rollout_s`` (until the last engine finished) and
-        ``timing/reward_s`` (from then until the last score arrived: the reward time not hidden by rollout).
-        """
-        while True:
-            try:
-                out = self._generate_and_score(prompts, sampling)
-                out[2]["timing/engine_restarts"] = float(self.restarts)
-                return out
-            except RoleError as err:
-                if not (err.died and (err.role or "").startswith("engine")) or self.restarts >= self.recipe.rollout.max_restarts:
-                    raise
-                self.restarts += 1
-                log.warning("%s; replacing it (restart %d of at most %d) and retrying the rollout", err,
-                            self.restarts, self.recipe.rollout.max_restarts)
-                role = err.role or ""
-                replaced = self.restart_dead_engines((int(role[len("engine"):]),) if role[len("engine"):].isdigit() else ())
-                log.warning("engines %s replaced and given policy version %d", replaced, self.version)
-
-    def _generate_and_score(self, prompts: list[Prompt], sampling: SamplingConfig) -> tuple[list[Completion], list, dict[str, float]]:
-        t0 = time.perf_counter()
-        e = len(self.engines)
-        per = (len(prompts) + e - 1) // e
-        chunks = [prompts[i * per : (i + 1) * per] for i in range(e)]
-        gen = [eng.call("generate", chunk, sampling) for eng, chunk in zip(self.engines, chunks)]
-        parts: list[list[Completion]] = [[] for _ in range(e)]
-        score_calls: list = [None] * e
-        for i, part in self.ex.as_completed(gen, self.recipe.timeouts.rollout_s, self._what("rollout"), "timeouts.rollout_s"):
-            parts[i] = part
-            by_index = {p.index: p for p in chunks[i]}
-            golds = [by_index[c.prompt_index].gold for c in part]
-            rows = [by_index[c.prompt_index].row for c in part]
-            score_calls[i] = self.reward.call("score", [c.text for c in part], golds, rows)
-        t_rollout = time.perf_counter() - t0
-        scored = [s for part in self.get(score_calls, self.recipe.timeouts.reward_s, "reward", "timeouts.reward_s") for s in part]
-        t_reward = time.perf_counter() - t0 - t_rollout
-        completions = [c for part in parts for c in part]
-        return completions, scored, {"timing/rollout_s": t_rollout, "timing/reward_s": t_reward}
-
-    def shutdown(self) -> None:
-        try:
-            self.get([self.reward.call("close")], self.recipe.timeouts.reward_s, "closing the reward pool", "timeouts.reward_s")
-        except Exception:
-            pass
-        self.ex.shutdown()
-
-
-def _engine_class(name: str) -> type:
-    if name == "vllm":
-        from rlvr.rollout.vllm_engine import VLLMEngine
-
-        return VLLMEngine
-    from rlvr.rollout.hf_engine import HFEngine
-
-    return HFEngine
-
-
 class RunInterrupted(KeyboardInterrupt):
     """Ctrl-C or SIGTERM stopped the run after a step; a checkpoint of that step was written first."""
 
@@ -423,7 +163,7 @@ class _StopFlag:
 def step_sampling(sampling: SamplingConfig, seed: int, step: int, round_: int = 0) -> SamplingConfig:
     """The sampling of one generation round of ``step``, seeded from (run seed, step, round) so a resumed run
     draws the same rollouts as an uninterrupted one (each engine seeds its sampler with it before the call)."""
-    return dataclasses.replace(sampling, seed=(seed * 1_000_003 + step * 101 + round_) % (2**31 - 1))
+    return dataclasses.replace(sampling, seed=rollout_seed(seed, step, round_))
 
 
 def save_checkpoint(roles: "Roles", run_dir: Path, step: int, sampler: Any, r: Recipe, data_fp: dict, metrics: dict) -> str:
@@ -529,7 +269,6 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
         top_p=r.rollout.top_p,
         top_k=r.rollout.top_k,
     )
-    al = r.algorithm
     sink = make_sinks(r, run_dir)  # RUN/metrics.jsonl + metrics.backends (TensorBoard, W&B, MLflow)
     first = state.step + 1 if state is not None else 1
     progress = Progress(r.run.steps, enabled=r.metrics.progress, start_step=first - 1)
@@ -548,7 +287,7 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
             ck.set_rng_state(state.rng)
         dph_buffer = _dph_buffer(roles, prompts, sampling, r, primary, run_dir)
         if val_every and r.validation.at_start and state is None:
-            sink.log(0, {**run_validation(roles, val_prompts, r, primary), "policy_version": 0.0})
+            sink.log(0, {**run_validation(roles.generate_and_score, val_prompts, r, primary), "policy_version": 0.0})
         nonfinite_in_row = 0
         with _StopFlag() as stop:
             for step in range(first, r.run.steps + 1):
@@ -560,7 +299,7 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
                     sink.log_table(step, rows)
                     print_sample_table(step, rows)
                 if val_every and (step % val_every == 0 or step == r.run.steps):
-                    metrics.update(run_validation(roles, val_prompts, r, primary))
+                    metrics.update(run_validation(roles.generate_and_score, val_prompts, r, primary))
                 sink.log(step, metrics)
                 progress.update(step, metrics)
                 all_skipped = metrics.get("train/skipped", 0.0) >= metrics.get("train/optimizer_steps", 1.0)
@@ -601,7 +340,7 @@ def _dph_buffer(roles: "Roles", prompts: list[Prompt], sampling: SamplingConfig,
     path = run_dir / "dph_buffer.pt"
     if path.exists():
         return torch.load(path, weights_only=False)
-    buf = build_dph_buffer(roles, prompts, step_sampling(sampling, r.run.seed, 0, 999), r, primary)
+    buf = build_dph_buffer(roles.generate_and_score, prompts, step_sampling(sampling, r.run.seed, 0, DPH_BUFFER_ROUND), r, primary)
     if not buf:
         log.warning("DPH-RL: the starting policy solved none of its %d buffer prompts; the DPH term is off "
                     "(raise algorithm.dph_prompts or use easier data)", al.dph_prompts)
@@ -626,7 +365,7 @@ def _one_step(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sa
     rows = sample_rows(batch_prompts, completions, scored, primary, n_rows) if n_rows else []
     rewards = shaped_rewards(completions, scored, r)  # [P, G]
     if al.dynamic_sampling:
-        completions, scored, rewards, ds = refill_groups(roles, prompts, sampler, sampling, completions, scored,
+        completions, scored, rewards, ds = refill_groups(roles.generate_and_score, prompts, sampler, sampling, completions, scored,
                                                           rewards, r, step, primary)
         step_metrics.update(ds)
     batch = pack(completions, torch.zeros(len(completions)), pad_id, r.rollout.max_new_tokens)
@@ -634,7 +373,9 @@ def _one_step(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sa
         keep = overlong_mask(torch.tensor([c.truncated for c in completions]))  # [B]
         batch = dataclasses.replace(batch, loss_mask=batch.loss_mask * keep.unsqueeze(-1))
         step_metrics["response/filtered_frac"] = float(1.0 - keep.mean())
-    batch, critic_inputs, adv_metrics = form_advantages(roles, batch, rewards, r)  # [P, G] -> per seq/token
+    ref_lp = roles.reference_logprobs(batch) if needs_reference(r) else None
+    values = roles.critic_values(batch) if uses_critic(r) else None
+    batch, critic_inputs, adv_metrics = form_advantages(batch, rewards, r, ref_logprobs=ref_lp, values=values)
     step_metrics.update(adv_metrics)
 
     t0 = time.perf_counter()
@@ -688,7 +429,7 @@ def filter_signal(scored: list, rewards: torch.Tensor, r: Recipe, primary: str) 
     return correct.view(rewards.shape)
 
 
-def refill_groups(roles, prompts, sampler, sampling, completions, scored, rewards, r: Recipe, step: int = 0,
+def refill_groups(generate, prompts, sampler, sampling, completions, scored, rewards, r: Recipe, step: int = 0,
                   primary: str | None = None):
     """DAPO dynamic sampling (Yu et al. 2025, sec. 3.2): drop groups that carry no signal (:func:`filter_signal`:
     all correct or all wrong by default; all-equal shaped rewards with ``dynamic_sampling_filter: reward``) and
@@ -703,7 +444,7 @@ def refill_groups(roles, prompts, sampler, sampling, completions, scored, reward
     comps, scs, rws, rounds = list(completions), list(scored), [rewards], 0
     signals = [filter_signal(scored, rewards, r, primary)]
     while int(informative_groups(torch.cat(signals)).sum()) < p and rounds < r.algorithm.dynamic_sampling_max_rounds:
-        c2, s2, _ = roles.generate_and_score([prompts[i] for i in sampler.next_batch()],
+        c2, s2, _ = generate([prompts[i] for i in sampler.next_batch()],
                                              step_sampling(sampling, r.run.seed, step, rounds + 1))
         comps += c2
         scs += s2

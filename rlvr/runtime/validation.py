@@ -176,12 +176,12 @@ def validation_metrics(scored: list, completions: list, n: int, primary: str) ->
     return out
 
 
-def run_validation(roles: Any, prompts: list[Prompt], recipe: Recipe, primary: str) -> dict[str, float]:
+def run_validation(generate: Any, prompts: list[Prompt], recipe: Recipe, primary: str) -> dict[str, float]:
     """Sample ``validation.samples`` completions per held-out prompt with the engines' current weights; score them."""
     va = recipe.validation
     sampling = SamplingConfig(n=va.samples, max_new_tokens=recipe.rollout.max_new_tokens, temperature=va.temperature)
     t0 = time.perf_counter()
-    completions, scored, _ = roles.generate_and_score(prompts, sampling)
+    completions, scored, _ = generate(prompts, sampling)
     out = validation_metrics(scored, completions, va.samples, primary)
     out["timing/validation_s"] = time.perf_counter() - t0
     return out

@@ -66,7 +66,9 @@ class WeightSyncExtension:
 
         torch.manual_seed(seed)
         random.seed(seed)
-        np.random.seed(seed % 2**32)
+        from rlvr.seeding import numpy_seed
+
+        np.random.seed(numpy_seed(seed))
         return True
 
     def rlvr_init_sync(self, host: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float, name: str) -> bool:

@@ -21,6 +21,7 @@ import torch
 from rlvr.algos.gae import value_loss
 from rlvr.config import Recipe
 from rlvr.rollout.base import set_threads
+from rlvr.seeding import critic_order_seed, critic_seed
 from rlvr.sync.weights import DTYPES
 from rlvr.train.batch import TrainBatch
 
@@ -49,7 +50,7 @@ class CriticWorker:
 
         cr = recipe.critic
         set_threads(cr.threads)
-        torch.manual_seed(recipe.run.seed + 7)
+        torch.manual_seed(critic_seed(recipe.run.seed))
         self.recipe = recipe
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
         self.dtype = DTYPES[recipe.model.dtype]
@@ -98,7 +99,7 @@ class CriticWorker:
         t0 = time.perf_counter()
         self.model.train()
         b, mb_size = len(batch), r.mini_batch
-        g = torch.Generator().manual_seed(r.run.seed * 104729 + self.updates)
+        g = torch.Generator().manual_seed(critic_order_seed(r.run.seed, self.updates))
         stats: dict[str, list[float]] = {}
         for _epoch in range(r.algorithm.ppo_epochs):
             order = torch.randperm(b, generator=g) if b > mb_size else torch.arange(b)

@@ -19,11 +19,12 @@ from pathlib import Path
 
 import torch
 
-from rlvr.algos import KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
-from rlvr.algos.kl import dph_forward_kl, dph_js, entropy_bonus
+from rlvr.algos.kl import dph_forward_kl, dph_js
+from rlvr.algos.objective import dph_term, micro_batch_loss
 from rlvr.algos.logprobs import entropy_from_logits, token_logprobs
 from rlvr.config import Recipe
 from rlvr.rollout.base import set_threads
+from rlvr.seeding import policy_order_seed, trainer_seed
 from rlvr.sync.weights import DTYPES, WeightSender
 from rlvr.train.batch import TrainBatch, pack
 from rlvr.types import Completion
@@ -92,15 +93,12 @@ class PolicyWorker:
 
         tr = recipe.trainer
         set_threads(tr.threads)
-        torch.manual_seed(recipe.run.seed + rank)
+        torch.manual_seed(trainer_seed(recipe.run.seed, rank))
         self.recipe, self.model_dir, self.rank, self.world_size = recipe, model_dir, rank, world_size
         self.master_addr, self.master_port = master_addr, master_port
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
         self.dtype = DTYPES[recipe.model.dtype]
         self.algo = recipe.algorithm
-        self.policy_loss = POLICY_LOSSES.get(self.algo.policy_loss)
-        self.aggregate = LOSS_AGGREGATIONS.get(self.algo.loss_agg)
-        self.kl_fn = KL_ESTIMATORS.get(self.algo.kl_estimator)
         self.kl_in_loss = self.algo.kl_coef > 0 and self.algo.kl_penalty == "loss"
         self.dph_fn = {"none": None, "forward_kl": dph_forward_kl, "js": dph_js}[self.algo.dph_divergence]
         self.temperature = recipe.rollout.temperature
@@ -259,7 +257,7 @@ class PolicyWorker:
         b, mb_size, world = len(batch), r.mini_batch, self.world_size
         micro = min(r.trainer.micro_batch_size, mb_size // world)
         stats: dict[str, list[float]] = {}
-        g = torch.Generator().manual_seed(r.run.seed * 7919 + self.version)
+        g = torch.Generator().manual_seed(policy_order_seed(r.run.seed, self.version))
         for _epoch in range(r.algorithm.ppo_epochs):
             order = torch.randperm(b, generator=g) if b > mb_size else torch.arange(b)
             for m0 in range(0, b, mb_size):
@@ -297,30 +295,21 @@ class PolicyWorker:
         if adv.dim() == 2:  # token advantages (gae, KL in the reward): trimmed like the micro-batch
             adv = adv[:, :s1]
         rollout_lp = mb.rollout_logprobs[:, :s1].to(self.device)
-        token_loss, pstats = self.policy_loss(lp, old_lp, adv, mask, al, rollout_logprobs=rollout_lp)
-        kl = None
-        if ref is not None:
-            ref_lp = ref[idx, :s1].to(self.device)
-            kl = self.kl_fn(lp, ref_lp)  # [b, S-1]
-            if self.kl_in_loss:
-                token_loss = token_loss + al.kl_coef * kl
-        if al.entropy_coef > 0:
-            token_loss = token_loss + entropy_bonus(ent, mask, al.entropy_coef)
-        loss = self.aggregate(token_loss, mask, num_tokens=num_tokens, num_seqs=num_seqs, max_len=mb.max_new_tokens)
-        dph_stats = {}
-        if dph is not None and self.dph_fn is not None:
-            d_loss, dph_stats = self._dph_loss(dph)
-            loss = loss + d_loss
-        # gradients are averaged over data-parallel ranks; the global normaliser already divides by the whole batch
-        scaled = loss * self.world_size
+        ref_lp = ref[idx, :s1].to(self.device) if ref is not None else None
+        dph_loss, dph_stats = self._dph_loss(dph) if dph is not None and self.dph_fn is not None else (None, {})
+        out_loss = micro_batch_loss(al, lp, old_lp, adv, mask, rollout_logprobs=rollout_lp, num_tokens=num_tokens,
+                                    num_seqs=num_seqs, max_len=mb.max_new_tokens, ref_logprobs=ref_lp, entropy=ent,
+                                    dph_loss=dph_loss, world_size=self.world_size)  # fmt: skip
+        loss, pstats = out_loss.loss, dict(out_loss.stats)
+        kl = pstats.pop("kl", None)
         if self.ds:
-            self.engine.backward(scaled, scale_wrt_gas=False)
+            self.engine.backward(out_loss.backward, scale_wrt_gas=False)
             # DeepSpeed counts micro-steps itself: step() after every backward, a real update at the boundary
             self.engine.step()
         elif self.scaler is not None:
-            self.scaler.scale(scaled).backward()
+            self.scaler.scale(out_loss.backward).backward()
         else:
-            scaled.backward()
+            out_loss.backward.backward()
         n = mask.sum().clamp(min=1.0)
         out = {
             "train/loss": float(loss.detach()),
@@ -348,8 +337,7 @@ class PolicyWorker:
         m = part.loss_mask.to(self.device)
         lp, _ = self._forward(self.module, part, need_entropy=False)
         ref_lp = part.rollout_logprobs[:, : lp.shape[1]].to(self.device)
-        div = self.dph_fn(lp, ref_lp) * m
-        loss = weight * self.algo.dph_coef * div.sum() / total
+        loss, div = dph_term(self.dph_fn, lp, ref_lp, m, self.algo.dph_coef, total, weight)
         return loss, ({"train/dph_div": float(div.detach().sum() / m.sum().clamp(min=1.0))} if mine else {})
 
     def _optimizer_step(self) -> tuple[float, bool]:

@@ -17,7 +17,7 @@ TINY = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny_test.yaml")
 def test_killed_engine_is_replaced_with_current_weights(tmp_path):
     from transformers import AutoTokenizer
 
-    from rlvr.runtime.controller import Roles
+    from rlvr.runtime.roles import Roles
     from rlvr.runtime.executors import RoleError
     from rlvr.train.batch import pack
     from rlvr.types import Prompt, SamplingConfig

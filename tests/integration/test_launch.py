@@ -168,7 +168,7 @@ import json, os
 from pathlib import Path
 import ray
 from rlvr.config import load_recipe
-from rlvr.runtime.controller import role_env
+from rlvr.runtime.roles import role_env
 from rlvr.runtime.executors import RayExecutor, Resources
 
 class Probe:

@@ -47,7 +47,7 @@ def tied_tiny(tmp_path_factory) -> str:
 
 
 def _roles(tmp_path, model_dir: str, *overrides: str):
-    from rlvr.runtime.controller import Roles
+    from rlvr.runtime.roles import Roles
     from rlvr.runtime.executors import LocalExecutor
 
     recipe = load_recipe(TINY, [f"run.output_dir={tmp_path}", "run.executor=local", "trainer.backend=torch", *overrides])

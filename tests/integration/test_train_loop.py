@@ -76,7 +76,7 @@ def test_ray_vllm_deepspeed_gloo_three_steps(tmp_path):
 
 def test_engine_logprobs_equal_trainer_after_sync(tmp_path):
     """After an update and a sync, vLLM's logprobs of a fixed sequence equal the trainer's (fp32, 1e-4)."""
-    from rlvr.runtime.controller import Roles
+    from rlvr.runtime.roles import Roles
     from rlvr.runtime.executors import LocalExecutor
     from rlvr.train.batch import pack
     from rlvr.types import Prompt, SamplingConfig
@@ -209,7 +209,7 @@ def test_update_independent_of_micro_batch_split(tmp_path):
 
 def test_two_engines_share_the_prompts_and_both_receive_weights(tmp_path):
     """Two engines: prompts split between them (scored as each finishes), one sync group of 3 ranks, both updated."""
-    from rlvr.runtime.controller import Roles
+    from rlvr.runtime.roles import Roles
     from rlvr.types import Prompt, SamplingConfig
 
     recipe = load_recipe(TINY, [f"run.output_dir={tmp_path}", "run.executor=ray", "run.num_cpus=2",

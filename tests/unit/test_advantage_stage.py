@@ -10,29 +10,6 @@ from rlvr.runtime.advantage_stage import form_advantages
 from rlvr.train.batch import TrainBatch
 
 
-class _Call:
-    def __init__(self, value):
-        self.value = value
-
-
-class _Trainer:
-    def __init__(self, ref):
-        self.ref = ref
-
-    def call(self, method, *args):
-        assert method == "compute_logprobs" and args[1] is True  # the reference model's logprobs
-        return _Call(self.ref)
-
-
-class _Roles:
-    def __init__(self, ref):
-        self.trainers = [_Trainer(ref)]
-
-    def get(self, calls, timeout_s, what, setting=None):
-        assert timeout_s == 3600.0 and setting == "timeouts.train_s"  # a deadline from the recipe (issue 9 item 9)
-        return [c.value for c in calls]
-
-
 def _batch(rollout_lp):
     b, t = rollout_lp.shape
     return TrainBatch(input_ids=torch.zeros(b, t + 1, dtype=torch.long), attention_mask=torch.ones(b, t + 1, dtype=torch.long),
@@ -53,7 +30,7 @@ def test_kl_in_the_reward_for_a_group_estimator(estimator, expect_to_go):
                            f"algorithm.kl_estimator={estimator}", "rollout.samples_per_prompt=2"])  # fmt: skip
     rollout = torch.tensor([[-1.0, -2.0, 0.0], [-1.0, -1.0, -1.0]])
     ref = torch.tensor([[-1.5, -1.0, 0.0], [-1.0, -1.2, -0.7]])
-    batch, critic_inputs, metrics = form_advantages(_Roles(ref), _batch(rollout), torch.tensor([[1.0, 0.0]]), r)
+    batch, critic_inputs, metrics = form_advantages(_batch(rollout), torch.tensor([[1.0, 0.0]]), r, ref_logprobs=ref)
     assert critic_inputs is None
     # GRPO on rewards (1, 0): mean 0.5, unbiased std 0.7071 -> +-0.7071, on the response tokens only
     a = 0.5 / (0.5**0.5 + 1e-6)
@@ -76,5 +53,15 @@ def test_reinforce_pp_normalises_after_the_kl_penalty(estimator):
     b, t = rollout.shape
     batch = TrainBatch(input_ids=torch.zeros(b, t + 1, dtype=torch.long), attention_mask=torch.ones(b, t + 1, dtype=torch.long),
                        loss_mask=torch.ones(b, t), rollout_logprobs=rollout, advantages=torch.zeros(b), max_new_tokens=2)  # fmt: skip
-    out, _, _ = form_advantages(_Roles(ref), batch, torch.tensor([[1.0, 0.0]]), r)
+    out, _, _ = form_advantages(batch, torch.tensor([[1.0, 0.0]]), r, ref_logprobs=ref)
     assert torch.allclose(out.advantages, torch.tensor([[0.839, 0.893], [-0.866, -0.866]]), atol=1e-3), out.advantages
+
+
+def test_a_missing_input_is_named():
+    r = load_recipe(None, ["algorithm.kl_coef=0.1", "algorithm.kl_penalty=reward", "rollout.samples_per_prompt=2"])
+    rollout = torch.tensor([[-1.0, -2.0, 0.0], [-1.0, -1.0, -1.0]])
+    with pytest.raises(ValueError, match="reference"):
+        form_advantages(_batch(rollout), torch.tensor([[1.0, 0.0]]), r)
+    r = load_recipe(None, ["algorithm.advantage=gae", "rollout.samples_per_prompt=2"])
+    with pytest.raises(ValueError, match="critic"):
+        form_advantages(_batch(rollout), torch.tensor([[1.0, 0.0]]), r)

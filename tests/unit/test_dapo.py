@@ -260,7 +260,7 @@ def test_refill_filters_on_correctness_not_on_a_length_penalty(filter_, kept_fir
     rewards = shaped_rewards(comps, scored, r)
     assert rewards.tolist() == [[1.0, 1.0, 1.0, pytest.approx(0.97)]]
     sampling = SamplingConfig(n=4, max_new_tokens=8)
-    c, s, rw, m = refill_groups(roles, prompts, sampler, sampling, comps, scored, rewards, r, step=1, primary="math")
+    c, s, rw, m = refill_groups(roles.generate_and_score, prompts, sampler, sampling, comps, scored, rewards, r, step=1, primary="math")
     if kept_first:
         assert roles.calls == [] and m["dynamic_sampling/rounds"] == 0.0
         assert rw.tolist() == [[1.0, 1.0, 1.0, pytest.approx(0.97)]]

@@ -1,0 +1,283 @@
+"""The roles of a run and the plumbing between them: spawning (through an executor), waits with deadlines,
+engine restarts, and the weight-sync group between trainer rank 0 and the engines.
+
+:class:`Roles` is what the step loop (:mod:`rlvr.runtime.controller`) calls: ``generate_and_score``, ``sync``,
+``get`` (a wait on remote calls, deadline from the recipe) and the role handles ``engines``, ``reward``,
+``trainers``, ``critic``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from rlvr.config import Recipe
+from rlvr.rollout import engine_class
+from rlvr.runtime.advantage_stage import uses_critic
+from rlvr.runtime.executors import Handle, LocalExecutor, RayExecutor, Resources, RoleError, free_port, host_ip
+from rlvr.seeding import engine_seed
+from rlvr.sync.weights import WeightSpec, WeightSyncError, check_specs, checksums_match
+from rlvr.types import Completion, Prompt, SamplingConfig
+
+log = logging.getLogger("rlvr")
+
+
+def role_env(recipe: Recipe, run_dir: Path, threads: int) -> dict[str, str]:
+    """Environment for every role process: thread counts and caches inside writable places."""
+    cache = os.environ.get("RLVR_CACHE", str(Path.home() / ".cache" / "rlvr"))
+    env = {
+        "OMP_NUM_THREADS": str(max(1, threads)),
+        "TOKENIZERS_PARALLELISM": "false",
+        "VLLM_CPU_KVCACHE_SPACE": str(max(1, int(round(recipe.rollout.kv_cache_gib)))),
+        "VLLM_CACHE_ROOT": os.environ.get("VLLM_CACHE_ROOT", str(Path(cache) / "vllm")),
+        # vLLM logs every weight of a reload at WARNING; the step lines are what a user reads
+        "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"),
+        "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", str(Path(cache) / "torch_extensions")),
+        "RLVR_CACHE": cache,
+        "PYTHONUNBUFFERED": "1",
+    }
+    for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "PYTHONPATH"):
+        if k in os.environ:
+            env[k] = os.environ[k]
+    return env
+
+
+class Roles:
+    """Spawns the roles of a run and owns the weight-sync group between trainer rank 0 and the engines."""
+
+    def __init__(self, recipe: Recipe, model_dir: str, run_dir: Path, executor: Any | None = None):
+        from rlvr.reward.pool import RewardWorker
+        from rlvr.train.policy import PolicyWorker
+
+        r = recipe
+        self.recipe = r
+        threads = r.rollout.threads
+        env = role_env(r, run_dir, threads)
+        if executor is None:
+            executor = LocalExecutor() if r.run.executor == "local" else RayExecutor(r.run.ray_address, r.run.num_cpus, env)
+        self.ex = executor
+        self.model_dir, self.env, self.version, self.restarts = model_dir, env, 0, 0
+        self.engines: list[Handle] = [self._spawn_engine(i) for i in range(r.rollout.num_engines)]
+        self.reward = self.ex.spawn(
+            "reward",
+            RewardWorker,
+            list(r.reward.verifiers),
+            r.reward.num_workers,
+            r.reward.timeout_s,
+            r.reward.memory_mb,
+            resources=Resources(num_cpus=0.1, env=env),
+        )
+        dp_addr, dp_port = host_ip(), free_port()
+        tenv = dict(env, OMP_NUM_THREADS=str(max(1, r.trainer.threads)))
+        self.trainers: list[Handle] = [
+            self.ex.spawn(
+                f"trainer{k}",
+                PolicyWorker,
+                r,
+                model_dir,
+                k,
+                r.trainer.num_workers,
+                dp_addr,
+                dp_port,
+                resources=Resources(num_cpus=0.1, num_gpus=r.trainer.num_gpus, env=tenv),
+            )
+            for k in range(r.trainer.num_workers)
+        ]
+        self.critic: Handle | None = None
+        if uses_critic(r):
+            from rlvr.train.critic import CriticWorker
+
+            cenv = dict(env, OMP_NUM_THREADS=str(max(1, r.critic.threads)))
+            self.critic = self.ex.spawn(
+                "critic", CriticWorker, r, model_dir, resources=Resources(num_cpus=0.1, num_gpus=r.critic.num_gpus, env=cenv)
+            )
+        self.step = 0  # the step the loop is on (named in timeout errors); set by train()
+        from rlvr.sync.probe import PROBE_NEW_TOKENS, probe_prompt
+
+        # the fixed prompt of the sync probe (rlvr.sync.probe), as long as the engines' context allows; built once
+        self.probe_ids = probe_prompt(model_dir, r.data.max_prompt_tokens + r.rollout.max_new_tokens - PROBE_NEW_TOKENS)
+        self.get([h.call("ping") for h in self.all], r.timeouts.startup_s, "starting the roles", "timeouts.startup_s")
+        self._init_sync()
+
+    @property
+    def all(self) -> list[Handle]:
+        """Every role: the engines, the reward worker, the trainer ranks and the critic (if any)."""
+        return self.engines + [self.reward] + self.trainers + ([self.critic] if self.critic else [])
+
+    def _spawn_engine(self, i: int) -> Handle:
+        r = self.recipe
+        return self.ex.spawn(
+            f"engine{i}",
+            engine_class(r.rollout.engine),
+            self.model_dir,
+            dtype=r.model.dtype,
+            max_model_len=r.data.max_prompt_tokens + r.rollout.max_new_tokens,
+            seed=engine_seed(r.run.seed, i),
+            kv_cache_gib=r.rollout.kv_cache_gib,
+            gpu_memory_utilization=r.rollout.gpu_memory_utilization,
+            enforce_eager=r.rollout.enforce_eager,
+            threads=r.rollout.threads,
+            resources=Resources(num_cpus=0.1, num_gpus=r.rollout.num_gpus, env=self.env),
+        )
+
+    def restart_dead_engines(self, known_dead: tuple[int, ...] = ()) -> list[int]:
+        """Replace the engines ``known_dead`` and every other engine whose process is gone (a ping fails; a busy
+        engine answers once its current rollout ends), form a new weight-sync group with all engines and push the
+        current weights (policy version ``self.version``). Returns the replaced engines' indices.
+        Errors: :class:`RoleError` when a replacement does not start (or the executor cannot restart roles)."""
+        dead = list(known_dead)
+        for i, e in enumerate(self.engines):
+            if i in dead:
+                continue
+            try:
+                self.get([e.call("ping")], self.recipe.timeouts.rollout_s, f"checking engine{i}", "timeouts.rollout_s")
+            except RoleError as err:
+                if not err.died:
+                    raise
+                dead.append(i)
+        for i in dead:
+            self.ex.kill(self.engines[i])
+            self.engines[i] = self._spawn_engine(i)
+        self.get([self.engines[i].call("ping") for i in dead], self.recipe.timeouts.startup_s, "restarting engines",
+                 "timeouts.startup_s")
+        self._init_sync()
+        self.sync(self.version)
+        return dead
+
+    def get(self, calls: list, timeout_s: float, what: str, setting: str | None = None) -> list:
+        """Wait for ``calls`` (at most ``timeout_s`` seconds in all); errors name the step, the role and ``setting``,
+        the recipe key of the deadline. Errors: :class:`RoleError`."""
+        return self.ex.get(calls, timeout_s, self._what(what), setting)
+
+    def _what(self, what: str) -> str:
+        return f"step {self.step}: {what}" if self.step else what
+
+    def _init_sync(self) -> None:
+        r = self.recipe
+        self.specs = self.get([self.trainers[0].call("weight_specs")], r.timeouts.startup_s, "reading the trainer's weights",
+                              "timeouts.startup_s")[0]
+        wspecs = [WeightSpec(n, tuple(s), d) for n, s, d in self.specs]
+        expected = self.get([e.call("expected_weights") for e in self.engines], r.timeouts.startup_s,
+                            "reading the engines' weights", "timeouts.startup_s")
+        for i, exp in enumerate(expected):
+            check_specs(wspecs, exp, f"engine{i}")
+        backend = r.sync.backend
+        if backend == "auto":
+            # NCCL needs each rank on its own GPU: whole GPUs on both sides; a shared GPU (fractions) or CPU: gloo
+            backend = "nccl" if r.trainer.num_gpus >= 1 and r.rollout.num_gpus >= 1 else "gloo"
+        host, port, world = host_ip(), free_port(), 1 + len(self.engines)
+        name = f"rlvr-sync-{port}"
+        calls = [t.call("init_weight_sync", host, port, world, backend, r.sync.timeout_s, name) for t in self.trainers]
+        calls += [
+            e.call("init_weight_sync", host, port, 1 + i, world, backend, r.sync.timeout_s, name)
+            for i, e in enumerate(self.engines)
+        ]
+        self.get(calls, r.sync.timeout_s + 30, "forming the weight-sync group")
+        self.sync_backend = backend
+        self.sync_bytes = float(sum(s.nbytes for s in wspecs))
+
+    def sync(self, version: int) -> dict[str, float]:
+        """Push the trainer's weights to every engine; check checksums, and on every ``sync.probe_every``-th version
+        what the engines compute (:func:`rlvr.sync.probe.run_probe`: ``sync/probe_gap_*``, nats); return ``sync/*``
+        metrics. Errors: :class:`WeightSyncError` on a failed transfer, a checksum or a probe mismatch."""
+        r = self.recipe
+        t0 = time.perf_counter()
+        recv = [e.call("receive_weights", self.specs, version) for e in self.engines]
+        send = [t.call("send_weights") for t in self.trainers]
+        try:
+            sent = self.get(send, r.sync.timeout_s + 30, f"weight sync to policy version {version}")[0]
+            got = self.get(recv, r.sync.timeout_s + 30, f"weight sync to policy version {version}")
+        except RoleError as e:
+            raise WeightSyncError(f"{e}. The run stops: an engine with unknown weights cannot be trusted.") from e
+        seconds = time.perf_counter() - t0
+        if r.sync.check:
+            for i, c in enumerate(got):
+                if not checksums_match(c, sent["checksum"]):
+                    raise WeightSyncError(
+                        f"weight sync to engine{i}: checksum {c!r} != trainer's {sent['checksum']!r} (corrupted transfer)"
+                    )
+        probe: dict[str, float] = {}
+        if r.sync.probe_every > 0 and version % r.sync.probe_every == 0:
+            from rlvr.sync.probe import run_probe, tolerance as probe_tolerance
+
+            wait = lambda calls, timeout_s, what: self.get(calls, timeout_s, what, "sync.timeout_s")  # noqa: E731
+            probe = run_probe(wait, self.engines, self.trainers, self.probe_ids, version=version,
+                              tol=probe_tolerance(r.model.dtype, r.sync.probe_tolerance), dtype=r.model.dtype,
+                              timeout_s=r.sync.timeout_s + 30)
+        gb = sent["bytes"] / 1e9
+        self.version = version
+        return {
+            "sync/seconds": seconds,
+            "sync/send_seconds": sent["seconds"],
+            "sync/gb": gb,
+            "sync/gbps": gb / max(sent["seconds"], 1e-9),
+            "sync/policy_version": float(version),
+            **probe,
+        }
+
+    def generate_and_score(self, prompts: list[Prompt], sampling: SamplingConfig) -> tuple[list[Completion], list, dict[str, float]]:
+        """Roll out ``prompts`` (split evenly over the engines) and score every completion.
+
+        An engine whose process dies is replaced and given the current weights (:meth:`restart_dead_engines`),
+        and the whole rollout is retried (seeded sampling draws the same samples), up to ``rollout.max_restarts``
+        times per run; ``timing/engine_restarts`` counts the restarts so far.
+
+        Each engine's part goes to the reward worker as soon as that engine finishes, so scoring overlaps with the
+        engines still generating. Returns (completions [B], scored [B], timings), both prompt-major in input order
+        (B = len(prompts) x G). Timings: ``timing/rollout_s`` (until the last engine finished) and
+        ``timing/reward_s`` (from then until the last score arrived: the reward time not hidden by rollout).
+        """
+        while True:
+            try:
+                out = self._generate_and_score(prompts, sampling)
+                out[2]["timing/engine_restarts"] = float(self.restarts)
+                return out
+            except RoleError as err:
+                if not (err.died and (err.role or "").startswith("engine")) or self.restarts >= self.recipe.rollout.max_restarts:
+                    raise
+                self.restarts += 1
+                log.warning("%s; replacing it (restart %d of at most %d) and retrying the rollout", err,
+                            self.restarts, self.recipe.rollout.max_restarts)
+                role = err.role or ""
+                replaced = self.restart_dead_engines((int(role[len("engine"):]),) if role[len("engine"):].isdigit() else ())
+                log.warning("engines %s replaced and given policy version %d", replaced, self.version)
+
+    def _generate_and_score(self, prompts: list[Prompt], sampling: SamplingConfig) -> tuple[list[Completion], list, dict[str, float]]:
+        t0 = time.perf_counter()
+        e = len(self.engines)
+        per = (len(prompts) + e - 1) // e
+        chunks = [prompts[i * per : (i + 1) * per] for i in range(e)]
+        gen = [eng.call("generate", chunk, sampling) for eng, chunk in zip(self.engines, chunks)]
+        parts: list[list[Completion]] = [[] for _ in range(e)]
+        score_calls: list = [None] * e
+        for i, part in self.ex.as_completed(gen, self.recipe.timeouts.rollout_s, self._what("rollout"), "timeouts.rollout_s"):
+            parts[i] = part
+            by_index = {p.index: p for p in chunks[i]}
+            golds = [by_index[c.prompt_index].gold for c in part]
+            rows = [by_index[c.prompt_index].row for c in part]
+            score_calls[i] = self.reward.call("score", [c.text for c in part], golds, rows)
+        t_rollout = time.perf_counter() - t0
+        scored = [s for part in self.get(score_calls, self.recipe.timeouts.reward_s, "reward", "timeouts.reward_s") for s in part]
+        t_reward = time.perf_counter() - t0 - t_rollout
+        completions = [c for part in parts for c in part]
+        return completions, scored, {"timing/rollout_s": t_rollout, "timing/reward_s": t_reward}
+
+    def reference_logprobs(self, batch: Any) -> Any:
+        """The reference model's logprobs [B, S-1] of ``batch`` (trainer rank 0's answer; every rank computes)."""
+        calls = [t.call("compute_logprobs", batch, True) for t in self.trainers]
+        return self.get(calls, self.recipe.timeouts.train_s, "reference logprobs", "timeouts.train_s")[0]
+
+    def critic_values(self, batch: Any) -> Any:
+        """The critic's values [B, S-1] of ``batch``."""
+        return self.get([self.critic.call("compute_values", batch)], self.recipe.timeouts.train_s, "critic values",
+                        "timeouts.train_s")[0]
+
+    def shutdown(self) -> None:
+        try:
+            self.get([self.reward.call("close")], self.recipe.timeouts.reward_s, "closing the reward pool", "timeouts.reward_s")
+        except Exception:
+            pass
+        self.ex.shutdown()

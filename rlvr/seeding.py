@@ -1,0 +1,94 @@
+"""Every seed rlvr derives from ``run.seed``, in one place, each with why it is a stream of its own.
+
+A resumed run must draw exactly what an uninterrupted one draws, so no stream may depend on how many draws another
+made before it: each purpose below gets its own seed, a pure function of (run seed, position in the run). The
+formulas are the ones rlvr has always used (changing one changes every run's samples); the multipliers are primes
+that keep the streams of neighbouring run seeds and steps apart:
+
+==========================  =====================================  ==========================================
+purpose                     seed                                   drawn by
+==========================  =====================================  ==========================================
+rollout round r of step s   ``(seed * 1_000_003 + s * 101 + r)``   each engine's sampler, before the call
+                            ``mod (2**31 - 1)``
+DPH-RL buffer rollout       rollout seed of step 0, round 999      (no training step is step 0)
+DPH-RL buffer prompts       ``seed * 31 + 5``                      ``random.Random`` choice of the prompts
+DPH-RL batch of step s      ``seed * 1_000_003 + s``               ``random.Random`` draw from the buffer
+engine i                    ``seed + i``                           the engine's own default sampler seed
+trainer rank k              ``seed + k``                           ``torch.manual_seed`` at start (dropout)
+critic                      ``seed + 7``                           ``torch.manual_seed`` at start
+policy mini-batch order     ``seed * 7919 + version``              ``torch.randperm`` per update
+critic mini-batch order     ``seed * 104729 + updates``            ``torch.randperm`` per update
+prompt order of epoch e     ``seed + e``                           :class:`rlvr.data.sampler.PromptSampler`
+transformers engine call    ``request seed * 1_000_003``, or       the HF engine's torch generator
+                            ``engine seed * 1_000_003 + calls``
+==========================  =====================================  ==========================================
+
+``tests/unit/test_seeding.py`` fails when seed arithmetic appears anywhere else in the package.
+"""
+
+from __future__ import annotations
+
+SEED_MODULUS = 2**31 - 1
+"""Seeds handed to engines stay below 2**31 - 1 (vLLM and NumPy take 32-bit seeds)."""
+DPH_BUFFER_ROUND = 999
+"""The DPH-RL buffer's rollout is "step 0, round 999": never a training step's (steps start at 1)."""
+
+
+def rollout_seed(seed: int, step: int, round_: int = 0) -> int:
+    """The sampling seed of generation round ``round_`` (0: the step's rollout; 1, 2, ...: DAPO refills) of
+    ``step``: every engine seeds its sampler with it before the call, so a resumed run draws the same rollouts."""
+    return (seed * 1_000_003 + step * 101 + round_) % SEED_MODULUS
+
+
+def dph_prompt_seed(seed: int) -> int:
+    """Which training prompts the DPH-RL buffer samples (one choice per run)."""
+    return seed * 31 + 5
+
+
+def dph_batch_seed(seed: int, step: int) -> int:
+    """Which buffer samples join the DPH-RL term at ``step``."""
+    return seed * 1_000_003 + step
+
+
+def engine_seed(seed: int, index: int) -> int:
+    """Engine ``index``'s default sampler seed (requests without a seed of their own draw from it)."""
+    return seed + index
+
+
+def trainer_seed(seed: int, rank: int) -> int:
+    """Trainer rank ``rank``'s torch seed at start (each rank its own: dropout, if a model has it)."""
+    return seed + rank
+
+
+def critic_seed(seed: int) -> int:
+    """The critic's torch seed at start (its value head's init)."""
+    return seed + 7
+
+
+def policy_order_seed(seed: int, version: int) -> int:
+    """The mini-batch order of the policy update that makes policy version ``version + 1``."""
+    return seed * 7919 + version
+
+
+def critic_order_seed(seed: int, updates: int) -> int:
+    """The mini-batch order of the critic's update number ``updates + 1``."""
+    return seed * 104729 + updates
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The prompt order of data epoch ``epoch`` (a permutation per epoch)."""
+    return seed + epoch
+
+
+def hf_generator_seed(request_seed: int | None, engine_seed_: int, calls: int) -> int:
+    """The transformers engine's torch generator seed for one ``generate`` call: from the request's seed when it has
+    one (the same request draws the same samples whenever it is made), else from the engine's seed and its call
+    count (unseeded calls differ from one another)."""
+    if request_seed is not None:
+        return request_seed * 1_000_003
+    return engine_seed_ * 1_000_003 + calls
+
+
+def numpy_seed(seed: int) -> int:
+    """``seed`` folded into NumPy's 32-bit seed range."""
+    return seed % 2**32

@@ -1,0 +1,159 @@
+"""Fakes of the four roles for millisecond loop tests: the real controller (:func:`rlvr.runtime.controller.train`,
+:class:`rlvr.runtime.roles.Roles`) drives them through the real in-process executor, and each records its calls in
+one shared log, so a test can assert the order of a step (generate -> score -> update -> sync) without vLLM,
+DeepSpeed or verifier processes.
+
+- engine: answers each prompt's G samples with the gold for even sample indices and "wrong" for odd ones (every
+  sample right in its first ``all_right_calls`` calls: groups without signal);
+- scorer: 1.0 when the text equals the gold, else 0.0, under the recipe's first verifier key;
+- trainer: one fixed weight spec, a constant checksum and probe logprobs equal to the engine's (sync checks pass);
+  ``train_step`` counts the batch's sequences;
+- critic: values of zero.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr.reward.pool import Scored, verifier_keys
+from rlvr.runtime.executors import LocalExecutor
+from rlvr.types import Completion, VerifyResult
+
+SPECS = [("w", (1,), "float32")]
+
+
+class CallLog:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []  # (role, method)
+        self._lock = threading.Lock()
+
+    def add(self, role: str, method: str) -> None:
+        with self._lock:
+            self.calls.append((role, method))
+
+    def methods(self, *keep: str) -> list[str]:
+        return [m for _, m in self.calls if m in keep]
+
+
+class FakeEngine:
+    def __init__(self, model_dir: str, *, log: CallLog, role: str, all_right_calls: int = 0, **_: Any) -> None:
+        self.log, self.role, self.version, self.all_right_calls = log, role, 0, all_right_calls
+
+    def generate(self, prompts, sampling):
+        self.log.add(self.role, "generate")
+        right = self.all_right_calls > 0  # the first ``all_right_calls`` calls answer every sample right
+        self.all_right_calls -= 1
+        return [Completion(prompt_index=p.index, sample_index=j, prompt_ids=list(p.prompt_ids),
+                           token_ids=[5, 6], logprobs=[-1.0, -1.0], text=p.gold if right or j % 2 == 0 else "wrong",
+                           finish_reason="stop", policy_version=self.version)
+                for p in prompts for j in range(sampling.n)]  # fmt: skip
+
+    def probe_logprobs(self, prompt_ids, n_tokens):
+        return [5] * n_tokens, [-1.0] * (len(prompt_ids) - 1 + n_tokens)
+
+    def expected_weights(self):
+        return {n: s for n, s, _ in SPECS}
+
+    def init_weight_sync(self, *args):
+        return True
+
+    def receive_weights(self, specs, version):
+        self.log.add(self.role, "receive_weights")
+        self.version = version
+        return 1.0
+
+    def get_policy_version(self):
+        return self.version
+
+    def ping(self):
+        return True
+
+
+class FakeScorer:
+    def __init__(self, verifiers, *_: Any, log: CallLog, role: str, **__: Any) -> None:
+        self.log, self.role, self.key = log, role, verifier_keys(verifiers)[0]
+
+    def score(self, texts, golds, rows):
+        self.log.add(self.role, "score")
+        return [Scored(reward=float(t == g), results={self.key: VerifyResult(score=float(t == g))}, latency_s=0.0)
+                for t, g in zip(texts, golds)]  # fmt: skip
+
+    def close(self):
+        return True
+
+    def ping(self):
+        return True
+
+
+class FakeTrainer:
+    def __init__(self, recipe, model_dir, rank, world_size, *_: Any, log: CallLog, role: str, **__: Any) -> None:
+        self.log, self.role, self.updates = log, role, []
+
+    def weight_specs(self):
+        return SPECS
+
+    def init_weight_sync(self, *args):
+        return True
+
+    def send_weights(self):
+        self.log.add(self.role, "send_weights")
+        return {"checksum": 1.0, "bytes": 4.0, "seconds": 0.0}
+
+    def train_step(self, batch, dph=None):
+        self.log.add(self.role, "train_step")
+        self.updates.append(len(batch))
+        return {"train/loss": 0.0, "train/skipped": 0.0, "train/optimizer_steps": 1.0, "train/grad_norm": 1.0}
+
+    def compute_logprobs(self, batch, reference=False, temperature=None):
+        self.log.add(self.role, "compute_logprobs")
+        return torch.full_like(batch.loss_mask, -1.0) * batch.loss_mask
+
+    def probe_logprobs(self, prompt_ids, continuations):
+        return [[-1.0] * (len(prompt_ids) - 1 + len(c)) for c in continuations]
+
+    def save_state(self, out_dir):
+        self.log.add(self.role, "save_state")
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        return out_dir
+
+    def load_state(self, ckpt_dir):
+        return 0
+
+    def save_pretrained(self, out_dir):
+        return out_dir
+
+    def ping(self):
+        return True
+
+
+class FakeCritic(FakeTrainer):
+    def __init__(self, recipe, model_dir, *_: Any, log: CallLog, role: str, **__: Any) -> None:
+        self.log, self.role, self.updates = log, role, []
+
+    def compute_values(self, batch):
+        self.log.add(self.role, "compute_values")
+        return torch.zeros_like(batch.loss_mask)
+
+    def train_step(self, batch, old_values, returns):
+        self.log.add(self.role, "critic_step")
+        return {"critic/value_loss": 0.0}
+
+
+class FakeExecutor(LocalExecutor):
+    """The in-process executor, with each role's class swapped for its fake (by role name)."""
+
+    def __init__(self, all_right_calls: int = 0) -> None:
+        super().__init__()
+        self.log, self.all_right_calls = CallLog(), all_right_calls
+
+    def spawn(self, name, cls, *args, resources=None, **kwargs):
+        fake = (FakeEngine if name.startswith("engine") else FakeScorer if name == "reward"
+                else FakeCritic if name == "critic" else FakeTrainer)  # fmt: skip
+        kw = dict(kwargs, log=self.log, role=name)
+        if fake is FakeEngine:
+            kw["all_right_calls"] = self.all_right_calls
+        return super().spawn(name, fake, *args, **kw) if resources is None else super().spawn(name, fake, *args, resources=resources, **kw)

@@ -1,0 +1,50 @@
+"""The step loop's order, on fakes (tests/unit/loop_fakes.py), in well under a second of loop time: per step
+generate -> score -> update -> sync, in that order and nothing else between; DAPO refills generate and score again
+before the update; a critic's values come before the update and its own step beside the policy's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from loop_fakes import FakeExecutor
+
+from rlvr.config import load_recipe
+from rlvr.runtime.controller import train
+
+TINY = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny_test.yaml")
+STEP = ("generate", "score", "compute_values", "train_step", "critic_step", "send_weights")
+
+
+def _run(tmp_path, *overrides, all_right_calls=0):
+    ex = FakeExecutor(all_right_calls)
+    r = load_recipe(TINY, [f"run.output_dir={tmp_path}", "run.executor=local", "run.steps=2", "run.save_final=false",
+                           "checkpoint.every_steps=0", "sync.probe_every=1", *overrides])  # fmt: skip
+    train(r, executor=ex)
+    return ex
+
+
+def test_each_step_generates_scores_updates_then_syncs(tmp_path):
+    ex = _run(tmp_path)
+    assert ex.log.methods(*STEP) == ["generate", "score", "train_step", "send_weights"] * 2
+    trainer = [c for c in ex.log.calls if c[0] == "trainer0"]
+    assert trainer[-1] == ("trainer0", "save_state")  # the last step's checkpoint, after its sync
+
+
+def test_dynamic_sampling_refills_before_the_update(tmp_path):
+    """The engine's first call answers every sample right (no group carries signal): DAPO generates and scores a
+    second round before the update; step 2's groups are informative at once."""
+    ex = _run(tmp_path, "algorithm.dynamic_sampling=true", all_right_calls=1)
+    assert ex.log.methods(*STEP) == ["generate", "score", "generate", "score", "train_step", "send_weights",
+                                     "generate", "score", "train_step", "send_weights"]  # fmt: skip
+    plain = _run(tmp_path / "plain", all_right_calls=1)  # without dynamic sampling: no second round
+    assert plain.log.methods(*STEP) == ["generate", "score", "train_step", "send_weights"] * 2
+
+
+def test_a_critic_values_the_batch_before_both_updates(tmp_path):
+    """The critic's values come before the update; the critic's step and the policy's run side by side."""
+    ex = _run(tmp_path, "algorithm.advantage=gae", "algorithm.lam=0.95")
+    calls = ex.log.methods(*STEP)
+    assert len(calls) == 12
+    for step in (calls[:6], calls[6:]):
+        assert step[:3] == ["generate", "score", "compute_values"] and step[5] == "send_weights"
+        assert sorted(step[3:5]) == ["critic_step", "train_step"]
