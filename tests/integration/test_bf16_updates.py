@@ -137,7 +137,7 @@ def test_the_engine_samples_the_small_update_in_bf16(tmp_path):
     from rlvr.models import resolve_model
     import torch
 
-    from rlvr.runtime.controller import Roles  # rlvr.runtime.roles after issue 11's move
+    from rlvr.runtime.roles import Roles
     from rlvr.runtime.executors import LocalExecutor
 
     fp32 = _train("torch", "float32", 0)
