@@ -6,9 +6,9 @@ T = 1, lr 1e-5, clip 0.2, no KL, one optimizer step per rollout batch, token-mea
 every completion scored by rlvr's own ``math`` verifier. TRL is not an rlvr dependency: install it in a separate
 environment beside rlvr's, e.g.
 
-    python3 -m venv /tmp/trl && echo "$PWD/.venv/lib/python3.11/site-packages" \
-        > /tmp/trl/lib/python3.11/site-packages/rlvr_env.pth && /tmp/trl/bin/pip install --no-deps trl accelerate
-    PYTHONPATH=$PWD /tmp/trl/bin/python benchmarks/trl_smoke.py --steps 6 --seed 1 --dtype float32
+    python3 -m venv /tmp/trl && echo "import site; site.addsitedir('$PWD/.venv/lib/python3.11/site-packages')" \
+        > /tmp/trl/lib/python3.11/site-packages/rlvr_env.pth && /tmp/trl/bin/pip install --no-deps trl==1.16.0 accelerate
+    /tmp/trl/bin/python benchmarks/trl_smoke.py --steps 6 --seed 1 --dtype float32
 
 Prints one JSON line per step: ``{"step", "reward_mean", "step_s"}`` (reward/mean as rlvr's metrics name it).
 """
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,7 +33,7 @@ def main() -> None:
 
     import torch
     from datasets import Dataset
-    from transformers import AutoTokenizer, TrainerCallback
+    from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
     from rlvr.config import load_recipe
@@ -68,20 +67,12 @@ def main() -> None:
         scale_rewards="group", logging_steps=1, report_to=[], save_strategy="no", dataloader_num_workers=0,
     )  # fmt: skip
 
-    class Timer(TrainerCallback):
-        t0 = time.perf_counter()
-
-        def on_log(self, args, state, control, logs=None, **kw):
-            if logs and "reward" in logs:
-                now = time.perf_counter()
-                print(json.dumps({"step": state.global_step, "reward_mean": logs["reward"],
-                                  "step_s": round(now - Timer.t0, 1)}), flush=True)  # fmt: skip
-                Timer.t0 = now
-
-    trainer = GRPOTrainer(model=model_dir, reward_funcs=reward, args=cfg, train_dataset=ds, processing_class=tok,
-                          callbacks=[Timer()])  # fmt: skip
-    Timer.t0 = time.perf_counter()
+    trainer = GRPOTrainer(model=model_dir, reward_funcs=reward, args=cfg, train_dataset=ds, processing_class=tok)
     trainer.train()
+    for h in trainer.state.log_history:  # one entry per optimizer step (logging_steps=1), then a summary
+        if "reward" in h:
+            print(json.dumps({"step": h.get("step"), "reward_mean": float(h["reward"]),
+                              "step_s": float(h.get("step_time", float("nan")))}), flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
