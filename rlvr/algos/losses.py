@@ -172,7 +172,7 @@ def ppo_clip(
     return _finish(token_loss, m, weight), {**stats, **rstats}
 
 
-@POLICY_LOSSES.register("gspo")
+@POLICY_LOSSES.register("gspo", sequence_advantages=True)
 def gspo(
     logprobs: Tensor,
     old_logprobs: Tensor,
