@@ -23,6 +23,7 @@ from rlvr.metrics.passk import pass_at_k
 from rlvr.metrics.progress import Progress
 from rlvr.metrics.samples import print_sample_table, sample_rows
 from rlvr.metrics.sinks import make_sinks
+from rlvr.reward.pool import Scored
 from rlvr.runtime.advantage_stage import build_dph_buffer, dph_batch, form_advantages, needs_reference, uses_critic
 from rlvr.runtime.roles import Roles
 from rlvr.runtime.validation import run_validation, validation_prompts
@@ -438,7 +439,7 @@ def _one_step(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sa
     }, rows
 
 
-def shaped_rewards(completions: list[Completion], scored: list, r: Recipe) -> torch.Tensor:
+def shaped_rewards(completions: list[Completion], scored: list[Scored], r: Recipe) -> torch.Tensor:
     """Rewards [P, G] the advantage sees: the verifiers' weighted sum, plus DAPO's soft overlong punishment
     (Yu et al. 2025, eq. 13) when ``algorithm.overlong_buffer`` > 0."""
     g = r.rollout.samples_per_prompt
@@ -450,7 +451,7 @@ def shaped_rewards(completions: list[Completion], scored: list, r: Recipe) -> to
     return rewards.view(-1, g)
 
 
-def filter_signal(scored: list, rewards: torch.Tensor, r: Recipe, primary: str) -> torch.Tensor:
+def filter_signal(scored: list[Scored], rewards: torch.Tensor, r: Recipe, primary: str) -> torch.Tensor:
     """What DAPO's dynamic sampling tests for spread, [P, G]: by default (``algorithm.dynamic_sampling_filter:
     correct``) the primary verifier's correctness (score >= 1 as 1.0, else 0.0), the paper's rule
     ``0 < #correct < G`` (Yu et al. 2025, eq. 11; verl filters on accuracy too), so a length penalty alone cannot
@@ -496,7 +497,7 @@ def refill_groups(generate, prompts, sampler, sampling, completions, scored, rew
     return kept_c, kept_s, all_rewards[keep], metrics
 
 
-def rollout_metrics(completions: list[Completion], scored: list, ks: tuple[int, ...], g: int, primary: str) -> dict[str, float]:
+def rollout_metrics(completions: list[Completion], scored: list[Scored], ks: tuple[int, ...], g: int, primary: str) -> dict[str, float]:
     """Reward, pass@k and length metrics of one rollout batch (B = P x G completions, prompt-major).
 
     A sample is *correct* when the primary (first) verifier gives it full marks (score >= 1); pass@k is the
