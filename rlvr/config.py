@@ -645,20 +645,10 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] | tuple[str
     return recipe
 
 
-def validate(r: Recipe) -> None:
-    """Check the recipe's invariants; raise :class:`RecipeError` with the fix."""
+def _rollout_errors(r: Recipe) -> list[str]:
+    """Engines, restarts and sampling settings."""
     errs: list[str] = []
-    ro, tr, al = r.rollout, r.trainer, r.algorithm
-    if r.run.steps < 1:
-        errs.append("run.steps must be >= 1")
-    if ro.prompts_per_step < 1 or ro.samples_per_prompt < 1:
-        errs.append("rollout.prompts_per_step and rollout.samples_per_prompt must be >= 1")
-    group_based = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "passk", "pkpo")
-    if ro.samples_per_prompt < 2 and al.advantage in group_based:
-        errs.append(
-            f"algorithm.advantage={al.advantage} compares samples within a group: set "
-            "rollout.samples_per_prompt >= 2"
-        )
+    ro = r.rollout
     if ro.max_restarts < 0:
         errs.append("rollout.max_restarts must be >= 0")
     if ro.num_engines < 1:
@@ -690,6 +680,13 @@ def validate(r: Recipe) -> None:
         )
     if ro.max_new_tokens < 1:
         errs.append("rollout.max_new_tokens must be >= 1")
+    return errs
+
+
+def _batch_errors(r: Recipe) -> list[str]:
+    """Mini-/micro-batch divisibility over ranks, ZeRO stage and learning rate."""
+    errs: list[str] = []
+    tr = r.trainer
     b = r.samples_per_step
     if tr.mini_batch_size and b % tr.mini_batch_size:
         errs.append(
@@ -715,6 +712,19 @@ def validate(r: Recipe) -> None:
         errs.append("trainer.zero_stage must be 0, 1, 2 or 3")
     if tr.lr <= 0:
         errs.append("trainer.lr must be > 0")
+    return errs
+
+
+def validate(r: Recipe) -> None:
+    """Check the recipe's invariants; raise :class:`RecipeError` with the fix."""
+    errs: list[str] = []
+    ro, al = r.rollout, r.algorithm
+    if r.run.steps < 1:
+        errs.append("run.steps must be >= 1")
+    if ro.prompts_per_step < 1 or ro.samples_per_prompt < 1:
+        errs.append("rollout.prompts_per_step and rollout.samples_per_prompt must be >= 1")
+    errs.extend(_rollout_errors(r))
+    errs.extend(_batch_errors(r))
     if al.clip_low < 0 or al.clip_high < 0:
         errs.append("algorithm.clip_low and clip_high must be >= 0")
     if al.ppo_epochs < 1:
@@ -758,35 +768,9 @@ def validate(r: Recipe) -> None:
         errs.append("sync.timeout_s must be > 0")
     if r.sync.probe_every < 0 or (r.sync.probe_tolerance is not None and not r.sync.probe_tolerance > 0):
         errs.append("sync.probe_every must be >= 0 (0: off) and sync.probe_tolerance > 0 nats (or null: by dtype)")
-    # names in registries are checked here so a typo fails before anything starts
-    from rlvr.algos import ADVANTAGES, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
+    from rlvr.config_checks import registry_errors
 
-    from rlvr.algos.gae import CRITIC_ADVANTAGES
-
-    if al.advantage not in ADVANTAGES and al.advantage not in CRITIC_ADVANTAGES:
-        names = ADVANTAGES.names() + CRITIC_ADVANTAGES.names()
-        near = difflib.get_close_matches(al.advantage, names, n=1)
-        if al.advantage.lower() in ("ppo", "gae", "critic"):  # verl's adv_estimator=gae / "PPO" means a critic
-            hint = "PPO with a learned critic is algorithm.advantage=gae (see recipes/methods/ppo.yaml)"
-        else:
-            hint = (f"did you mean '{near[0]}'? " if near else "") + f"choose from {names}"
-        errs.append(f"algorithm.advantage={al.advantage!r} is not registered: {hint}")
-    token_adv = al.advantage in CRITIC_ADVANTAGES or (al.kl_coef > 0 and al.kl_penalty == "reward")
-    if token_adv and al.policy_loss == "gspo":
-        errs.append(
-            "algorithm.policy_loss=gspo needs one advantage per sequence, but "
-            + ("advantage=" + al.advantage if al.advantage in CRITIC_ADVANTAGES else "kl_penalty=reward")
-            + " gives one per token: use policy_loss=ppo_clip (or kl_penalty=loss)"
-        )
-    for reg, name, key in (
-        (POLICY_LOSSES, al.policy_loss, "algorithm.policy_loss"),
-        (LOSS_AGGREGATIONS, al.loss_agg, "algorithm.loss_agg"),
-        (KL_ESTIMATORS, al.kl_estimator, "algorithm.kl_estimator"),
-    ):
-        if name not in reg:
-            near = difflib.get_close_matches(name, reg.names(), n=1)
-            hint = f"did you mean '{near[0]}'?" if near else f"choose from {reg.names()}"
-            errs.append(f"{key}={name!r} is not registered: {hint}")
+    errs.extend(registry_errors(r))  # names in registries, and what their entries need (capability flags)
     if errs:
         raise RecipeError("invalid recipe:\n  - " + "\n  - ".join(errs))
 

@@ -64,11 +64,6 @@ def dapo_errors(al: AlgorithmConfig, g: int, max_new_tokens: int) -> list[str]:
         )
     if al.overlong_penalty < 0:
         errs.append(f"algorithm.overlong_penalty={al.overlong_penalty} must be >= 0 (it is subtracted from the reward)")
-    if b > 0 and al.overlong_penalty > 0 and al.advantage in ("passk", "pkpo"):
-        errs.append(
-            f"algorithm.advantage={al.advantage} needs binary (0/1) rewards, and the overlong penalty "
-            "(algorithm.overlong_buffer > 0) makes them fractional: set algorithm.overlong_buffer=0"
-        )
     return errs
 
 
@@ -94,4 +89,53 @@ def extra_errors(r: Recipe) -> list[str]:
         errs.append("trainer.max_nonfinite_in_row must be >= 1")
     if r.metrics.samples_every < 0 or r.metrics.samples_rows < 1:
         errs.append("metrics.samples_every must be >= 0 (0: off) and metrics.samples_rows >= 1")
+    return errs
+
+
+def registry_errors(r: Recipe) -> list[str]:
+    """Names in the registries (a typo fails before anything starts, naming the nearest entry), and what the
+    chosen entries declare they need (:meth:`rlvr.registry.Registry.flag`): ``needs_groups`` (G >= 2),
+    ``binary_rewards`` (no fractional shaping), a policy loss's ``sequence_advantages`` against an estimator or KL
+    placement that gives ``token_advantages``. Imports the registries (and so torch)."""
+    import difflib
+
+    from rlvr.algos import ADVANTAGES, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
+    from rlvr.algos.gae import CRITIC_ADVANTAGES
+
+    al, g = r.algorithm, r.rollout.samples_per_prompt
+    errs: list[str] = []
+    adv_reg = CRITIC_ADVANTAGES if al.advantage in CRITIC_ADVANTAGES else ADVANTAGES
+    if al.advantage not in adv_reg:
+        names = ADVANTAGES.names() + CRITIC_ADVANTAGES.names()
+        near = difflib.get_close_matches(al.advantage, names, n=1)
+        if al.advantage.lower() in ("ppo", "gae", "critic"):  # verl's adv_estimator=gae / "PPO" means a critic
+            hint = "PPO with a learned critic is algorithm.advantage=gae (see recipes/methods/ppo.yaml)"
+        else:
+            hint = (f"did you mean '{near[0]}'? " if near else "") + f"choose from {names}"
+        errs.append(f"algorithm.advantage={al.advantage!r} is not registered: {hint}")
+    if g < 2 and adv_reg.flag(al.advantage, "needs_groups"):
+        errs.append(f"algorithm.advantage={al.advantage} compares samples within a group: set "
+                    "rollout.samples_per_prompt >= 2")  # fmt: skip
+    shaped = al.overlong_buffer > 0 and al.overlong_penalty > 0
+    if shaped and adv_reg.flag(al.advantage, "binary_rewards"):
+        errs.append(f"algorithm.advantage={al.advantage} needs binary (0/1) rewards, and the overlong penalty "
+                    "(algorithm.overlong_buffer > 0) makes them fractional: set algorithm.overlong_buffer=0")  # fmt: skip
+    kl_tokens = al.kl_coef > 0 and al.kl_penalty == "reward"
+    token_adv = adv_reg.flag(al.advantage, "token_advantages") or kl_tokens
+    if token_adv and POLICY_LOSSES.flag(al.policy_loss, "sequence_advantages"):
+        errs.append(
+            f"algorithm.policy_loss={al.policy_loss} needs one advantage per sequence, but "
+            + ("kl_penalty=reward" if kl_tokens and not adv_reg.flag(al.advantage, "token_advantages")
+               else "advantage=" + al.advantage)
+            + " gives one per token: use policy_loss=ppo_clip (or kl_penalty=loss)"
+        )  # fmt: skip
+    for reg, name, key in (
+        (POLICY_LOSSES, al.policy_loss, "algorithm.policy_loss"),
+        (LOSS_AGGREGATIONS, al.loss_agg, "algorithm.loss_agg"),
+        (KL_ESTIMATORS, al.kl_estimator, "algorithm.kl_estimator"),
+    ):
+        if name not in reg:
+            near = difflib.get_close_matches(name, reg.names(), n=1)
+            hint = f"did you mean '{near[0]}'?" if near else f"choose from {reg.names()}"
+            errs.append(f"{key}={name!r} is not registered: {hint}")
     return errs

@@ -18,18 +18,27 @@ class Registry(Generic[T]):
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._items: dict[str, T] = {}
+        self._flags: dict[str, dict[str, bool]] = {}
 
-    def register(self, name: str) -> Callable[[T], T]:
+    def register(self, name: str, **flags: bool) -> Callable[[T], T]:
+        """Decorator registering ``name``. ``flags``: what the entry needs or produces, asked by the recipe checks
+        instead of names (e.g. ``needs_groups=True``: advantages compared within a group of G >= 2 samples)."""
+
         def deco(obj: T) -> T:
             if name in self._items:
                 raise ValueError(f"{self.kind} {name!r} is registered twice")
             self._items[name] = obj
+            self._flags[name] = dict(flags)
             return obj
 
         return deco
 
-    def add(self, name: str, obj: T) -> None:
-        self.register(name)(obj)
+    def add(self, name: str, obj: T, **flags: bool) -> None:
+        self.register(name, **flags)(obj)
+
+    def flag(self, name: str, flag: str) -> bool:
+        """The entry's ``flag`` (False when it did not declare it, or ``name`` is not registered)."""
+        return self._flags.get(name, {}).get(flag, False)
 
     def get(self, name: str) -> T:
         try:

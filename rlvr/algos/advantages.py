@@ -26,6 +26,7 @@ from rlvr.registry import Registry
 if TYPE_CHECKING:  # annotations only: the schema imports these registries to validate names
     from rlvr.config import AlgorithmConfig
 
+# flags: needs_groups (compares the G samples of a prompt: G >= 2), binary_rewards (0/1 rewards: pass@k counts)
 ADVANTAGES: Registry = Registry("advantage estimator")
 
 STD_EPS = 1e-6
@@ -51,7 +52,7 @@ def _centred(r: Tensor) -> Tensor:
     return r - r.mean(dim=-1, keepdim=True)
 
 
-@ADVANTAGES.register("grpo")
+@ADVANTAGES.register("grpo", needs_groups=True)
 def grpo(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
     """GRPO outcome advantages (Shao et al. 2024, "DeepSeekMath", sec. 4.1.2).
 
@@ -66,7 +67,7 @@ def grpo(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
     return torch.where(_no_signal(r), torch.zeros_like(adv), adv)
 
 
-@ADVANTAGES.register("dr_grpo")
+@ADVANTAGES.register("dr_grpo", needs_groups=True)
 def dr_grpo(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
     """Dr. GRPO advantages: mean-centring only, no std division (Liu et al. 2025, "Understanding R1-Zero-Like
     Training: A Critical Perspective", sec. 3.2); ``cfg.std_normalize`` is ignored.
@@ -80,7 +81,7 @@ def dr_grpo(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
     return torch.where(_no_signal(r), torch.zeros_like(adv), adv)
 
 
-@ADVANTAGES.register("rloo")
+@ADVANTAGES.register("rloo", needs_groups=True)
 def rloo(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
     """REINFORCE leave-one-out advantages (Ahmadian et al. 2024, "Back to Basics", eq. 6).
 
@@ -100,7 +101,7 @@ def rloo(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
 # batch-normalised REINFORCE (REINFORCE++)
 
 
-@ADVANTAGES.register("reinforce_pp")
+@ADVANTAGES.register("reinforce_pp", needs_groups=True)
 def reinforce_pp(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
     """REINFORCE++-baseline advantages (Hu 2025, "REINFORCE++", arXiv 2501.03262, sec. 3, the "-baseline"
     variant for several samples per prompt): subtract the GROUP mean, then normalise by the BATCH std.
@@ -206,7 +207,7 @@ def comb_ratio(a: Tensor, b: int, k: int) -> Tensor:
     return out
 
 
-@ADVANTAGES.register("passk")
+@ADVANTAGES.register("passk", needs_groups=True, binary_rewards=True)
 def passk(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
     """Analytic pass@k advantages (Chen et al. 2025, "Pass@k Training for Adaptively Balancing Exploration
     and Exploitation of Large Reasoning Models", arXiv 2508.10751, sec. 3.3 "analytical derivation"), with
@@ -236,7 +237,7 @@ def passk(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
     return torch.where(std > 0, adv, torch.zeros_like(adv)).to(torch.float32)
 
 
-@ADVANTAGES.register("pkpo")
+@ADVANTAGES.register("pkpo", needs_groups=True, binary_rewards=True)
 def pkpo(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
     """PKPO reward transform for binary rewards (Walder & Karkhanis 2025, "Pass@K Policy Optimization",
     arXiv 2505.15201), k = ``cfg.passk_k``, with the baseline ``cfg.pkpo_baseline``.

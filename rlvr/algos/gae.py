@@ -97,7 +97,7 @@ def whiten(advantages: Tensor, mask: Tensor) -> Tensor:
     return (advantages - mean) * torch.rsqrt(var + WHITEN_EPS) * m
 
 
-@CRITIC_ADVANTAGES.register("gae")
+@CRITIC_ADVANTAGES.register("gae", token_advantages=True)
 def gae(token_rewards: Tensor, values: Tensor, mask: Tensor, cfg: AlgorithmConfig) -> tuple[Tensor, Tensor]:
     """PPO's advantages from a learned critic (Ouyang et al. 2022 / Schulman et al. 2017 with GAE):
     :func:`gae_advantages` with ``cfg.gamma`` and ``cfg.lam``, then :func:`whiten` when

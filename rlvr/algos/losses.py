@@ -1,7 +1,10 @@
 """Policy losses (per token) and loss aggregations (tokens -> one scalar), each registered by name.
 
-Dimensions: B = sequences in a micro-batch, T = response tokens (padded). ``mask: [B, T]`` is 1 (or True) on
-the response tokens that count (see :func:`rlvr.algos.logprobs.response_mask`), 0 on padding.
+Dimensions: B = sequences in a micro-batch, T = token positions (padded). The trainer passes the SHIFTED full
+sequence, T = S - 1 (prompt and response: position t predicts token t + 1); ``mask: [B, T]`` is 1 (or True) on
+the response tokens that count (see :func:`rlvr.algos.logprobs.response_mask`), 0 on prompt tokens and padding.
+Every loss and aggregation reads positions through ``mask`` only, so a response-only tensor (T = response
+tokens, as in the unit tests) gives the same result; ``max_len`` is the response budget either way.
 
 Policy loss: ``fn(logprobs [B, T], old_logprobs [B, T], advantages [B], mask [B, T], cfg, *,
 rollout_logprobs [B, T] | None = None) -> (token_loss [B, T], stats)``. ``rollout_logprobs`` are the engine's
@@ -172,7 +175,7 @@ def ppo_clip(
     return _finish(token_loss, m, weight), {**stats, **rstats}
 
 
-@POLICY_LOSSES.register("gspo")
+@POLICY_LOSSES.register("gspo", sequence_advantages=True)
 def gspo(
     logprobs: Tensor,
     old_logprobs: Tensor,

@@ -23,6 +23,7 @@ from rlvr.metrics.passk import pass_at_k
 from rlvr.metrics.progress import Progress
 from rlvr.metrics.samples import print_sample_table, sample_rows
 from rlvr.metrics.sinks import make_sinks
+from rlvr.reward.pool import Scored
 from rlvr.runtime.advantage_stage import build_dph_buffer, dph_batch, form_advantages, needs_reference, uses_critic
 from rlvr.runtime.roles import Roles
 from rlvr.runtime.validation import run_validation, validation_prompts
@@ -209,29 +210,26 @@ def _trim_metrics(path: Path, last_step: int) -> None:
     path.write_text("".join(line + "\n" for line in keep))
 
 
-def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = None) -> RunResult:
-    """Run a recipe end to end; returns where the run folder and the final policy are.
+@dataclass
+class _Data:
+    """What the run trains on: the tokenizer's pad id, the prompts and their fingerprint (checked on resume)."""
 
-    With ``run.resume`` (``auto`` or a checkpoint path) the run continues from a checkpoint: same prompts in the
-    same order, same rollouts (seeded per step), same weights as an uninterrupted run.
+    model_dir: str
+    tokenizer: Any
+    prompts: list[Prompt]
+    fingerprint: dict
+    pad_id: int
 
-    Errors: :class:`~rlvr.config.RecipeError` for bad data or config found while preparing, or a checkpoint whose
-    recipe/data differ; :class:`~rlvr.sync.weights.WeightSyncError` when a weight sync fails or times out;
-    :class:`~rlvr.runtime.executors.RoleError` when a role fails; :class:`NonFiniteError` after too many NaN
-    updates in a row; :class:`RunInterrupted` after Ctrl-C/SIGTERM (a checkpoint was written).
-    """
+
+def _load_data(r: Recipe) -> _Data:
+    """Model folder, tokenizer, rows (golds checked: case V15), prompts; errors name the recipe key to change."""
     from transformers import AutoTokenizer
 
-    from rlvr.data import PromptSampler, build_prompts, load_rows
+    from rlvr.data import build_prompts, load_rows
     from rlvr.models import resolve_model
     from rlvr.reward.golds import check_golds
-    from rlvr.reward.pool import verifier_keys
     from rlvr.runtime import checkpoint as ck
 
-    r = recipe
-    run_dir = run_dir or prepare_run_dir(r)
-    _log_to_file(run_dir)
-    log.info("run folder: %s", run_dir)
     model_dir = resolve_model(r.model.path)
     tok = AutoTokenizer.from_pretrained(model_dir)
     rows = load_rows(r.data, r.run.seed)
@@ -245,56 +243,101 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
             f"data: {len(prompts)} usable prompts but rollout.prompts_per_step={r.rollout.prompts_per_step}; "
             "lower prompts_per_step or raise data.max_prompt_tokens / data.limit"
         )
-    data_fp = ck.data_fingerprint(prompts)
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    return _Data(model_dir, tok, prompts, ck.data_fingerprint(prompts), pad_id)
+
+
+def _resume_point(r: Recipe, run_dir: Path, data: _Data) -> tuple[Path | None, Any]:
+    """(checkpoint to resume from, its controller state), or (None, None) for a fresh start; the recipe is written
+    to the run folder either way. Errors: :class:`~rlvr.config.RecipeError` when the checkpoint's recipe or data
+    differ from this run's."""
+    from rlvr.runtime import checkpoint as ck
+
     resume_from = ck.resolve_resume(r.run.resume, run_dir) if r.run.resume else None
     if r.run.resume and resume_from is None:
         write_recipe(r, run_dir)  # --resume auto with nothing to resume: a fresh start in this folder
     state = None
     if resume_from is not None:
-        ck.check_compatible(resume_from, r, data_fp)  # before anything expensive starts
+        ck.check_compatible(resume_from, r, data.fingerprint)  # before anything expensive starts
         write_recipe(r, run_dir)  # compatible: the folder's recipe is now this one (e.g. more steps)
         state = ck.load_controller(resume_from)
         log.info("resuming from %s: step %d done, %d to go", resume_from, state.step, r.run.steps - state.step)
         _trim_metrics(run_dir / "metrics.jsonl", state.step)
         _trim_metrics(run_dir / "samples.jsonl", state.step)
     ck.prune(run_dir, r.checkpoint.keep_last, r.checkpoint.best_metric, r.checkpoint.best_mode)  # crash leftovers
-    sampler = PromptSampler(len(prompts), r.rollout.prompts_per_step, r.run.seed, r.data.shuffle)
+    return resume_from, state
+
+
+def _count_nonfinite(in_row: int, metrics: dict[str, float], step: int, r: Recipe) -> int:
+    """Consecutive steps whose every update was skipped (NaN/inf); warns, and raises :class:`NonFiniteError` at
+    ``trainer.max_nonfinite_in_row``."""
+    all_skipped = metrics.get("train/skipped", 0.0) >= metrics.get("train/optimizer_steps", 1.0)
+    in_row = in_row + 1 if all_skipped else 0
+    if in_row:
+        log.warning("step %d: NaN/inf loss or gradient, update skipped (%d in a row)", step, in_row)
+    if in_row >= r.trainer.max_nonfinite_in_row:
+        raise NonFiniteError(
+            f"{in_row} updates in a row had a NaN/inf loss or gradient (steps {step - in_row + 1}-{step}; "
+            f"trainer.max_nonfinite_in_row={r.trainer.max_nonfinite_in_row}): "
+            "lower trainer.lr, check the rewards, or resume from the last checkpoint"
+        )
+    return in_row
+
+
+def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = None) -> RunResult:
+    """Run a recipe end to end; returns where the run folder and the final policy are.
+
+    Each step (:func:`_one_step`): prompts -> rollout -> reward -> advantages -> update -> sync; then the sample
+    table, validation, metrics, the NaN guard and the checkpoint. With ``run.resume`` (``auto`` or a checkpoint
+    path) the run continues from a checkpoint: same prompts in the same order, same rollouts (seeded per step),
+    same weights as an uninterrupted run.
+
+    Errors: :class:`~rlvr.config.RecipeError` for bad data or config found while preparing, or a checkpoint whose
+    recipe/data differ; :class:`~rlvr.sync.weights.WeightSyncError` when a weight sync fails or times out;
+    :class:`~rlvr.runtime.executors.RoleError` when a role fails; :class:`NonFiniteError` after too many NaN
+    updates in a row; :class:`RunInterrupted` after Ctrl-C/SIGTERM (a checkpoint was written).
+    """
+    from rlvr.data import PromptSampler
+    from rlvr.reward.pool import verifier_keys
+    from rlvr.runtime import checkpoint as ck
+
+    r = recipe
+    run_dir = run_dir or prepare_run_dir(r)
+    _log_to_file(run_dir)
+    log.info("run folder: %s", run_dir)
+    data = _load_data(r)
+    resume_from, state = _resume_point(r, run_dir, data)
+    sampler = PromptSampler(len(data.prompts), r.rollout.prompts_per_step, r.run.seed, r.data.shuffle)
     if state is not None:
         sampler.load_state_dict(state.sampler)
-    pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    sampling = SamplingConfig(
-        n=r.rollout.samples_per_prompt,
-        max_new_tokens=r.rollout.max_new_tokens,
-        temperature=r.rollout.temperature,
-        top_p=r.rollout.top_p,
-        top_k=r.rollout.top_k,
-    )
+    sampling = SamplingConfig(n=r.rollout.samples_per_prompt, max_new_tokens=r.rollout.max_new_tokens,
+                              temperature=r.rollout.temperature, top_p=r.rollout.top_p, top_k=r.rollout.top_k)  # fmt: skip
     sink = make_sinks(r, run_dir)  # RUN/metrics.jsonl + metrics.backends (TensorBoard, W&B, MLflow)
     first = state.step + 1 if state is not None else 1
     progress = Progress(r.run.steps, enabled=r.metrics.progress, start_step=first - 1)
     t_start = time.perf_counter()
-    roles = Roles(r, model_dir, run_dir, executor)
+    roles = Roles(r, data.model_dir, run_dir, executor)
     log.info("roles up in %.1fs (sync over %s, %.3f GB per sync)", time.perf_counter() - t_start, roles.sync_backend, roles.sync_bytes / 1e9)
     metrics: dict[str, float] = {}
     final_dir = None
     primary = verifier_keys(r.reward.verifiers)[0]
-    val_every = r.validation.every_steps
-    val_prompts = validation_prompts(r, tok) if val_every else []
+    val_every, every_s, every_ck = r.validation.every_steps, r.metrics.samples_every, r.checkpoint.every_steps
+    val_prompts = validation_prompts(r, data.tokenizer) if val_every else []
     saved_step = state.step if state is not None else 0
     try:
         if state is not None:
             _restore(roles, resume_from, state)
             ck.set_rng_state(state.rng)
-        dph_buffer = _dph_buffer(roles, prompts, sampling, r, primary, run_dir)
+        dph_buffer = _dph_buffer(roles, data.prompts, sampling, r, primary, run_dir)
         if val_every and r.validation.at_start and state is None:
             sink.log(0, {**run_validation(roles.generate_and_score, val_prompts, r, primary), "policy_version": 0.0})
         nonfinite_in_row = 0
         with _StopFlag() as stop:
             for step in range(first, r.run.steps + 1):
                 roles.step = step
-                every_s = r.metrics.samples_every
-                metrics, rows = _one_step(step, roles, prompts, sampler, sampling, r, primary, pad_id, dph_buffer,
-                                          n_rows=r.metrics.samples_rows if every_s and step % every_s == 0 else 0)
+                n_rows = r.metrics.samples_rows if every_s and step % every_s == 0 else 0
+                metrics, rows = _one_step(step, roles, data.prompts, sampler, sampling, r, primary, data.pad_id,
+                                          dph_buffer, n_rows=n_rows)  # fmt: skip
                 if rows:  # the table before the step's metrics (W&B steps must not go backwards)
                     sink.log_table(step, rows)
                     print_sample_table(step, rows)
@@ -302,19 +345,9 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
                     metrics.update(run_validation(roles.generate_and_score, val_prompts, r, primary))
                 sink.log(step, metrics)
                 progress.update(step, metrics)
-                all_skipped = metrics.get("train/skipped", 0.0) >= metrics.get("train/optimizer_steps", 1.0)
-                nonfinite_in_row = nonfinite_in_row + 1 if all_skipped else 0
-                if nonfinite_in_row:
-                    log.warning("step %d: NaN/inf loss or gradient, update skipped (%d in a row)", step, nonfinite_in_row)
-                if nonfinite_in_row >= r.trainer.max_nonfinite_in_row:
-                    raise NonFiniteError(
-                        f"{nonfinite_in_row} updates in a row had a NaN/inf loss or gradient (steps "
-                        f"{step - nonfinite_in_row + 1}-{step}; trainer.max_nonfinite_in_row={r.trainer.max_nonfinite_in_row}): "
-                        "lower trainer.lr, check the rewards, or resume from the last checkpoint"
-                    )
-                every = r.checkpoint.every_steps
-                if stop.signame or (every and step % every == 0) or step == r.run.steps:
-                    path = save_checkpoint(roles, run_dir, step, sampler, r, data_fp, metrics)
+                nonfinite_in_row = _count_nonfinite(nonfinite_in_row, metrics, step, r)
+                if stop.signame or (every_ck and step % every_ck == 0) or step == r.run.steps:
+                    path = save_checkpoint(roles, run_dir, step, sampler, r, data.fingerprint, metrics)
                     saved_step = step
                     if stop.signame and step < r.run.steps:
                         raise RunInterrupted(stop.signame, step, path)
@@ -406,7 +439,7 @@ def _one_step(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sa
     }, rows
 
 
-def shaped_rewards(completions: list[Completion], scored: list, r: Recipe) -> torch.Tensor:
+def shaped_rewards(completions: list[Completion], scored: list[Scored], r: Recipe) -> torch.Tensor:
     """Rewards [P, G] the advantage sees: the verifiers' weighted sum, plus DAPO's soft overlong punishment
     (Yu et al. 2025, eq. 13) when ``algorithm.overlong_buffer`` > 0."""
     g = r.rollout.samples_per_prompt
@@ -418,7 +451,7 @@ def shaped_rewards(completions: list[Completion], scored: list, r: Recipe) -> to
     return rewards.view(-1, g)
 
 
-def filter_signal(scored: list, rewards: torch.Tensor, r: Recipe, primary: str) -> torch.Tensor:
+def filter_signal(scored: list[Scored], rewards: torch.Tensor, r: Recipe, primary: str) -> torch.Tensor:
     """What DAPO's dynamic sampling tests for spread, [P, G]: by default (``algorithm.dynamic_sampling_filter:
     correct``) the primary verifier's correctness (score >= 1 as 1.0, else 0.0), the paper's rule
     ``0 < #correct < G`` (Yu et al. 2025, eq. 11; verl filters on accuracy too), so a length penalty alone cannot
@@ -464,7 +497,7 @@ def refill_groups(generate, prompts, sampler, sampling, completions, scored, rew
     return kept_c, kept_s, all_rewards[keep], metrics
 
 
-def rollout_metrics(completions: list[Completion], scored: list, ks: tuple[int, ...], g: int, primary: str) -> dict[str, float]:
+def rollout_metrics(completions: list[Completion], scored: list[Scored], ks: tuple[int, ...], g: int, primary: str) -> dict[str, float]:
     """Reward, pass@k and length metrics of one rollout batch (B = P x G completions, prompt-major).
 
     A sample is *correct* when the primary (first) verifier gives it full marks (score >= 1); pass@k is the

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.config import Recipe
+from rlvr.reward.pool import Scored
 from rlvr.rollout import engine_class
 from rlvr.runtime.advantage_stage import uses_critic
 from rlvr.runtime.executors import Handle, LocalExecutor, RayExecutor, Resources, RoleError, free_port, host_ip
@@ -218,7 +219,7 @@ class Roles:
             **probe,
         }
 
-    def generate_and_score(self, prompts: list[Prompt], sampling: SamplingConfig) -> tuple[list[Completion], list, dict[str, float]]:
+    def generate_and_score(self, prompts: list[Prompt], sampling: SamplingConfig) -> tuple[list[Completion], list[Scored], dict[str, float]]:
         """Roll out ``prompts`` (split evenly over the engines) and score every completion.
 
         An engine whose process dies is replaced and given the current weights (:meth:`restart_dead_engines`),
@@ -245,7 +246,7 @@ class Roles:
                 replaced = self.restart_dead_engines((int(role[len("engine"):]),) if role[len("engine"):].isdigit() else ())
                 log.warning("engines %s replaced and given policy version %d", replaced, self.version)
 
-    def _generate_and_score(self, prompts: list[Prompt], sampling: SamplingConfig) -> tuple[list[Completion], list, dict[str, float]]:
+    def _generate_and_score(self, prompts: list[Prompt], sampling: SamplingConfig) -> tuple[list[Completion], list[Scored], dict[str, float]]:
         t0 = time.perf_counter()
         e = len(self.engines)
         per = (len(prompts) + e - 1) // e
