@@ -267,12 +267,13 @@ class Roles:
         return completions, scored, {"timing/rollout_s": t_rollout, "timing/reward_s": t_reward}
 
     def reference_logprobs(self, batch: Any) -> Any:
-        """The reference model's logprobs [B, S-1] of ``batch`` (trainer rank 0's answer; every rank computes)."""
+        """The reference model's logprobs [B, S-1] (nats, rollout temperature) of ``batch``, a
+        :class:`~rlvr.train.batch.TrainBatch` of B sequences (trainer rank 0's answer; every rank computes)."""
         calls = [t.call("compute_logprobs", batch, True) for t in self.trainers]
         return self.get(calls, self.recipe.timeouts.train_s, "reference logprobs", "timeouts.train_s")[0]
 
     def critic_values(self, batch: Any) -> Any:
-        """The critic's values [B, S-1] of ``batch``."""
+        """The critic's values [B, S-1] (reward units; 0 off the response) of ``batch`` (a ``TrainBatch``)."""
         return self.get([self.critic.call("compute_values", batch)], self.recipe.timeouts.train_s, "critic values",
                         "timeouts.train_s")[0]
 

@@ -109,6 +109,10 @@ class PolicyWorker:
             model.gradient_checkpointing_enable()
         model.config.use_cache = False
         self.ds = tr.backend == "deepspeed"
+        # the autocast dtype: bf16 (and torch-backend fp16) compute over fp32 parameters; None for fp32, and for
+        # DeepSpeed fp16, whose module is fp16 itself
+        lowp = self.dtype != torch.float32 and not (self.ds and self.dtype == torch.float16)
+        self.amp_dtype: torch.dtype | None = self.dtype if lowp else None
         if self.ds:
             self._init_deepspeed(model)
         else:
@@ -123,7 +127,7 @@ class PolicyWorker:
         self.ref = None
         if self.algo.kl_coef > 0:
             # fp32 weights under the policy's autocast: at the start the KL to the policy is exactly 0
-            ref_dtype = self.dtype if (self.ds and self.dtype == torch.float16) else torch.float32
+            ref_dtype = torch.float32 if self.amp_dtype is not None else self.dtype
             self.ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=ref_dtype).to(self.device).eval()
             self.ref.requires_grad_(False)
         self.version = 0
@@ -163,12 +167,16 @@ class PolicyWorker:
             opt = torch.optim.AdamW(model.parameters(), **adamw)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=config)
         self.module = self.engine.module
+        # what DeepSpeed's engine.forward does first, and _forward bypasses (it calls the module's parts): ZeRO-3
+        # counts micro-steps there; without it every micro-batch's gradient overwrote the one before (measured: 2
+        # micro-batches, the update of the second alone; tests/integration/test_bf16_updates.py)
+        self._forward_prologue = getattr(self.engine.optimizer, "clear_backward_seen_flag", None)
 
     # -- forward pieces -----------------------------------------------------------------------------------------
     def _autocast(self):
-        """bf16 (and torch-backend fp16) compute over the fp32 parameters; DeepSpeed fp16 has an fp16 module."""
-        if self.dtype != torch.float32 and not (self.ds and self.dtype == torch.float16):
-            return torch.autocast(self.device.type, dtype=self.dtype)
+        """Autocast to ``amp_dtype`` (see ``__init__``), or nothing."""
+        if self.amp_dtype is not None:
+            return torch.autocast(self.device.type, dtype=self.amp_dtype)
         return nullcontext()
 
     def _forward(self, model: torch.nn.Module, mb: TrainBatch, need_entropy: bool, entropy_grad: bool = False,
@@ -191,13 +199,8 @@ class PolicyWorker:
         mask = mb.loss_mask.to(self.device).bool()  # [b, S-1]
         targets = ids[:, 1:][mask]  # [N]
         head = lean_output_head(model)  # hidden [N, H] -> logits [N, V], or None: full forward
-        if self.ds and model is self.module:
-            # what DeepSpeed's engine.forward does first, and this forward bypasses (it calls the module's parts):
-            # ZeRO-3 counts micro-steps there; without it every micro-batch's gradient overwrote the one before
-            # (measured: 2 micro-batches, the update of the second alone; tests/integration/test_bf16_updates.py)
-            clear = getattr(self.engine.optimizer, "clear_backward_seen_flag", None)
-            if clear is not None:
-                clear()
+        if self.ds and model is self.module and self._forward_prologue is not None:
+            self._forward_prologue()
         with self._autocast():
             if head is not None:
                 hidden = model.model(input_ids=ids, attention_mask=am).last_hidden_state[:, :-1]  # [b, S-1, H]

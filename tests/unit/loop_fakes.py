@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from rlvr.reward.pool import Scored, verifier_keys
-from rlvr.runtime.executors import LocalExecutor
+from rlvr.runtime.executors import LocalExecutor, Resources
 from rlvr.types import Completion, VerifyResult
 
 SPECS = [("w", (1,), "float32")]
@@ -156,4 +156,4 @@ class FakeExecutor(LocalExecutor):
         kw = dict(kwargs, log=self.log, role=name)
         if fake is FakeEngine:
             kw["all_right_calls"] = self.all_right_calls
-        return super().spawn(name, fake, *args, **kw) if resources is None else super().spawn(name, fake, *args, resources=resources, **kw)
+        return super().spawn(name, fake, *args, resources=resources or Resources(), **kw)
