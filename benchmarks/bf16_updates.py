@@ -80,7 +80,7 @@ def one(variant: str, model_dir: str, a) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from rlvr.config import load_recipe
+    from rlvr.recipe import load_recipe
     from rlvr.runtime.executors import free_port
     from rlvr.train.policy import PolicyWorker
 

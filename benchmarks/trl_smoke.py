@@ -36,7 +36,7 @@ def main() -> None:
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from rlvr.config import load_recipe
+    from rlvr.recipe import load_recipe
     from rlvr.data.generated import generated_split
     from rlvr.models import resolve_model
     from rlvr.reward.base import build_verifier
@@ -63,7 +63,7 @@ def main() -> None:
         per_device_train_batch_size=r.trainer.micro_batch_size,
         gradient_accumulation_steps=r.samples_per_step // r.trainer.micro_batch_size,
         num_generations=n_gen, max_completion_length=r.rollout.max_new_tokens, temperature=r.rollout.temperature,
-        top_p=1.0, beta=0.0, epsilon=r.algorithm.clip_low, num_iterations=1, loss_type="dapo",
+        top_p=1.0, beta=0.0, epsilon=r.algorithm.policy_loss.settings.clip_low, num_iterations=1, loss_type="dapo",
         scale_rewards="group", logging_steps=1, report_to=[], save_strategy="no", dataloader_num_workers=0,
     )  # fmt: skip
 

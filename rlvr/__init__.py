@@ -2,7 +2,7 @@
 
 Public API (the rest is implementation):
 
-- :func:`load_recipe`, :class:`Recipe`, :class:`RecipeError`: recipes (``rlvr.config``)
+- :func:`load_recipe` (``rlvr.recipe``), :class:`Recipe`, :class:`RecipeError` (``rlvr.config``): recipes
 - :func:`train`: run a recipe end to end (``rlvr.runtime.controller``); :func:`evaluate`: ``rlvr eval``
   (``rlvr.evaluate``)
 - :func:`pass_at_k`: the unbiased pass@k estimator (``rlvr.metrics``)
@@ -12,8 +12,9 @@ Public API (the rest is implementation):
   ``KL_ESTIMATORS`` (``rlvr.algos``)
 """
 
-from rlvr.algos import ADVANTAGES, CRITIC_ADVANTAGES, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
-from rlvr.config import Recipe, RecipeError, load_recipe
+from rlvr.algos import ADVANTAGES, CRITIC_ADVANTAGES, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES  # no torch yet
+from rlvr.config import Recipe, RecipeError
+from rlvr.recipe import load_recipe
 from rlvr.metrics.passk import pass_at_k
 from rlvr.registry import Registry
 from rlvr.types import Completion, Prompt, VerifyResult

@@ -20,7 +20,8 @@ def _print_recipe(recipe) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from rlvr.config import RecipeError, load_recipe
+    from rlvr.config import RecipeError
+    from rlvr.recipe import load_recipe
 
     if args.resume:
         args.overrides = list(args.overrides) + [f"run.resume={args.resume}"]

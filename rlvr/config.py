@@ -1,8 +1,12 @@
-"""Recipe schema: typed, frozen dataclasses loaded from YAML, with dotted CLI overrides.
+"""Recipe schema: typed, frozen dataclasses read from YAML, with dotted CLI overrides. A leaf module: it imports
+neither torch nor the algorithms.
 
 A recipe is a YAML mapping whose sections match :class:`Recipe`'s fields. Unknown keys are errors that name
-the nearest valid key; invariants are checked at load (:func:`validate`) with a message that says how to fix
-them. Nothing reads a config value through a hidden default: every default is a field default here.
+the nearest valid key. Named registry entries (:class:`Spec`: ``algorithm.advantage``, ``algorithm.policy_loss``)
+carry their own settings, declared next to their functions in ``rlvr/algos/``. :func:`read_recipe` builds a recipe
+by this schema; :func:`rlvr.recipe.load_recipe` (what to call) also resolves each entry's settings and checks the
+invariants, each with a message that says how to fix it. Nothing reads a config value through a hidden default:
+every default is a field default here or in an entry's settings.
 
 Errors: :class:`RecipeError` (a ``ValueError``) for every problem found in a recipe or an override.
 """
@@ -157,18 +161,33 @@ class RewardConfig:
     0 (``crashed``/``error``) and the worker replaced."""
 
 
+@dataclass(frozen=True)
+class Spec:
+    """A registry entry named in a recipe, with its own settings: ``advantage: passk`` (every setting at its
+    default) or ``advantage: {name: passk, k: 8}``; a dotted override reaches inside (``algorithm.advantage.k=8``).
+
+    ``name``: the registered name. ``settings``: after :func:`rlvr.recipe.load_recipe`, the entry's own frozen
+    dataclass, every field filled in (``rlvr.algos.advantages.PassKSettings(k=8)``); ``None`` means every field at
+    its default; a mapping is the recipe's fields as read by :func:`read_recipe`, before they are resolved.
+    Read the settings with :meth:`rlvr.registry.Registry.settings_of`.
+    """
+
+    name: str
+    settings: Any = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class AlgorithmConfig:
-    advantage: str = "grpo"
-    """Advantage estimator (registry ``rlvr.algos.advantages.ADVANTAGES``)."""
-    std_normalize: bool = True
-    """GRPO: divide by the group's unbiased std (Shao et al. 2024, eq. of sec. 4.1.2)."""
-    policy_loss: str = "ppo_clip"
-    """Policy loss (registry ``rlvr.algos.losses.POLICY_LOSSES``)."""
-    clip_low: float = 0.2
-    """PPO clip: ratio floor 1 - clip_low."""
-    clip_high: float = 0.2
-    """PPO clip: ratio ceiling 1 + clip_high."""
+    """The method: which advantage estimator and policy loss (each with its own settings, declared next to its
+    function in ``rlvr/algos/``), and the settings that cut across methods (KL, entropy, TIS, DAPO, DPH-RL, epochs)."""
+
+    advantage: Spec = Spec("grpo")
+    """Advantage estimator and its settings (registries ``rlvr.algos.advantages.ADVANTAGES`` and, with a learned
+    critic, ``rlvr.algos.gae.CRITIC_ADVANTAGES``): ``grpo`` {std_normalize}, ``dr_grpo``, ``rloo``,
+    ``reinforce_pp``, ``reinforce_pp_global``, ``passk`` {k}, ``pkpo`` {k, baseline}, ``gae`` {gamma, lam, whiten}."""
+    policy_loss: Spec = Spec("ppo_clip")
+    """Policy loss and its settings (registry ``rlvr.algos.losses.POLICY_LOSSES``): ``ppo_clip`` {clip_low,
+    clip_high, dual_clip_c}, ``gspo`` {clip_low, clip_high}, ``cispo`` {clip_low, clip_high}."""
     loss_agg: str = "token_mean"
     """Loss aggregation (registry ``rlvr.algos.losses.LOSS_AGGREGATIONS``)."""
     kl_coef: float = 0.0
@@ -177,24 +196,8 @@ class AlgorithmConfig:
     """KL estimator (registry ``rlvr.algos.kl.KL_ESTIMATORS``)."""
     ppo_epochs: int = 1
     """Passes over each rollout batch."""
-    passk_k: int = 4
-    """k of the pass@k objectives (advantages ``passk`` and ``pkpo``; read by no other estimator):
-    1 <= k <= rollout.samples_per_prompt (``pkpo`` with ``pkpo_baseline=loo``: k <= G - 1)."""
-    pkpo_baseline: Literal["loo_minus_one", "loo"] = "loo_minus_one"
-    """``pkpo`` baseline (Walder & Karkhanis 2025, sec. 4): ``loo_minus_one`` (their recommended k-1
-    estimator; needs k >= 2) or ``loo`` (leave-one-out pass@k of the other samples; needs k <= G - 1)."""
-    dual_clip_c: float = 0.0
-    """``ppo_clip`` dual clip (Ye et al. 2020): for A < 0 the loss is capped at ``-c * A``; 0: off, else > 1."""
-    gspo_clip_low: float = 3e-4
-    """``gspo``: sequence-ratio floor 1 - gspo_clip_low (Zheng et al. 2025 use 3e-4)."""
-    gspo_clip_high: float = 4e-4
-    """``gspo``: sequence-ratio ceiling 1 + gspo_clip_high (Zheng et al. 2025 use 4e-4)."""
-    cispo_clip_low: float = 1.0
-    """``cispo``: importance-weight floor 1 - cispo_clip_low (1.0: no floor, as in MiniMax-M1)."""
-    cispo_clip_high: float = 4.0
-    """``cispo``: importance-weight ceiling 1 + cispo_clip_high (not a value from the paper: tune it)."""
     tis_cap: float = 0.0
-    """Truncated importance sampling between the rollout engine's and the trainer's old logprobs: each
+    """Truncated importance sampling (every policy loss) between the rollout engine's and the trainer's old logprobs: each
     token's loss is multiplied by the detached ``min(exp(old - rollout), tis_cap)``; 0: off, else >= 1."""
     dynamic_sampling: bool = False
     """DAPO dynamic sampling (Yu et al. 2025, arXiv 2503.14476, sec. 3.2): drop the groups whose rewards are all
@@ -223,15 +226,6 @@ class AlgorithmConfig:
     group estimators (REINFORCE++), per-token rewards for ``gae`` (PPO)."""
     entropy_coef: float = 0.0
     """Entropy bonus: ``-entropy_coef * H`` added to each token's loss (Schulman et al. 2017, eq. 9); 0: off."""
-    gamma: float = 1.0
-    """``gae`` discount per token (verl and OpenRLHF default 1.0 for LLMs)."""
-    lam: float = 0.95
-    """``gae`` lambda (Schulman et al. 2016, eq. 16); OpenRLHF's default 0.95, verl's 1.0."""
-    value_clip: float = 0.2
-    """``gae`` critic: value clipping range around the rollout-time values (PPO2's clipped value loss;
-    OpenRLHF 0.2, verl 0.5); 0: no clipping."""
-    whiten_advantages: bool = True
-    """``gae``: normalise token advantages to mean 0, std 1 over the batch's response tokens (PPO practice)."""
     dph_divergence: Literal["none", "forward_kl", "js"] = "none"
     """DPH-RL (Li et al. 2025, arXiv 2509.07430): a mass-covering divergence to the starting policy, estimated
     on samples drawn from it once before training (``rlvr.algos.kl.dph_forward_kl`` / ``dph_js``)."""
@@ -244,6 +238,13 @@ class AlgorithmConfig:
     times; only correct samples are kept, as in the paper)."""
     dph_batch: int = 8
     """Buffer samples in each update's DPH-RL term."""
+
+    def __post_init__(self) -> None:  # AlgorithmConfig(advantage="gae") in Python: a name alone is a Spec
+        for name in ("advantage", "policy_loss"):
+            if isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, Spec(getattr(self, name)))
+
+
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -284,6 +285,9 @@ class CriticConfig:
     micro_batch_size: int = 8
     """Sequences per critic forward/backward."""
     grad_clip: float = 1.0
+    value_clip: float = 0.2
+    """Value clipping range around the rollout-time values (PPO2's clipped value loss; OpenRLHF 0.2, verl 0.5);
+    0: no clipping."""
     threads: int = 1
     """torch threads of the critic worker."""
     num_gpus: float = 0.0
@@ -470,8 +474,8 @@ FOREIGN_NAMES: dict[str, str] = {
     "beta": "algorithm.kl_coef",
     "kl_loss_coef": "algorithm.kl_coef",
     "num_iterations": "algorithm.ppo_epochs",
-    "epsilon": "algorithm.clip_low",
-    "epsilon_high": "algorithm.clip_high",
+    "epsilon": "algorithm.policy_loss.clip_low",
+    "epsilon_high": "algorithm.policy_loss.clip_high",
     "max_grad_norm": "trainer.grad_clip",
     "adv_estimator": "algorithm.advantage",
     "rollout.n": "rollout.samples_per_prompt",  # verl (qualified: a bare `n` elsewhere means something else)
@@ -490,11 +494,31 @@ REMOVED_KEYS: dict[str, str] = {
 }
 """Keys other frameworks (or older rlvr recipes) have that rlvr deliberately does not: the reason, for the error."""
 
+MOVED_KEYS: dict[str, str] = {
+    "algorithm.std_normalize": "advantage: {name: grpo, std_normalize: false} (algorithm.advantage.std_normalize)",
+    "algorithm.passk_k": "advantage: {name: passk, k: 4} or {name: pkpo, k: 4} (algorithm.advantage.k)",
+    "algorithm.pkpo_baseline": "advantage: {name: pkpo, k: 4, baseline: loo} (algorithm.advantage.baseline)",
+    "algorithm.clip_low": "policy_loss: {name: ppo_clip, clip_low: 0.2} (algorithm.policy_loss.clip_low)",
+    "algorithm.clip_high": "policy_loss: {name: ppo_clip, clip_high: 0.28} (algorithm.policy_loss.clip_high)",
+    "algorithm.dual_clip_c": "policy_loss: {name: ppo_clip, dual_clip_c: 3} (algorithm.policy_loss.dual_clip_c)",
+    "algorithm.gspo_clip_low": "policy_loss: {name: gspo, clip_low: 3.0e-4} (algorithm.policy_loss.clip_low)",
+    "algorithm.gspo_clip_high": "policy_loss: {name: gspo, clip_high: 4.0e-4} (algorithm.policy_loss.clip_high)",
+    "algorithm.cispo_clip_low": "policy_loss: {name: cispo, clip_low: 1.0} (algorithm.policy_loss.clip_low)",
+    "algorithm.cispo_clip_high": "policy_loss: {name: cispo, clip_high: 4.0} (algorithm.policy_loss.clip_high)",
+    "algorithm.gamma": "advantage: {name: gae, gamma: 1.0} (algorithm.advantage.gamma)",
+    "algorithm.lam": "advantage: {name: gae, lam: 0.95} (algorithm.advantage.lam)",
+    "algorithm.whiten_advantages": "advantage: {name: gae, whiten: true} (algorithm.advantage.whiten)",
+    "algorithm.value_clip": "critic.value_clip",
+}
+"""Flat algorithm keys of rlvr before each method owned its settings: where each one lives now, for the error."""
+
 
 def _unknown_key(where: str, key: str, valid: list[str]) -> RecipeError:
     near = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
     foreign = FOREIGN_NAMES.get(where + key) or FOREIGN_NAMES.get(key)
-    if where + key in REMOVED_KEYS:
+    if where + key in MOVED_KEYS:
+        hint = f"each method owns its settings now: write {MOVED_KEYS[where + key]}"
+    elif where + key in REMOVED_KEYS:
         hint = f"rlvr has no such setting: {REMOVED_KEYS[where + key]}"
     elif foreign:  # before fuzzy matching: num_generations is not num_engines
         hint = f"rlvr calls this '{foreign}'"
@@ -505,9 +529,30 @@ def _unknown_key(where: str, key: str, valid: list[str]) -> RecipeError:
     return RecipeError(f"unknown key '{where}{key}': {hint}")
 
 
+def _spec(value: Any, where: str) -> Spec:
+    """``"passk"`` or ``{name: passk, k: 4}`` (or an already built :class:`Spec`) -> ``Spec`` with the fields as a
+    mapping (resolved against the entry's settings class by :func:`rlvr.recipe.load_recipe`)."""
+    if isinstance(value, Spec):
+        return value
+    if isinstance(value, str):
+        return Spec(value)
+    if isinstance(value, dict) and isinstance(value.get("name"), str):
+        return Spec(value["name"], {k: v for k, v in value.items() if k != "name"})
+    raise RecipeError(f"'{where}' must be a registered name or a mapping with a name and that entry's settings, "
+                      f"e.g. {where.rsplit('.', 1)[-1]}: {{name: ..., ...}}; got {value!r}")  # fmt: skip
+
+
+def build_settings(cls: type, fields: dict[str, Any], where: str) -> Any:
+    """An entry's settings dataclass from a recipe's mapping, fields converted and checked by type as every recipe
+    section is. Errors: :class:`RecipeError` naming ``where`` + the field (an unknown one with its nearest name)."""
+    return _build(cls, fields, where + ".")
+
+
 def _convert(value: Any, tp: Any, where: str) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
+    if tp is Spec:
+        return _spec(value, where)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise RecipeError(f"'{where}' must be a mapping of {tp.__name__} fields, got {value!r}")
@@ -581,6 +626,9 @@ def _build(cls: type, data: dict[str, Any], where: str = "") -> Any:
 
 
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``a.b.c = value`` in the raw recipe tree. A :class:`Spec` field takes a name (replacing the whole entry,
+    its settings back to defaults) or, one level down, one of its entry's settings (``algorithm.advantage.k=8``:
+    a bare name in the tree becomes ``{name: ..., k: 8}``; the field is checked when the recipe is resolved)."""
     cls: Any = Recipe
     node = tree
     parts = dotted.split(".")
@@ -593,10 +641,32 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
             return
         cls = ftypes[part] if ftypes is not None else Any
         nxt = node.get(part)
+        if cls is Spec:
+            if len(parts) - i != 2:
+                raise RecipeError(f"override {dotted!r}: write {'.'.join(parts[:i + 1])}=NAME or "
+                                  f"{'.'.join(parts[:i + 1])}.SETTING=VALUE")  # fmt: skip
+            if nxt is None:
+                default = next(f.default for f in dataclasses.fields(_owner(parts[:i])) if f.name == part)
+                nxt = default.name
+            if isinstance(nxt, str):
+                nxt = {"name": nxt}
+            if not isinstance(nxt, dict):
+                raise RecipeError(f"override {dotted!r}: {'.'.join(parts[:i + 1])} is {nxt!r}, not a name or mapping")
+            node[part] = nxt
+            nxt[parts[-1]] = value
+            return
         if not isinstance(nxt, dict):
             nxt = {}
             node[part] = nxt
         node = nxt
+
+
+def _owner(path: list[str]) -> type:
+    """The dataclass at ``path`` (a list of field names) below :class:`Recipe`."""
+    cls: Any = Recipe
+    for part in path:
+        cls = _field_types(cls)[part]
+    return cls
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -617,8 +687,10 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise RecipeError(f"override {key!r}: value {raw!r} is not valid YAML ({first}); quote it or fix it") from None
 
 
-def load_recipe(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
-    """Load a recipe YAML, apply ``section.key=value`` overrides, build and validate it.
+def read_recipe(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
+    """Read a recipe YAML, apply ``section.key=value`` overrides and build it by the schema (types, unknown keys,
+    ``model.dtype: auto`` resolved). Named entries (:class:`Spec`) keep the recipe's fields as a mapping and no
+    invariant is checked: :func:`rlvr.recipe.load_recipe` does both (use that one).
 
     Errors: :class:`RecipeError` naming the key and the fix; ``FileNotFoundError`` for a missing file.
     """
@@ -641,147 +713,25 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] | tuple[str
 
         dtype = fast_dtype(recipe.trainer.num_gpus)
         recipe = dataclasses.replace(recipe, model=dataclasses.replace(recipe.model, dtype=dtype))
-    validate(recipe)
     return recipe
 
 
-def _rollout_errors(r: Recipe) -> list[str]:
-    """Engines, restarts and sampling settings."""
-    errs: list[str] = []
-    ro = r.rollout
-    if ro.max_restarts < 0:
-        errs.append("rollout.max_restarts must be >= 0")
-    if ro.num_engines < 1:
-        errs.append("rollout.num_engines must be >= 1")
-    elif ro.prompts_per_step % ro.num_engines:
-        errs.append(
-            f"rollout.prompts_per_step ({ro.prompts_per_step}) must divide evenly over "
-            f"rollout.num_engines ({ro.num_engines})"
-        )
-    if r.run.executor == "local" and ro.engine == "vllm" and ro.num_engines > 1:
-        errs.append(
-            "run.executor=local holds every role in one process, and vLLM allows one engine per process: "
-            "set run.executor=ray or rollout.num_engines=1"
-        )
-    if ro.temperature <= 0:
-        errs.append("rollout.temperature must be > 0 for RL (sampled logprobs); use eval for greedy decoding")
-    if not 0 < ro.top_p <= 1:
-        errs.append("rollout.top_p must be in (0, 1]")
-    elif ro.top_p < 1 or ro.top_k > 0:
-        # case R2: vLLM's processed logprobs are renormalised over the kept tokens, the trainer's are not
-        what = " and ".join(x for x in (f"rollout.top_p={ro.top_p}" if ro.top_p < 1 else "",
-                                        f"rollout.top_k={ro.top_k}" if ro.top_k > 0 else "") if x)
-        errs.append(
-            f"{what} truncates the sampler: the engine's logprobs are "
-            "then renormalised over the kept tokens while the trainer's cover the whole vocabulary (probabilities "
-            "[.5, .3, .15, .05] at top_p 0.8: ratio 0.8 instead of 1), which biases truncated importance sampling, "
-            "the KL in the reward, the DPH-RL buffer and the rollout/trainer gap metrics. Train with rollout.top_p: "
-            "1.0 and rollout.top_k: -1 (lower rollout.temperature to sharpen sampling); `rlvr eval` may truncate"
-        )
-    if ro.max_new_tokens < 1:
-        errs.append("rollout.max_new_tokens must be >= 1")
-    return errs
-
-
-def _batch_errors(r: Recipe) -> list[str]:
-    """Mini-/micro-batch divisibility over ranks, ZeRO stage and learning rate."""
-    errs: list[str] = []
-    tr = r.trainer
-    b = r.samples_per_step
-    if tr.mini_batch_size and b % tr.mini_batch_size:
-        errs.append(
-            f"trainer.mini_batch_size ({tr.mini_batch_size}) must divide the samples per step "
-            f"(prompts_per_step x samples_per_prompt = {b})"
-        )
-    mb = r.mini_batch
-    if tr.mini_batch_size < 0 or tr.num_workers < 1 or tr.micro_batch_size < 1:
-        errs.append(
-            "trainer.mini_batch_size must be >= 0 (0: the whole batch), trainer.num_workers and "
-            "trainer.micro_batch_size >= 1"
-        )
-    elif mb < 1:
-        pass  # an empty batch: reported above (prompts_per_step / samples_per_prompt)
-    elif mb % tr.num_workers:
-        errs.append(f"the mini-batch ({mb}) must divide evenly over trainer.num_workers ({tr.num_workers})")
-    elif (mb // tr.num_workers) % min(tr.micro_batch_size, mb // tr.num_workers):
-        errs.append(
-            f"trainer.micro_batch_size ({tr.micro_batch_size}) must divide the per-rank mini-batch "
-            f"({mb // tr.num_workers}); e.g. set trainer.micro_batch_size={_divisor(mb // tr.num_workers, tr.micro_batch_size)}"
-        )
-    if tr.zero_stage not in (0, 1, 2, 3):
-        errs.append("trainer.zero_stage must be 0, 1, 2 or 3")
-    if tr.lr <= 0:
-        errs.append("trainer.lr must be > 0")
-    return errs
-
-
-def validate(r: Recipe) -> None:
-    """Check the recipe's invariants; raise :class:`RecipeError` with the fix."""
-    errs: list[str] = []
-    ro, al = r.rollout, r.algorithm
-    if r.run.steps < 1:
-        errs.append("run.steps must be >= 1")
-    if ro.prompts_per_step < 1 or ro.samples_per_prompt < 1:
-        errs.append("rollout.prompts_per_step and rollout.samples_per_prompt must be >= 1")
-    errs.extend(_rollout_errors(r))
-    errs.extend(_batch_errors(r))
-    if al.clip_low < 0 or al.clip_high < 0:
-        errs.append("algorithm.clip_low and clip_high must be >= 0")
-    if al.ppo_epochs < 1:
-        errs.append("algorithm.ppo_epochs must be >= 1")
-    if al.kl_coef < 0:
-        errs.append("algorithm.kl_coef must be >= 0")
-    from rlvr.config_checks import dapo_errors, extra_errors, objective_errors
-
-    errs.extend(objective_errors(al, ro.samples_per_prompt))
-    errs.extend(dapo_errors(al, ro.samples_per_prompt, ro.max_new_tokens))
-    errs.extend(extra_errors(r))
-    for k in r.metrics.pass_k:
-        if not 1 <= k <= ro.samples_per_prompt:
-            errs.append(
-                f"metrics.pass_k has k={k}: pass@k needs 1 <= k <= samples_per_prompt ({ro.samples_per_prompt})"
-            )
-    if not r.reward.verifiers:
-        errs.append("reward.verifiers is empty: name at least one verifier (e.g. - name: math)")
-    if r.reward.timeout_s <= 0:
-        errs.append("reward.timeout_s must be > 0")
-    if r.reward.num_workers < 1:
-        errs.append("reward.num_workers must be >= 1")
-    if r.reward.memory_mb is not None and r.reward.memory_mb < 256:
-        errs.append("reward.memory_mb must be >= 256 (math-verify and sympy need room) or null for no limit")
-    if "{question}" not in r.data.prompt_template:
-        errs.append("data.prompt_template must contain {question}")
-    va = r.validation
-    if va.every_steps < 0 or va.samples < 1 or va.temperature <= 0:
-        errs.append("validation.every_steps must be >= 0, validation.samples >= 1, validation.temperature > 0")
-    if va.every_steps and va.source is None and r.data.source != "generated":
-        errs.append(
-            f"validation.every_steps={va.every_steps} with data.source={r.data.source!r}: set validation.source to a "
-            "held-out file or data set (only a generated task has a built-in holdout split)"
-        )
-    if va.every_steps and va.source is None and r.data.source == "generated" and r.data.generated.holdout == 0:
-        errs.append("validation needs held-out rows: set data.generated.holdout > 0 (e.g. 64) or validation.source")
-    for f in dataclasses.fields(TimeoutsConfig):
-        if not getattr(r.timeouts, f.name) > 0:
-            errs.append(f"timeouts.{f.name} must be > 0 seconds, got {getattr(r.timeouts, f.name)}")
-    if r.sync.timeout_s <= 0:
-        errs.append("sync.timeout_s must be > 0")
-    if r.sync.probe_every < 0 or (r.sync.probe_tolerance is not None and not r.sync.probe_tolerance > 0):
-        errs.append("sync.probe_every must be >= 0 (0: off) and sync.probe_tolerance > 0 nats (or null: by dtype)")
-    from rlvr.config_checks import registry_errors
-
-    errs.extend(registry_errors(r))  # names in registries, and what their entries need (capability flags)
-    if errs:
-        raise RecipeError("invalid recipe:\n  - " + "\n  - ".join(errs))
-
-
-def _divisor(n: int, below: int) -> int:
-    return max(d for d in range(1, min(n, below) + 1) if n % d == 0)
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, Spec):
+        return {"name": obj.name, **(_plain(obj.settings) if obj.settings is not None else {})}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    return obj
 
 
 def to_dict(recipe: Recipe) -> dict[str, Any]:
-    """The resolved recipe as plain data (tuples as lists), for YAML/JSON."""
-    return json.loads(json.dumps(dataclasses.asdict(recipe)))
+    """The resolved recipe as plain data (tuples as lists; a :class:`Spec` as ``{name: ..., **settings}``), for
+    YAML/JSON; :func:`rlvr.recipe.load_recipe` reads it back to the same recipe."""
+    return json.loads(json.dumps(_plain(recipe)))
 
 
 def dump_yaml(recipe: Recipe) -> str:

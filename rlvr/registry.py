@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
-from typing import Callable, Generic, Iterator, TypeVar
+from typing import Any, Callable, Generic, Iterator, TypeVar
 
 T = TypeVar("T")
 
 
+@dataclasses.dataclass(frozen=True)
+class NoSettings:
+    """The settings of an entry that has none (``advantage: rloo`` takes no fields)."""
+
+
 class Registry(Generic[T]):
-    """Name -> object map with a decorator for registration.
+    """Name -> object map with a decorator for registration; each entry may own a frozen settings dataclass
+    (the fields a recipe may give it: ``advantage: {name: passk, k: 4}``) and capability flags.
+
+    A settings class may define ``errors(self, recipe, where: str) -> list[str]``: its invariants against the
+    whole recipe (e.g. ``k <= rollout.samples_per_prompt``), each message naming ``where`` + the field and the fix;
+    :func:`rlvr.recipe.load_recipe` collects them with the other recipe errors.
 
     Errors: ``KeyError`` on an unknown name, naming the nearest registered names; ``ValueError`` when a
     name is registered twice.
@@ -19,22 +30,50 @@ class Registry(Generic[T]):
         self.kind = kind
         self._items: dict[str, T] = {}
         self._flags: dict[str, dict[str, bool]] = {}
+        self._settings: dict[str, type] = {}
 
-    def register(self, name: str, **flags: bool) -> Callable[[T], T]:
-        """Decorator registering ``name``. ``flags``: what the entry needs or produces, asked by the recipe checks
-        instead of names (e.g. ``needs_groups=True``: advantages compared within a group of G >= 2 samples)."""
+    def register(self, name: str, *, settings: type = NoSettings, **flags: bool) -> Callable[[T], T]:
+        """Decorator registering ``name``. ``settings``: the entry's frozen dataclass of recipe fields (built by the
+        recipe loader and passed to the entry; :class:`NoSettings` when it has none). ``flags``: what the entry needs
+        or produces, asked by the recipe checks instead of names (e.g. ``needs_groups=True``: advantages compared
+        within a group of G >= 2 samples). Errors: ``ValueError`` on a second registration of ``name``, or
+        ``settings`` that is not a frozen dataclass."""
+        params = getattr(settings, "__dataclass_params__", None)
+        if params is None or not params.frozen:
+            raise ValueError(f"{self.kind} {name!r}: settings must be a frozen dataclass, got {settings!r}")
 
         def deco(obj: T) -> T:
             if name in self._items:
                 raise ValueError(f"{self.kind} {name!r} is registered twice")
             self._items[name] = obj
             self._flags[name] = dict(flags)
+            self._settings[name] = settings
             return obj
 
         return deco
 
-    def add(self, name: str, obj: T, **flags: bool) -> None:
-        self.register(name, **flags)(obj)
+    def add(self, name: str, obj: T, *, settings: type = NoSettings, **flags: bool) -> None:
+        self.register(name, settings=settings, **flags)(obj)
+
+    def settings(self, name: str) -> type:
+        """The settings dataclass of entry ``name``. Errors: ``KeyError`` as :meth:`get`."""
+        self.get(name)
+        return self._settings[name]
+
+    def settings_of(self, spec: Any) -> Any:
+        """The settings instance of a :class:`rlvr.config.Spec` naming an entry of this registry: ``spec.settings``
+        when resolved, every field at its default when it is None. Errors: ``KeyError`` on an unknown name;
+        ``TypeError`` on a spec whose settings are still the recipe's raw mapping (load recipes with
+        :func:`rlvr.recipe.load_recipe`, which resolves them) or belong to another entry."""
+        cls = self.settings(spec.name)
+        if spec.settings is None:
+            return cls()
+        if not isinstance(spec.settings, cls):
+            raise TypeError(
+                f"{self.kind} {spec.name!r}: settings {spec.settings!r} are not {cls.__name__} (an unresolved recipe? "
+                "load it with rlvr.recipe.load_recipe)"
+            )
+        return spec.settings
 
     def flag(self, name: str, flag: str) -> bool:
         """The entry's ``flag`` (False when it did not declare it, or ``name`` is not registered)."""

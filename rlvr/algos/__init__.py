@@ -1,14 +1,31 @@
 """The pure math of a training step: advantages, policy losses, loss aggregations, KL estimators, logprobs.
 
-Each extension point is one :class:`rlvr.registry.Registry`; recipes name entries by string
-(``algorithm.advantage``, ``algorithm.policy_loss``, ``algorithm.loss_agg``, ``algorithm.kl_estimator``).
+Each extension point is one :class:`rlvr.registry.Registry`; a recipe names an entry, with its own settings where
+it has any (``advantage: {name: passk, k: 4}``, ``policy_loss: {name: ppo_clip, clip_high: 0.28}``,
+``loss_agg: token_mean``, ``kl_estimator: k3``).
+
+Every module of this package is imported here (:func:`_import_all`), so a new estimator is one new module that
+registers itself (see README, "Add an advantage estimator"); these modules import torch on first use only
+(:mod:`rlvr.lazy`), so loading a recipe stays light.
 """
+
+import importlib
+import pkgutil
 
 from rlvr.algos.advantages import ADVANTAGES
 from rlvr.algos.gae import CRITIC_ADVANTAGES
 from rlvr.algos.kl import KL_ESTIMATORS
 from rlvr.algos.logprobs import entropy_from_logits, masked_mean, response_mask, token_logprobs
 from rlvr.algos.losses import LOSS_AGGREGATIONS, POLICY_LOSSES
+
+
+def _import_all() -> None:
+    """Import every module of this package (each registers its entries)."""
+    for info in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{info.name}")
+
+
+_import_all()
 
 __all__ = [
     "ADVANTAGES",

@@ -1,7 +1,8 @@
 """Advantage estimators: per-group rewards -> per-sample advantages, registered by name.
 
-Every estimator has one signature, ``fn(rewards: Tensor [P, G], cfg: AlgorithmConfig) -> Tensor [P, G]``
-(float32, same device), where P = prompts and G = samples per prompt (group size). Row ``p`` holds the G
+Every estimator has one signature, ``fn(rewards: Tensor [P, G], settings) -> Tensor [P, G]`` (float32, same
+device), where ``settings`` is the entry's own frozen dataclass (registered with it; a recipe gives its fields,
+``advantage: {name: passk, k: 4}``; :class:`rlvr.registry.NoSettings` for an entry without any), where P = prompts and G = samples per prompt (group size). Row ``p`` holds the G
 samples of prompt ``p``; flatten with ``.reshape(-1)`` to get the [B] advantages of sequence ``p * G + g``.
 
 Every statistic is taken over one group (a row), never over the whole batch (case A3), except in the two
@@ -9,22 +10,25 @@ REINFORCE++ estimators, whose paper normalises by batch statistics (said in thei
 one sample, or whose rewards are all equal, carries no signal: its advantages are exactly 0, never NaN (case
 A2); ``reinforce_pp_global`` is the exception (its baseline is the batch).
 
-The pass@k estimators (``passk``, ``pkpo``) take k from ``cfg.passk_k`` and need binary (0/1) rewards.
+The pass@k estimators (``passk``, ``pkpo``) take k from their settings and need binary (0/1) rewards.
 
 Errors: ``ValueError`` when ``rewards`` is not 2-D or holds NaN/inf, and as each estimator documents.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
-import torch
-from torch import Tensor
+from rlvr.lazy import lazy_module
+from rlvr.registry import NoSettings, Registry
 
-from rlvr.registry import Registry
+if TYPE_CHECKING:
+    from torch import Tensor
 
-if TYPE_CHECKING:  # annotations only: the schema imports these registries to validate names
-    from rlvr.config import AlgorithmConfig
+    from rlvr.config import Recipe
+
+torch = lazy_module("torch")  # imported on first use: loading a recipe resolves these settings without torch
 
 # flags: needs_groups (compares the G samples of a prompt: G >= 2), binary_rewards (0/1 rewards: pass@k counts)
 ADVANTAGES: Registry = Registry("advantage estimator")
@@ -52,8 +56,14 @@ def _centred(r: Tensor) -> Tensor:
     return r - r.mean(dim=-1, keepdim=True)
 
 
-@ADVANTAGES.register("grpo", needs_groups=True)
-def grpo(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
+@dataclass(frozen=True, kw_only=True)
+class GRPOSettings:
+    std_normalize: bool = True
+    """Divide by the group's unbiased std (Shao et al. 2024, sec. 4.1.2); false: mean-centring only."""
+
+
+@ADVANTAGES.register("grpo", settings=GRPOSettings, needs_groups=True)
+def grpo(rewards: Tensor, cfg: GRPOSettings) -> Tensor:
     """GRPO outcome advantages (Shao et al. 2024, "DeepSeekMath", sec. 4.1.2).
 
     ``A[p, g] = (r[p, g] - mean_g r[p]) / (std_g r[p] + STD_EPS)`` when ``cfg.std_normalize``, with the
@@ -68,9 +78,9 @@ def grpo(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
 
 
 @ADVANTAGES.register("dr_grpo", needs_groups=True)
-def dr_grpo(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
+def dr_grpo(rewards: Tensor, cfg: NoSettings) -> Tensor:
     """Dr. GRPO advantages: mean-centring only, no std division (Liu et al. 2025, "Understanding R1-Zero-Like
-    Training: A Critical Perspective", sec. 3.2); ``cfg.std_normalize`` is ignored.
+    Training: A Critical Perspective", sec. 3.2); no settings.
 
     ``A[p, g] = r[p, g] - mean_g r[p]`` (normaliser G). Pair it with the ``seq_mean_token_sum_norm`` loss
     aggregation to remove the paper's length bias as well. rewards: [P, G] -> [P, G] float32.
@@ -82,7 +92,7 @@ def dr_grpo(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
 
 
 @ADVANTAGES.register("rloo", needs_groups=True)
-def rloo(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
+def rloo(rewards: Tensor, cfg: NoSettings) -> Tensor:
     """REINFORCE leave-one-out advantages (Ahmadian et al. 2024, "Back to Basics", eq. 6).
 
     ``A[p, g] = r[p, g] - (sum_{j != g} r[p, j]) / (G - 1)``, which equals ``G / (G - 1) * (r - mean)``.
@@ -102,7 +112,7 @@ def rloo(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
 
 
 @ADVANTAGES.register("reinforce_pp", needs_groups=True)
-def reinforce_pp(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
+def reinforce_pp(rewards: Tensor, cfg: NoSettings) -> Tensor:
     """REINFORCE++-baseline advantages (Hu 2025, "REINFORCE++", arXiv 2501.03262, sec. 3, the "-baseline"
     variant for several samples per prompt): subtract the GROUP mean, then normalise by the BATCH std.
 
@@ -112,7 +122,7 @@ def reinforce_pp(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
     exception to "statistics per group" (case A3); they are taken over sequences, not tokens (OpenRLHF
     whitens over tokens, which weights long responses more). A group with equal rewards gets exactly 0
     (case A2), and so does every sample when B = 1 or all groups are constant.
-    ``cfg.std_normalize`` is ignored. rewards: [P, G] -> [P, G] float32.
+    No settings. rewards: [P, G] -> [P, G] float32.
     Case A1 alone in the batch: +0.625 / -0.375 divided by their std 0.5175 -> +1.2076 / -0.7246.
     """
     r = _rewards_f32(rewards)
@@ -153,7 +163,7 @@ def normalise_token_advantages(adv: Tensor, mask: Tensor) -> Tensor:
 
 
 @ADVANTAGES.register("reinforce_pp_global")
-def reinforce_pp_global(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
+def reinforce_pp_global(rewards: Tensor, cfg: NoSettings) -> Tensor:
     """REINFORCE++ advantages without a group baseline (Hu 2025, arXiv 2501.03262, sec. 3, global
     advantage normalisation; the per-token KL penalty of that section is :func:`rlvr.algos.kl.kl_as_reward`).
 
@@ -187,8 +197,40 @@ def _binary(r: Tensor, name: str) -> Tensor:
 def _check_k(k: int, lo: int, hi: int, name: str, g: int) -> None:
     if not lo <= k <= hi:
         raise ValueError(
-            f"advantage {name!r} needs {lo} <= algorithm.passk_k <= {hi} for group size G = {g}, got k = {k}"
+            f"advantage {name!r} needs {lo} <= algorithm.advantage.k <= {hi} for group size G = {g}, got k = {k}"
         )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PassKSettings:
+    k: int = 4
+    """k of the pass@k objective: 1 <= k <= rollout.samples_per_prompt (k = 1 is GRPO with the population std)."""
+
+    def errors(self, recipe: Recipe, where: str) -> list[str]:
+        g = recipe.rollout.samples_per_prompt
+        if 1 <= self.k <= g:
+            return []
+        return [f"{where}.k={self.k} must be in [1, rollout.samples_per_prompt={g}]: set {where}.k={min(max(self.k, 1), g)}"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PKPOSettings:
+    k: int = 4
+    """k of the pass@k objective (``loo_minus_one``: 2 <= k <= G; ``loo``: 1 <= k <= G - 1)."""
+    baseline: Literal["loo_minus_one", "loo"] = "loo_minus_one"
+    """Walder & Karkhanis 2025, sec. 4: ``loo_minus_one`` (their recommended k-1 estimator; needs k >= 2) or
+    ``loo`` (leave-one-out pass@k of the other samples; needs k <= G - 1)."""
+
+    def errors(self, recipe: Recipe, where: str) -> list[str]:
+        g, k = recipe.rollout.samples_per_prompt, self.k
+        if self.baseline == "loo_minus_one" and not 2 <= k <= g:
+            return [f"{where}: pkpo with baseline=loo_minus_one needs 2 <= k <= samples_per_prompt ({g}), got {k}: "
+                    f"set {where}.k={min(max(k, 2), max(g, 2))}"
+                    + (" (k = 1 has no baseline; use baseline=loo)" if k == 1 else "")]  # fmt: skip
+        if self.baseline == "loo" and not 1 <= k <= g - 1:
+            return [f"{where}: pkpo with baseline=loo needs 1 <= k <= samples_per_prompt - 1 ({g - 1}), got {k}: "
+                    f"lower {where}.k or use baseline=loo_minus_one (allows k = G)"]  # fmt: skip
+        return []
 
 
 def comb_ratio(a: Tensor, b: int, k: int) -> Tensor:
@@ -207,11 +249,11 @@ def comb_ratio(a: Tensor, b: int, k: int) -> Tensor:
     return out
 
 
-@ADVANTAGES.register("passk", needs_groups=True, binary_rewards=True)
-def passk(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
+@ADVANTAGES.register("passk", settings=PassKSettings, needs_groups=True, binary_rewards=True)
+def passk(rewards: Tensor, cfg: PassKSettings) -> Tensor:
     """Analytic pass@k advantages (Chen et al. 2025, "Pass@k Training for Adaptively Balancing Exploration
     and Exploitation of Large Reasoning Models", arXiv 2508.10751, sec. 3.3 "analytical derivation"), with
-    k = ``cfg.passk_k``, for binary rewards.
+    k = ``cfg.k``, for binary rewards.
 
     Per group of N = G samples with N_neg incorrect: the mean pass@k reward over all k-subsets
     ``R = 1 - C(N_neg, k) / C(N, k)``, its std ``s = sqrt(R (1 - R))`` (population std of a 0/1 reward),
@@ -225,7 +267,7 @@ def passk(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
     Errors: ``ValueError`` on non-binary rewards or k outside [1, G].
     """
     r = _rewards_f32(rewards)
-    g, k = r.shape[-1], cfg.passk_k
+    g, k = r.shape[-1], cfg.k
     _check_k(k, 1, g, "passk", g)
     n_neg = g - _binary(r, "passk")
     fail_all = comb_ratio(n_neg, g, k)  # 1 - R: share of k-subsets with no correct sample
@@ -237,10 +279,10 @@ def passk(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
     return torch.where(std > 0, adv, torch.zeros_like(adv)).to(torch.float32)
 
 
-@ADVANTAGES.register("pkpo", needs_groups=True, binary_rewards=True)
-def pkpo(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
+@ADVANTAGES.register("pkpo", settings=PKPOSettings, needs_groups=True, binary_rewards=True)
+def pkpo(rewards: Tensor, cfg: PKPOSettings) -> Tensor:
     """PKPO reward transform for binary rewards (Walder & Karkhanis 2025, "Pass@K Policy Optimization",
-    arXiv 2505.15201), k = ``cfg.passk_k``, with the baseline ``cfg.pkpo_baseline``.
+    arXiv 2505.15201), k = ``cfg.k``, with the baseline ``cfg.baseline``.
 
     With n = G samples, c correct and ``rho(n, c, k) = 1 - C(n - c, k) / C(n, k)`` (their unbiased pass@k,
     sec. 3 eq. 3), the unbaselined effective rewards (their Theorem 1) are ``s_i = k/n`` for a correct
@@ -265,18 +307,18 @@ def pkpo(rewards: Tensor, cfg: AlgorithmConfig) -> Tensor:
     Errors: ``ValueError`` on non-binary rewards or k out of range for the baseline.
     """
     r = _rewards_f32(rewards)
-    g, k = r.shape[-1], cfg.passk_k
+    g, k = r.shape[-1], cfg.k
     n_neg = g - _binary(r, "pkpo")
     scale = k / g
-    if cfg.pkpo_baseline == "loo_minus_one":
-        _check_k(k, 2, g, "pkpo (pkpo_baseline=loo_minus_one)", g)
+    if cfg.baseline == "loo_minus_one":
+        _check_k(k, 2, g, "pkpo (baseline=loo_minus_one)", g)
         pos = scale * comb_ratio(n_neg, g - 1, k - 1)
         neg = torch.zeros_like(pos)
-    elif cfg.pkpo_baseline == "loo":
-        _check_k(k, 1, g - 1, "pkpo (pkpo_baseline=loo)", g)
+    elif cfg.baseline == "loo":
+        _check_k(k, 1, g - 1, "pkpo (baseline=loo)", g)
         pos = scale * comb_ratio(n_neg, g - 1, k)
         neg = scale * (comb_ratio(n_neg - 1, g - 1, k) - comb_ratio(n_neg - 1, g - 1, k - 1))
     else:
-        raise ValueError(f"algorithm.pkpo_baseline must be 'loo_minus_one' or 'loo', got {cfg.pkpo_baseline!r}")
+        raise ValueError(f"algorithm.advantage.baseline must be 'loo_minus_one' or 'loo', got {cfg.baseline!r}")
     adv = torch.where(r == 1, pos, neg)
     return torch.where(_no_signal(r), torch.zeros_like(adv), adv).to(torch.float32)

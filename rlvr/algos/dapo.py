@@ -1,7 +1,7 @@
 """DAPO's sample-level tools: the dynamic-sampling group filter and the two overlong-response treatments.
 
 Source: Yu et al. 2025, "DAPO: An Open-Source LLM Reinforcement Learning System at Scale", arXiv 2503.14476.
-The other two DAPO parts live elsewhere: Clip-Higher (sec. 3.1) is ``ppo_clip`` with ``algorithm.clip_high``
+The other two DAPO parts live elsewhere: Clip-Higher (sec. 3.1) is ``ppo_clip`` with ``algorithm.policy_loss.clip_high``
 > ``clip_low`` (0.28 / 0.2), and the token-level loss (sec. 3.3, eq. 12) is the ``token_mean`` aggregation.
 
 Dimensions: P = prompts, G = samples per prompt (group size), B = P x G responses (prompt-major).
@@ -13,8 +13,14 @@ Errors: ``ValueError`` on wrong shapes or out-of-range arguments, as each functi
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
+
+from rlvr.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_module("torch")
 
 
 def informative_groups(rewards: Tensor, eps: float = 1e-6) -> Tensor:

@@ -1,7 +1,7 @@
 """PPO with a learned critic: token rewards, generalized advantage estimation, the clipped value loss.
 
 Estimators that need a value model live in their own registry, :data:`CRITIC_ADVANTAGES`, with one signature:
-``fn(token_rewards [B, T], values [B, T], mask [B, T], cfg) -> (advantages [B, T], returns [B, T])``, where
+``fn(token_rewards [B, T], values [B, T], mask [B, T], settings) -> (advantages [B, T], returns [B, T])``, where
 B = sequences (prompts x samples) and T = positions of the shifted frame of :class:`rlvr.train.batch.TrainBatch`
 (position t scores the token ``input_ids[:, t + 1]``; ``values[b, t]`` is V of the state before that token).
 ``algorithm.advantage`` names an entry of this registry or of :data:`rlvr.algos.advantages.ADVANTAGES`; the step
@@ -12,15 +12,18 @@ Errors: ``ValueError`` on mismatched shapes, NaN/inf inputs, or settings out of 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
-
+from rlvr.lazy import lazy_module
 from rlvr.registry import Registry
 
-if TYPE_CHECKING:  # annotations only: the schema imports these registries to validate names
-    from rlvr.config import AlgorithmConfig
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from rlvr.config import Recipe
+
+torch = lazy_module("torch")  # imported on first use: loading a recipe resolves these settings without torch
 
 CRITIC_ADVANTAGES: Registry = Registry("critic advantage estimator")
 
@@ -97,15 +100,30 @@ def whiten(advantages: Tensor, mask: Tensor) -> Tensor:
     return (advantages - mean) * torch.rsqrt(var + WHITEN_EPS) * m
 
 
-@CRITIC_ADVANTAGES.register("gae", token_advantages=True)
-def gae(token_rewards: Tensor, values: Tensor, mask: Tensor, cfg: AlgorithmConfig) -> tuple[Tensor, Tensor]:
+@dataclass(frozen=True, kw_only=True)
+class GAESettings:
+    gamma: float = 1.0
+    """Discount per token (verl and OpenRLHF default 1.0 for LLMs)."""
+    lam: float = 0.95
+    """GAE lambda (Schulman et al. 2016, eq. 16); OpenRLHF's default 0.95, verl's 1.0."""
+    whiten: bool = True
+    """Normalise token advantages to mean 0, std 1 over the batch's response tokens (PPO practice)."""
+
+    def errors(self, recipe: Recipe, where: str) -> list[str]:
+        if 0 <= self.gamma <= 1 and 0 <= self.lam <= 1:
+            return []
+        return [f"{where}.gamma ({self.gamma}) and {where}.lam ({self.lam}) must be in [0, 1]"]
+
+
+@CRITIC_ADVANTAGES.register("gae", settings=GAESettings, token_advantages=True)
+def gae(token_rewards: Tensor, values: Tensor, mask: Tensor, cfg: GAESettings) -> tuple[Tensor, Tensor]:
     """PPO's advantages from a learned critic (Ouyang et al. 2022 / Schulman et al. 2017 with GAE):
     :func:`gae_advantages` with ``cfg.gamma`` and ``cfg.lam``, then :func:`whiten` when
-    ``cfg.whiten_advantages`` (the returns are taken before whitening).
+    ``cfg.whiten`` (the returns are taken before whitening).
     token_rewards, values, mask: [B, T] -> (advantages [B, T], returns [B, T]) float32.
     """
     adv, ret = gae_advantages(token_rewards, values, mask, cfg.gamma, cfg.lam)
-    if cfg.whiten_advantages:
+    if cfg.whiten:
         adv = whiten(adv, mask)
     return adv, ret
 

@@ -20,12 +20,16 @@ Errors: ``ValueError`` when the two shapes differ.
 from __future__ import annotations
 
 import math
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from rlvr.algos.logprobs import LOG_RATIO_CLAMP
+from rlvr.lazy import lazy_module
 from rlvr.registry import Registry
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_module("torch")
 
 KL_ESTIMATORS: Registry = Registry("KL estimator")
 

@@ -12,10 +12,14 @@ alive during a forward without grad (with grad, autograd keeps what backward nee
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-import torch
-from torch import Tensor
+from rlvr.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_module("torch")
 
 LOG_RATIO_CLAMP = 20.0
 """|log r| bound for any log-ratio of two policies (KL estimators, importance ratios) applied before ``exp``:

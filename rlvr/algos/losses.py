@@ -6,9 +6,11 @@ the response tokens that count (see :func:`rlvr.algos.logprobs.response_mask`), 
 Every loss and aggregation reads positions through ``mask`` only, so a response-only tensor (T = response
 tokens, as in the unit tests) gives the same result; ``max_len`` is the response budget either way.
 
-Policy loss: ``fn(logprobs [B, T], old_logprobs [B, T], advantages [B], mask [B, T], cfg, *,
-rollout_logprobs [B, T] | None = None) -> (token_loss [B, T], stats)``. ``rollout_logprobs`` are the engine's
-sampling logprobs, used for truncated importance sampling (``cfg.tis_cap``) and mismatch stats.
+Policy loss: ``fn(logprobs [B, T], old_logprobs [B, T], advantages [B], mask [B, T], settings, *,
+rollout_logprobs [B, T] | None = None, tis_cap: float = 0.0) -> (token_loss [B, T], stats)``. ``settings``: the
+entry's own frozen dataclass (``policy_loss: {name: ppo_clip, clip_high: 0.28}`` in a recipe).
+``rollout_logprobs`` are the engine's sampling logprobs, used for truncated importance sampling
+(``tis_cap`` = ``algorithm.tis_cap``, which cuts across losses) and mismatch stats.
 ``token_loss`` is 0 where ``mask`` is 0; ``stats`` maps names to detached per-token [B, T] tensors (0 where
 masked), to be reduced with ``rlvr.algos.logprobs.masked_mean(stats[name], mask)`` for metrics, or to 0-dim
 tensors already reduced over the micro-batch (``rollout_gap_abs_max``: a max; combine micro-batches with max).
@@ -27,18 +29,20 @@ Errors: ``ValueError`` on mismatched shapes, a negative or non-finite count, or 
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import math
-
-import torch
-from torch import Tensor
-
 from rlvr.algos.logprobs import LOG_RATIO_CLAMP
+from rlvr.lazy import lazy_module
 from rlvr.registry import Registry
 
-if TYPE_CHECKING:  # annotations only: the schema imports these registries to validate names
-    from rlvr.config import AlgorithmConfig
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from rlvr.config import Recipe
+
+torch = lazy_module("torch")  # imported on first use: loading a recipe resolves these settings without torch
 
 POLICY_LOSSES: Registry = Registry("policy loss")
 LOSS_AGGREGATIONS: Registry = Registry("loss aggregation")
@@ -62,22 +66,22 @@ def _advantages_b1(advantages: Tensor, like: Tensor) -> Tensor:
 
 
 def _rollout_correction(
-    old_logprobs: Tensor, rollout_logprobs: Tensor | None, mask: Tensor, cfg: AlgorithmConfig
+    old_logprobs: Tensor, rollout_logprobs: Tensor | None, mask: Tensor, tis_cap: float
 ) -> tuple[Tensor | None, dict[str, Tensor]]:
     """Truncated importance sampling between the rollout engine and the trainer, and mismatch stats.
 
     Tokens were sampled by the engine (pi_rollout); the trainer's ``old_logprobs`` are pi_old on the same
-    tokens. ``w = min(pi_old / pi_rollout, cfg.tis_cap) = min(exp(old - rollout), tis_cap)``, detached
+    tokens. ``w = min(pi_old / pi_rollout, tis_cap) = min(exp(old - rollout), tis_cap)``, detached
     (Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training", TIS; the
     token-level truncated IS of Espeholt et al. 2018, IMPALA, eq. 1 with rho-bar = tis_cap).
-    Returns (w [B, T] or None when ``cfg.tis_cap`` is 0, stats). Stats (detached, 0 where masked):
+    Returns (w [B, T] or None when ``tis_cap`` is 0, stats). Stats (detached, 0 where masked):
     ``rollout_gap_abs`` [B, T] ``|old - rollout|`` (nats); ``rollout_gap_abs_max`` 0-dim, the max over this
     micro-batch's masked tokens; ``rollout_kl_k3`` [B, T] k3 estimate of KL(pi_rollout || pi_old) with
     ``log r = old - rollout`` (Schulman 2020); with TIS on, ``tis_weight`` [B, T] and ``tis_capped`` [B, T].
-    Errors: ``ValueError`` when ``cfg.tis_cap > 0`` without rollout logprobs, or on a shape mismatch.
+    Errors: ``ValueError`` when ``tis_cap > 0`` without rollout logprobs, or on a shape mismatch.
     """
     if rollout_logprobs is None:
-        if cfg.tis_cap > 0:
+        if tis_cap > 0:
             raise ValueError("algorithm.tis_cap > 0 needs rollout_logprobs (the engine's logprobs, [B, T])")
         return None, {}
     _check_bt("rollout_logprobs", rollout_logprobs, old_logprobs)
@@ -92,12 +96,12 @@ def _rollout_correction(
             "rollout_gap_abs_max": gap_abs.max() if gap_abs.numel() else gap_abs.new_zeros(()),
             "rollout_kl_k3": torch.where(m, torch.expm1(gap_c) - gap_c, zero),
         }
-        if cfg.tis_cap <= 0:
+        if tis_cap <= 0:
             return None, stats
         raw = torch.exp(gap_c)
-        w = raw.clamp(max=cfg.tis_cap)
+        w = raw.clamp(max=tis_cap)
         stats["tis_weight"] = torch.where(m, w, zero)
-        stats["tis_capped"] = ((raw > cfg.tis_cap) & m).float()
+        stats["tis_capped"] = ((raw > tis_cap) & m).float()
     return w.to(old_logprobs.dtype), stats
 
 
@@ -124,15 +128,34 @@ def _clip_stats(high: Tensor, low: Tensor, ratio: Tensor, log_ratio: Tensor, m: 
     }
 
 
-@POLICY_LOSSES.register("ppo_clip")
+@dataclass(frozen=True, kw_only=True)
+class PPOClipSettings:
+    clip_low: float = 0.2
+    """Ratio floor 1 - clip_low."""
+    clip_high: float = 0.2
+    """Ratio ceiling 1 + clip_high (DAPO's clip-higher: 0.28)."""
+    dual_clip_c: float = 0.0
+    """Dual clip (Ye et al. 2020): for A < 0 the loss is capped at ``-c * A``; 0: off, else > 1."""
+
+    def errors(self, recipe: Recipe, where: str) -> list[str]:
+        errs = []
+        if self.clip_low < 0 or self.clip_high < 0:
+            errs.append(f"{where}.clip_low and {where}.clip_high must be >= 0")
+        if self.dual_clip_c != 0 and not self.dual_clip_c > 1:
+            errs.append(f"{where}.dual_clip_c={self.dual_clip_c} must be 0 (off) or > 1 (Ye et al. 2020 use 3)")
+        return errs
+
+
+@POLICY_LOSSES.register("ppo_clip", settings=PPOClipSettings)
 def ppo_clip(
     logprobs: Tensor,
     old_logprobs: Tensor,
     advantages: Tensor,
     mask: Tensor,
-    cfg: AlgorithmConfig,
+    cfg: PPOClipSettings,
     *,
     rollout_logprobs: Tensor | None = None,
+    tis_cap: float = 0.0,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped surrogate, negated for descent (Schulman et al. 2017, eq. 7), with an asymmetric clip
     range ``[1 - cfg.clip_low, 1 + cfg.clip_high]`` (as in DAPO, Yu et al. 2025, eq. 10).
@@ -142,7 +165,7 @@ def ppo_clip(
     Dual clip when ``cfg.dual_clip_c = c > 1`` (Ye et al. 2020, "Mastering Complex Control in MOBA Games
     with Deep Reinforcement Learning", eq. 5): for A < 0 the objective is ``max(min(rA, clip(r)A), cA)``,
     so the loss is capped at ``-c * A`` and a token with ratio > c gets no gradient.
-    TIS: when ``cfg.tis_cap > 0`` each token's loss is multiplied by the detached
+    TIS: when ``tis_cap > 0`` each token's loss is multiplied by the detached
     ``min(exp(old_logprobs - rollout_logprobs), tis_cap)`` (see :func:`_rollout_correction`).
     logprobs, old_logprobs, mask, rollout_logprobs: [B, T]; advantages: [B] (one per sequence) or [B, T].
 
@@ -159,7 +182,7 @@ def ppo_clip(
     _check_bt("mask", mask, logprobs)
     adv = _advantages_b1(advantages, logprobs).to(logprobs.dtype)
     m = mask.bool()
-    weight, rstats = _rollout_correction(old_logprobs, rollout_logprobs, mask, cfg)
+    weight, rstats = _rollout_correction(old_logprobs, rollout_logprobs, mask, tis_cap)
     log_ratio = _log_ratio(logprobs, old_logprobs)
     ratio = torch.exp(log_ratio)
     lo, hi = 1.0 - cfg.clip_low, 1.0 + cfg.clip_high
@@ -175,25 +198,41 @@ def ppo_clip(
     return _finish(token_loss, m, weight), {**stats, **rstats}
 
 
-@POLICY_LOSSES.register("gspo", sequence_advantages=True)
+def _clip_range_errors(low: float, high: float, where: str) -> list[str]:
+    return [] if low >= 0 and high >= 0 else [f"{where}.clip_low and {where}.clip_high must be >= 0"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GSPOSettings:
+    clip_low: float = 3e-4
+    """Sequence-ratio floor 1 - clip_low (Zheng et al. 2025 use 3e-4)."""
+    clip_high: float = 4e-4
+    """Sequence-ratio ceiling 1 + clip_high (Zheng et al. 2025 use 4e-4)."""
+
+    def errors(self, recipe: Recipe, where: str) -> list[str]:
+        return _clip_range_errors(self.clip_low, self.clip_high, where)
+
+
+@POLICY_LOSSES.register("gspo", settings=GSPOSettings, sequence_advantages=True)
 def gspo(
     logprobs: Tensor,
     old_logprobs: Tensor,
     advantages: Tensor,
     mask: Tensor,
-    cfg: AlgorithmConfig,
+    cfg: GSPOSettings,
     *,
     rollout_logprobs: Tensor | None = None,
+    tis_cap: float = 0.0,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO: a clipped surrogate on the SEQUENCE-level importance ratio (Zheng et al. 2025, "Group Sequence
     Policy Optimization", arXiv 2507.18071, sec. 4.1: the objective J_GSPO and the ratio s_i).
 
     ``s_i = exp((1 / |y_i|) sum_t mask * (logprobs - old_logprobs))`` (normaliser: the sequence's masked
     tokens |y_i|, floored at 1; the mean log-ratio is clamped to +-LOG_RATIO_CLAMP before exp);
-    ``seq_loss_i = -min(s_i A_i, clip(s_i, 1 - cfg.gspo_clip_low, 1 + cfg.gspo_clip_high) A_i)``, broadcast
+    ``seq_loss_i = -min(s_i A_i, clip(s_i, 1 - cfg.clip_low, 1 + cfg.clip_high) A_i)``, broadcast
     to every masked token of sequence i. With the ``seq_mean_token_mean`` aggregation this is exactly the
     paper's ``-(1/G) sum_i min(...)``; ``token_mean`` weights sequences by length instead.
-    TIS (``cfg.tis_cap > 0``) multiplies each token's loss by its token-level weight, as in ``ppo_clip``.
+    TIS (``tis_cap > 0``) multiplies each token's loss by its token-level weight, as in ``ppo_clip``.
     logprobs, old_logprobs, mask: [B, T]; advantages: [B] (one per sequence; [B, T] is refused).
     stats: as ``ppo_clip`` (``clipped*`` and ``ratio`` are the sequence's, broadcast to its tokens;
     ``approx_kl`` is per token). Errors: ``ValueError`` on mismatched shapes or [B, T] advantages.
@@ -206,12 +245,12 @@ def gspo(
         )
     adv = advantages.to(logprobs.dtype).unsqueeze(-1)  # [B, 1]
     m = mask.bool()
-    weight, rstats = _rollout_correction(old_logprobs, rollout_logprobs, mask, cfg)
+    weight, rstats = _rollout_correction(old_logprobs, rollout_logprobs, mask, tis_cap)
     lengths = m.sum(dim=-1, keepdim=True).clamp(min=1).to(logprobs.dtype)
     tok_log_ratio = torch.where(m, logprobs - old_logprobs, torch.zeros_like(logprobs))
     seq_log_ratio = (tok_log_ratio.sum(dim=-1, keepdim=True) / lengths).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     s = torch.exp(seq_log_ratio)  # [B, 1]
-    lo, hi = 1.0 - cfg.gspo_clip_low, 1.0 + cfg.gspo_clip_high
+    lo, hi = 1.0 - cfg.clip_low, 1.0 + cfg.clip_high
     seq_loss = torch.maximum(-adv * s, -adv * s.clamp(lo, hi))  # [B, 1]
     token_loss = seq_loss.expand_as(logprobs)
     with torch.no_grad():
@@ -226,20 +265,32 @@ def gspo(
     return _finish(token_loss, m, weight), {**stats, **rstats}
 
 
-@POLICY_LOSSES.register("cispo")
+@dataclass(frozen=True, kw_only=True)
+class CISPOSettings:
+    clip_low: float = 1.0
+    """Importance-weight floor 1 - clip_low (1.0: no floor, as in MiniMax-M1)."""
+    clip_high: float = 4.0
+    """Importance-weight ceiling 1 + clip_high (not a value from the paper: tune it)."""
+
+    def errors(self, recipe: Recipe, where: str) -> list[str]:
+        return _clip_range_errors(self.clip_low, self.clip_high, where)
+
+
+@POLICY_LOSSES.register("cispo", settings=CISPOSettings)
 def cispo(
     logprobs: Tensor,
     old_logprobs: Tensor,
     advantages: Tensor,
     mask: Tensor,
-    cfg: AlgorithmConfig,
+    cfg: CISPOSettings,
     *,
     rollout_logprobs: Tensor | None = None,
+    tis_cap: float = 0.0,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """CISPO: clipped, stop-gradient importance weight times advantage times log-probability (MiniMax 2025,
     "MiniMax-M1", arXiv 2506.13585, sec. 3.1: the CISPO objective and its clipped IS weight r-hat).
 
-    ``w = sg(clip(ratio, 1 - cfg.cispo_clip_low, 1 + cfg.cispo_clip_high))`` with
+    ``w = sg(clip(ratio, 1 - cfg.clip_low, 1 + cfg.clip_high))`` with
     ``ratio = exp(clamp(logprobs - old_logprobs))``; ``token_loss = -w * A * logprobs``. Every token keeps a
     gradient (``-w * A`` w.r.t. its logprob); clipping only bounds the weight. The loss VALUE is not a
     surrogate of the return (it carries log pi); only its gradient is meaningful. The paper pairs it with
@@ -253,10 +304,10 @@ def cispo(
     _check_bt("mask", mask, logprobs)
     adv = _advantages_b1(advantages, logprobs).to(logprobs.dtype)
     m = mask.bool()
-    weight, rstats = _rollout_correction(old_logprobs, rollout_logprobs, mask, cfg)
+    weight, rstats = _rollout_correction(old_logprobs, rollout_logprobs, mask, tis_cap)
     log_ratio = _log_ratio(logprobs, old_logprobs)
     ratio = torch.exp(log_ratio)
-    lo, hi = 1.0 - cfg.cispo_clip_low, 1.0 + cfg.cispo_clip_high
+    lo, hi = 1.0 - cfg.clip_low, 1.0 + cfg.clip_high
     w = ratio.clamp(lo, hi).detach()
     safe_lp = torch.where(m, logprobs, torch.zeros_like(logprobs))  # -inf on padding must not reach backward
     token_loss = -w * adv * safe_lp

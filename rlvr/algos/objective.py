@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from torch import Tensor
-
 from rlvr.algos.kl import KL_ESTIMATORS, entropy_bonus
 from rlvr.algos.losses import LOSS_AGGREGATIONS, POLICY_LOSSES
 
 if TYPE_CHECKING:
+    from torch import Tensor
+
     from rlvr.config import AlgorithmConfig
 
 
@@ -58,11 +58,14 @@ def micro_batch_loss(
     when ``cfg.kl_coef > 0`` and ``cfg.kl_penalty == "loss"``; its per-token value is in ``stats["kl"]``
     either way); ``entropy``: with gradient, for the bonus when ``cfg.entropy_coef > 0``; ``dph_loss``: the DPH-RL
     term of this micro-batch (:func:`dph_term`), added as is.
+    ``cfg.policy_loss`` is a resolved :class:`rlvr.config.Spec` (its ``settings`` the loss's own dataclass).
     Errors: ``ValueError`` from the policy loss or aggregation on mismatched shapes; ``KeyError`` on an unknown
     name in ``cfg``.
     """
-    token_loss, stats = POLICY_LOSSES.get(cfg.policy_loss)(
-        logprobs, old_logprobs, advantages, mask, cfg, rollout_logprobs=rollout_logprobs
+    token_loss, stats = POLICY_LOSSES.get(cfg.policy_loss.name)(
+        logprobs, old_logprobs, advantages, mask, POLICY_LOSSES.settings_of(cfg.policy_loss),
+        rollout_logprobs=rollout_logprobs,
+        tis_cap=cfg.tis_cap,
     )
     stats = dict(stats)
     if ref_logprobs is not None:

@@ -33,7 +33,7 @@ or a fake."""
 
 def uses_critic(recipe: Recipe) -> bool:
     """True when ``algorithm.advantage`` names a critic estimator (a value model role is started)."""
-    return recipe.algorithm.advantage in CRITIC_ADVANTAGES
+    return recipe.algorithm.advantage.name in CRITIC_ADVANTAGES
 
 
 def needs_reference(recipe: Recipe) -> bool:
@@ -74,25 +74,26 @@ def form_advantages(batch: TrainBatch, rewards: torch.Tensor, recipe: Recipe, *,
         metrics["train/kl"] = float(kl.sum() / n_tok)
         metrics["reward/kl_penalty_seq_mean"] = float(penalty.sum() / len(batch))
     critic_inputs = None
-    if al.advantage in CRITIC_ADVANTAGES:
+    spec = al.advantage
+    if spec.name in CRITIC_ADVANTAGES:
         token_rewards = outcome_token_rewards(rewards.reshape(-1), mask)
         if penalty is not None:
             token_rewards = token_rewards + penalty
         if values is None:
-            raise ValueError(f"algorithm.advantage={al.advantage} needs the critic's values of the batch")
-        adv, returns = CRITIC_ADVANTAGES.get(al.advantage)(token_rewards, values, mask, al)
+            raise ValueError(f"algorithm.advantage={spec.name} needs the critic's values of the batch")
+        adv, returns = CRITIC_ADVANTAGES.get(spec.name)(token_rewards, values, mask, CRITIC_ADVANTAGES.settings_of(spec))
         critic_inputs = {"values": values, "returns": returns}
         metrics["critic/value_mean"] = float((values * mask).sum() / n_tok)
         metrics["critic/return_mean"] = float((returns * mask).sum() / n_tok)
     else:
-        estimator = ADVANTAGES.get(al.advantage)
+        estimator = ADVANTAGES.get(spec.name)
         pre_norm = getattr(estimator, "before_batch_norm", None)
         if penalty is not None and pre_norm is not None:
             # REINFORCE++: A_t = r - beta * sum_{s>=t} KL_s is formed first, then normalised over the batch's tokens
             raw = pre_norm(rewards).reshape(-1).unsqueeze(-1) * mask + reward_to_go(penalty, mask)  # [B, S-1]
             adv = normalise_token_advantages(raw, mask)
         else:
-            adv = estimator(rewards, al).reshape(-1)  # [B]
+            adv = estimator(rewards, ADVANTAGES.settings_of(spec)).reshape(-1)  # [B]
             if penalty is not None:  # per-group estimators: the KL's reward-to-go is added after the group norm
                 adv = adv.unsqueeze(-1) * mask + reward_to_go(penalty, mask)  # [B, S-1]
     if adv.dim() == 2:

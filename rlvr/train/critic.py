@@ -91,7 +91,7 @@ class CriticWorker:
 
     def train_step(self, batch: TrainBatch, old_values: torch.Tensor, returns: torch.Tensor) -> dict[str, float]:
         """Regress the values on ``returns`` with PPO's clipped value loss (:func:`rlvr.algos.gae.value_loss`,
-        clip ``algorithm.value_clip``): ``algorithm.ppo_epochs`` x (B / mini-batch) AdamW steps, the same
+        clip ``critic.value_clip``): ``algorithm.ppo_epochs`` x (B / mini-batch) AdamW steps, the same
         mini-batch sizes as the policy. Loss normaliser: the response tokens of each mini-batch (token mean).
         old_values, returns: [B, S-1]. Returns ``critic/*`` metrics (means over optimizer steps).
         """
@@ -115,7 +115,7 @@ class CriticWorker:
                     v = self._values(mb)
                     old = old_values[idx, :s1].to(self.device)
                     ret = returns[idx, :s1].to(self.device)
-                    tok, vs = value_loss(v, old, ret, mask, r.algorithm.value_clip)
+                    tok, vs = value_loss(v, old, ret, mask, r.critic.value_clip)
                     loss = (tok * mask).sum() / num_tokens
                     loss.backward()
                     loss_sum += float(loss.detach())

@@ -47,7 +47,7 @@ def _train(backend: str, dtype: str, stage: int) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from rlvr.config import load_recipe
+    from rlvr.recipe import load_recipe
     from rlvr.models import resolve_model
     from rlvr.runtime.executors import free_port
     from rlvr.train.policy import PolicyWorker
@@ -133,7 +133,7 @@ def test_the_engine_samples_the_small_update_in_bf16(tmp_path):
     """The engine's side: a bf16 vLLM engine, after the sync, scores the batch with the update's gain (its own
     prompt logprobs, bf16 kernels) as the fp32 trainer's weights do -- within 0.75-1.33x; the trainer here is the
     torch backend (the DeepSpeed trainer sends the same tensors: the tests above). Measured: 0.992x."""
-    from rlvr.config import load_recipe
+    from rlvr.recipe import load_recipe
     from rlvr.models import resolve_model
     import torch
 

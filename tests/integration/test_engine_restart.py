@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.config import load_recipe
+from rlvr.recipe import load_recipe
 from rlvr.models import resolve_model
 
 pytestmark = pytest.mark.integration

@@ -167,7 +167,7 @@ PROBE = r"""
 import json, os
 from pathlib import Path
 import ray
-from rlvr.config import load_recipe
+from rlvr.recipe import load_recipe
 from rlvr.runtime.roles import role_env
 from rlvr.runtime.executors import RayExecutor, Resources
 
@@ -305,7 +305,7 @@ def test_gpu_recipe_resolves():
     """The GSM8K GPU recipe passes validation; its derived sizes are worked out by hand: B = 64 x 8 = 512,
     2 optimizer steps of 256, 256 / 4 = 64 micro-batches each, 512 x (384 + 1024) = 720896 tokens at most;
     its data are the 7473 GSM8K training rows, row 0's gold is 72, and the prompt keeps `\\boxed{}` literally."""
-    from rlvr.config import load_recipe
+    from rlvr.recipe import load_recipe
     from rlvr.data.datasets import load_rows, render_prompt
     from rlvr_verifiers import BUILTINS
 

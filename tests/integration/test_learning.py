@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.config import load_recipe
+from rlvr.recipe import load_recipe
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.config import load_recipe
+from rlvr.recipe import load_recipe
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +58,7 @@ def test_method_recipe_runs_two_steps(path, tmp_path):
         assert math.isfinite(r["train/loss"]) and r["train/skipped"] == 0.0, r
         assert r["train/optimizer_steps"] == recipe.optimizer_steps_per_rollout
         assert 0.0 <= r["reward/mean"] <= 1.0
-    if base.algorithm.advantage == "gae":
+    if base.algorithm.advantage.name == "gae":
         assert all(math.isfinite(r["critic/value_loss"]) for r in rows)
     if base.algorithm.dynamic_sampling:
         assert all("dynamic_sampling/rounds" in r for r in rows)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.config import load_recipe
+from rlvr.recipe import load_recipe
 from rlvr.models import resolve_model
 
 pytestmark = pytest.mark.integration
@@ -33,7 +33,7 @@ def test_ppo_with_critic_kl_in_reward_and_entropy_bonus(tmp_path):
     recipe = load_recipe(TINY, [
         f"run.output_dir={tmp_path}", "run.steps=2", "run.executor=local", "trainer.backend=torch",
         "trainer.lr=1e-2", "critic.lr=1e-2", "algorithm.advantage=gae", "algorithm.kl_coef=0.05",
-        "algorithm.kl_penalty=reward", "algorithm.entropy_coef=0.01", "algorithm.lam=0.95",
+        "algorithm.kl_penalty=reward", "algorithm.entropy_coef=0.01", "algorithm.advantage.lam=0.95",
         f"reward.verifiers=[{{name: '{SHAPING}:digit_share'}}]", "run.save_final=false",
     ])  # fmt: skip
     rows = _rows(train(recipe).run_dir)

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.config import RecipeError, load_recipe
+from rlvr.config import RecipeError
+from rlvr.recipe import load_recipe
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.config import load_recipe
+from rlvr.recipe import load_recipe
 from rlvr.models import resolve_model
 from rlvr.sync.probe import run_probe
 from rlvr.sync.weights import WeightSyncError

@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rlvr.config import load_recipe
+from rlvr.recipe import load_recipe
 from rlvr.models import resolve_model
 
 pytestmark = pytest.mark.integration

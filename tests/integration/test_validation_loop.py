@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.config import load_recipe
+from rlvr.recipe import load_recipe
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]

@@ -41,7 +41,7 @@ def _batches():
 
 
 def _train(overrides: list[str], rank: int, world: int, port: int) -> dict:
-    from rlvr.config import load_recipe
+    from rlvr.recipe import load_recipe
     from rlvr.models import resolve_model
     from rlvr.train.policy import PolicyWorker
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlvr.config import load_recipe
+from rlvr.recipe import load_recipe
 from rlvr.runtime.advantage_stage import form_advantages
 from rlvr.train.batch import TrainBatch
 

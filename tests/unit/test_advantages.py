@@ -8,11 +8,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlvr.algos import ADVANTAGES
-from rlvr.config import AlgorithmConfig
+from rlvr.algos.advantages import GRPOSettings
+from rlvr.registry import NoSettings
 
-STD = AlgorithmConfig(std_normalize=True)
-NO_STD = AlgorithmConfig(std_normalize=False)
+STD = GRPOSettings(std_normalize=True)
+NO_STD = GRPOSettings(std_normalize=False)
+NONE = NoSettings()  # dr_grpo and rloo take no settings
 A1 = torch.tensor([[1.0, 1, 1, 0, 0, 0, 0, 0]])
+
+
+def _settings(name: str, std: bool):
+    """The entry's own settings: grpo's std_normalize, none for dr_grpo / rloo."""
+    return GRPOSettings(std_normalize=std) if name == "grpo" else NONE
 
 
 def _pos_neg(adv: torch.Tensor) -> tuple[float, float]:
@@ -28,8 +35,8 @@ def test_registry_names():
     [
         ("grpo", STD, 1.2076, -0.7246),  # unbiased std (G - 1 = 7)
         ("grpo", NO_STD, 0.625, -0.375),  # mean-centring only
-        ("dr_grpo", STD, 0.625, -0.375),  # ignores std_normalize
-        ("rloo", STD, 0.7143, -0.4286),  # 1 - 2/7, 0 - 3/7
+        ("dr_grpo", NONE, 0.625, -0.375),  # no std division (no settings)
+        ("rloo", NONE, 0.7143, -0.4286),  # 1 - 2/7, 0 - 3/7
     ],
 )
 def test_case_a1(name, cfg, pos, neg):
@@ -48,7 +55,7 @@ def test_case_a1_not_population_std():
 
 
 @pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo"])
-@pytest.mark.parametrize("cfg", [STD, NO_STD])
+@pytest.mark.parametrize("std", [True, False])
 @pytest.mark.parametrize(
     "rewards",
     [
@@ -57,8 +64,8 @@ def test_case_a1_not_population_std():
         torch.full((2, 16), 0.7),
     ],
 )
-def test_case_a2_exactly_zero(name, cfg, rewards):
-    adv = ADVANTAGES.get(name)(rewards, cfg)
+def test_case_a2_exactly_zero(name, std, rewards):
+    adv = ADVANTAGES.get(name)(rewards, _settings(name, std))
     assert adv.shape == rewards.shape
     assert torch.equal(adv, torch.zeros_like(adv))
 
@@ -71,7 +78,7 @@ def test_case_a3_per_group_not_batch():
 
 def test_rloo_leave_one_out_by_hand():
     # rewards 3, 1, 2: baselines (1+2)/2, (3+2)/2, (3+1)/2 -> 1.5, -1.5, 0
-    adv = ADVANTAGES.get("rloo")(torch.tensor([[3.0, 1.0, 2.0]]), STD)
+    adv = ADVANTAGES.get("rloo")(torch.tensor([[3.0, 1.0, 2.0]]), NONE)
     assert torch.allclose(adv, torch.tensor([[1.5, -1.5, 0.0]]))
 
 
@@ -96,7 +103,7 @@ rewards_st = st.integers(1, 6).flatmap(
 @given(rows=rewards_st, name=st.sampled_from(["grpo", "dr_grpo", "rloo"]), std=st.booleans())
 def test_property_sum_zero_finite(rows, name, std):
     rewards = torch.tensor(rows, dtype=torch.float32)
-    adv = ADVANTAGES.get(name)(rewards, AlgorithmConfig(std_normalize=std))
+    adv = ADVANTAGES.get(name)(rewards, _settings(name, std))
     assert torch.isfinite(adv).all()
     scale = 1.0 + rewards.abs().max().item()
     assert torch.allclose(adv.sum(dim=-1), torch.zeros(len(rows)), atol=1e-4 * scale * rewards.shape[1])
@@ -104,4 +111,4 @@ def test_property_sum_zero_finite(rows, name, std):
     assert torch.equal(adv[equal], torch.zeros_like(adv[equal]))
     # each group is handled on its own: shuffling rows permutes the result rows
     perm = torch.randperm(len(rows))
-    assert torch.allclose(ADVANTAGES.get(name)(rewards[perm], AlgorithmConfig(std_normalize=std)), adv[perm])
+    assert torch.allclose(ADVANTAGES.get(name)(rewards[perm], _settings(name, std)), adv[perm])

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from rlvr.config import RecipeError, load_recipe
+from rlvr.config import RecipeError
+from rlvr.recipe import load_recipe
 from rlvr.data import PromptSampler
 from rlvr.runtime import checkpoint as ck
 from rlvr.types import Prompt
@@ -270,7 +271,7 @@ def test_sampler_resume_at_epoch_boundary_c1(tmp_path):
 def test_prepare_run_dir_resume_paths(tmp_path, caplog):
     """A resume path that is not a checkpoint creates nothing; an existing run folder with --resume auto keeps its
     recipe.yaml until train() finds the checkpoint compatible; a taken name warns that the run goes to name-2."""
-    from rlvr.config import load_recipe
+    from rlvr.recipe import load_recipe
     from rlvr.runtime.controller import prepare_run_dir
 
     bad = tmp_path / "nope" / "checkpoints" / "step_000003"

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from rlvr.cli import main
-from rlvr.config import load_recipe
+from rlvr.recipe import load_recipe
 
 TINY = Path(__file__).resolve().parents[2] / "recipes" / "tiny_test.yaml"
 

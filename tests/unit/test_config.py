@@ -19,11 +19,10 @@ from rlvr.config import (
     TrainerConfig,
     VerifierSpec,
     dump_yaml,
-    load_recipe,
     parse_override,
     to_dict,
-    validate,
 )
+from rlvr.recipe import load_recipe, resolve, validate
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "recipes" / "tiny_test.yaml"
@@ -204,7 +203,7 @@ def test_empty_file_gives_the_defaults(tmp_path):
 
     loaded = load_recipe(_yaml(tmp_path, ""))
     assert Recipe().model.dtype == "auto"  # resolved at load, to this machine's fast dtype
-    assert loaded == dataclasses.replace(Recipe(), model=dataclasses.replace(Recipe().model, dtype=fast_dtype(0)))
+    assert loaded == resolve(dataclasses.replace(Recipe(), model=dataclasses.replace(Recipe().model, dtype=fast_dtype(0))))
 
 
 def test_dtype_auto_resolves_and_an_explicit_dtype_is_kept(tmp_path, monkeypatch):

@@ -12,8 +12,10 @@ import pytest
 import torch
 
 from rlvr.algos import ADVANTAGES, LOSS_AGGREGATIONS
+from rlvr.algos.advantages import GRPOSettings
 from rlvr.algos.dapo import informative_groups, overlong_mask, overlong_penalty, select_groups
-from rlvr.config import AlgorithmConfig, RecipeError, load_recipe
+from rlvr.config import RecipeError
+from rlvr.recipe import load_recipe
 
 TINY = Path(__file__).resolve().parents[2] / "recipes" / "tiny_test.yaml"  # G = 4, max_new_tokens = 8
 
@@ -48,7 +50,7 @@ def test_informative_groups_match_zero_grpo_advantages():
     r = torch.tensor([[1, 1, 1, 0, 0, 0, 0, 0], [1] * 8, [0] * 8, [0, 0, 0, 0, 0, 0, 0, 1]], dtype=torch.float32)
     keep = informative_groups(r)
     assert keep.tolist() == [True, False, False, True]
-    adv = ADVANTAGES.get("grpo")(r, AlgorithmConfig())
+    adv = ADVANTAGES.get("grpo")(r, GRPOSettings())
     assert ((adv != 0).any(dim=-1) == keep).all()
 
 
@@ -190,7 +192,7 @@ def test_dapo_fields_load_from_overrides():
             ["algorithm.dynamic_sampling=true", "algorithm.advantage=reinforce_pp_global", "rollout.samples_per_prompt=1"],
             "samples_per_prompt >= 2 or algorithm.dynamic_sampling=false",
         ),
-        (["algorithm.advantage=passk", "algorithm.passk_k=2", "algorithm.overlong_buffer=2"], "overlong_buffer=0"),
+        (["algorithm.advantage=passk", "algorithm.advantage.k=2", "algorithm.overlong_buffer=2"], "overlong_buffer=0"),
     ],
 )
 def test_dapo_fields_invalid(overrides, match):
@@ -202,7 +204,7 @@ def test_dapo_fields_valid_edges():
     load_recipe(TINY, ["algorithm.overlong_buffer=7"])  # max_new_tokens 8: a one-token free zone is allowed
     load_recipe(TINY, ["algorithm.dynamic_sampling_max_rounds=0"])  # off: 0 is fine
     # a zero penalty cannot make rewards fractional, so pass@k may keep a buffer
-    load_recipe(TINY, ["algorithm.advantage=passk", "algorithm.passk_k=2", "algorithm.overlong_buffer=2",
+    load_recipe(TINY, ["algorithm.advantage=passk", "algorithm.advantage.k=2", "algorithm.overlong_buffer=2",
                        "algorithm.overlong_penalty=0"])
 
 

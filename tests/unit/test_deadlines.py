@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.config import RecipeError, load_recipe
+from rlvr.config import RecipeError
+from rlvr.recipe import load_recipe
 from rlvr.runtime.executors import LocalExecutor, RoleError
 
 ROOT = Path(__file__).resolve().parents[2]

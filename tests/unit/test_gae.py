@@ -9,8 +9,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlvr.algos.gae import CRITIC_ADVANTAGES, gae_advantages, outcome_token_rewards, value_loss, whiten
-from rlvr.config import AlgorithmConfig, RecipeError, load_recipe
+from rlvr.algos.gae import CRITIC_ADVANTAGES, GAESettings, gae_advantages, outcome_token_rewards, value_loss, whiten
+from rlvr.config import RecipeError
+from rlvr.recipe import load_recipe
 
 
 def test_outcome_reward_sits_on_the_last_response_token():
@@ -76,7 +77,7 @@ def test_value_loss_clipped_by_hand():
 
 
 def test_gae_registry_entry_whitens_and_keeps_returns():
-    cfg = AlgorithmConfig(advantage="gae", gamma=1.0, lam=1.0, whiten_advantages=True)
+    cfg = GAESettings(gamma=1.0, lam=1.0, whiten=True)
     mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
     r = torch.tensor([[0.0, 0.0, 1.0, 0.0]])
     v = torch.tensor([[0.5, 0.6, 0.8, 0.0]])
@@ -85,7 +86,7 @@ def test_gae_registry_entry_whitens_and_keeps_returns():
     raw = torch.tensor([0.5, 0.4, 0.2])
     expect = (raw - raw.mean()) / raw.std(unbiased=False)
     assert adv[0, :3].tolist() == pytest.approx(expect.tolist(), abs=1e-5)
-    off = dataclasses.replace(cfg, whiten_advantages=False)
+    off = dataclasses.replace(cfg, whiten=False)
     assert CRITIC_ADVANTAGES.get("gae")(r, v, mask, off)[0][0, :3].tolist() == pytest.approx(raw.tolist())
 
 
@@ -119,4 +120,4 @@ def test_recipe_checks_for_critic_settings():
     with pytest.raises(RecipeError, match="dph_coef > 0"):
         load_recipe(None, ["algorithm.dph_divergence=js"])
     r = load_recipe(None, ["algorithm.advantage=gae", "rollout.samples_per_prompt=1"])
-    assert r.algorithm.advantage == "gae"  # a critic needs no group
+    assert r.algorithm.advantage.name == "gae"  # a critic needs no group

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.config import DataConfig, RecipeError, VerifierSpec, load_recipe
+from rlvr.config import DataConfig, RecipeError, VerifierSpec
+from rlvr.recipe import load_recipe
 from rlvr.data import load_rows
 from rlvr.reward.golds import check_golds, gold_checker, math_gold_problem, prose_problem
 from rlvr_verifiers.math import MathVerifier

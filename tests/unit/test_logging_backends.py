@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.config import load_recipe
+from rlvr.recipe import load_recipe
 from rlvr.metrics.sinks import (
     JsonlSink,
     MLflowSink,

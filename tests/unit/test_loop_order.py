@@ -8,7 +8,7 @@ from pathlib import Path
 
 from loop_fakes import FakeExecutor
 
-from rlvr.config import load_recipe
+from rlvr.recipe import load_recipe
 from rlvr.runtime.controller import train
 
 TINY = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny_test.yaml")
@@ -42,7 +42,7 @@ def test_dynamic_sampling_refills_before_the_update(tmp_path):
 
 def test_a_critic_values_the_batch_before_both_updates(tmp_path):
     """The critic's values come before the update; the critic's step and the policy's run side by side."""
-    ex = _run(tmp_path, "algorithm.advantage=gae", "algorithm.lam=0.95")
+    ex = _run(tmp_path, "algorithm.advantage=gae", "algorithm.advantage.lam=0.95")
     calls = ex.log.methods(*STEP)
     assert len(calls) == 12
     for step in (calls[:6], calls[6:]):

@@ -10,10 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlvr.algos import LOSS_AGGREGATIONS, POLICY_LOSSES, masked_mean
-from rlvr.config import AlgorithmConfig
+from rlvr.algos.losses import CISPOSettings, GSPOSettings, PPOClipSettings
 
 AGGS = ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"]
-CFG = AlgorithmConfig(clip_low=0.2, clip_high=0.2)
+CFG = PPOClipSettings(clip_low=0.2, clip_high=0.2)
+GSPO = GSPOSettings()  # clip 3e-4 / 4e-4
+CISPO = CISPOSettings()  # weight clip [1 - 1.0, 1 + 4.0]
+DEFAULTS = {"ppo_clip": PPOClipSettings(), "gspo": GSPO, "cispo": CISPO}
 
 
 def test_registry_names():
@@ -54,7 +57,7 @@ def test_ppo_gradient_zero_where_clipped():
 
 
 def test_ppo_asymmetric_clip():
-    cfg = AlgorithmConfig(clip_low=0.2, clip_high=0.28)  # DAPO clip-higher
+    cfg = PPOClipSettings(clip_low=0.2, clip_high=0.28)  # DAPO clip-higher
     loss, stats = _ppo([[1.25], [1.3], [0.75]], [1.0, 1.0, -1.0], cfg)
     assert stats["clipped"].flatten().tolist() == [0.0, 1.0, 1.0]
     assert torch.allclose(loss.flatten(), torch.tensor([-1.25, -1.28, 0.8]), atol=1e-6)
@@ -202,7 +205,7 @@ def test_property_micro_batch_invariance(batch, name):
 
 
 def test_dual_clip_by_hand():
-    cfg = AlgorithmConfig(clip_low=0.2, clip_high=0.2, dual_clip_c=3.0)
+    cfg = PPOClipSettings(clip_low=0.2, clip_high=0.2, dual_clip_c=3.0)
     logprobs = torch.tensor([[4.0], [2.0], [0.5], [4.0]]).log().requires_grad_(True)
     advs = torch.tensor([-1.0, -1.0, -1.0, 1.0])
     loss, stats = POLICY_LOSSES.get("ppo_clip")(logprobs, torch.zeros(4, 1), advs, torch.ones(4, 1), cfg)
@@ -222,7 +225,7 @@ def test_dual_clip_by_hand():
 
 
 def test_gspo_sequence_ratio_and_clip_by_hand():
-    cfg = AlgorithmConfig()  # gspo clip 3e-4 / 4e-4
+    cfg = GSPOSettings()  # gspo clip 3e-4 / 4e-4
     logprobs = torch.tensor([[0.1, 0.3, 9.0], [0.1, -0.1, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
     loss, stats = POLICY_LOSSES.get("gspo")(logprobs, torch.zeros(2, 3), torch.tensor([1.0, -1.0]), mask, cfg)
@@ -234,7 +237,7 @@ def test_gspo_sequence_ratio_and_clip_by_hand():
 
 
 def test_gspo_gradient_is_sequence_level():
-    cfg = AlgorithmConfig(gspo_clip_low=0.9, gspo_clip_high=10.0)  # no clipping
+    cfg = GSPOSettings(clip_low=0.9, clip_high=10.0)  # no clipping
     logprobs = torch.tensor([[0.1, 0.3, 0.0]], requires_grad=True)
     mask = torch.tensor([[1.0, 1.0, 0.0]])
     loss, _ = POLICY_LOSSES.get("gspo")(logprobs, torch.zeros(1, 3), torch.tensor([2.0]), mask, cfg)
@@ -247,14 +250,14 @@ def test_gspo_gradient_is_sequence_level():
 
 def test_gspo_refuses_token_advantages():
     with pytest.raises(ValueError, match="one advantage per sequence"):
-        POLICY_LOSSES.get("gspo")(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 3), torch.ones(2, 3), CFG)
+        POLICY_LOSSES.get("gspo")(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 3), torch.ones(2, 3), GSPO)
 
 
 # ---- CISPO (MiniMax-M1) ---------------------------------------------------------------------------------
 
 
 def test_cispo_by_hand():
-    cfg = AlgorithmConfig(cispo_clip_low=1.0, cispo_clip_high=4.0)  # weight in [0, 5]
+    cfg = CISPOSettings(clip_low=1.0, clip_high=4.0)  # weight in [0, 5]
     ratios = torch.tensor([[0.5], [1.0], [3.0], [7.0]])
     logprobs = ratios.log().requires_grad_(True)  # old logprobs 0: logprobs = log ratio
     loss, stats = POLICY_LOSSES.get("cispo")(logprobs, torch.zeros(4, 1), torch.ones(4), torch.ones(4, 1), cfg)
@@ -270,7 +273,7 @@ def test_cispo_by_hand():
 def test_cispo_padding_minus_inf_is_harmless():
     logprobs = torch.tensor([[-0.5, float("-inf")]], requires_grad=True)
     old, mask = torch.tensor([[-0.5, -1.0]]), torch.tensor([[1.0, 0.0]])
-    loss, _ = POLICY_LOSSES.get("cispo")(logprobs, old, torch.tensor([1.0]), mask, CFG)
+    loss, _ = POLICY_LOSSES.get("cispo")(logprobs, old, torch.tensor([1.0]), mask, CISPO)
     loss.sum().backward()
     assert torch.isfinite(loss).all() and torch.isfinite(logprobs.grad).all()
     assert loss[0, 1].item() == 0.0 and logprobs.grad[0, 1].item() == 0.0
@@ -281,12 +284,14 @@ def test_cispo_padding_minus_inf_is_harmless():
 
 @pytest.mark.parametrize("name", ["ppo_clip", "cispo"])
 def test_tis_weight_and_mismatch_stats_by_hand(name):
-    cfg = AlgorithmConfig(tis_cap=2.0)
+    cfg = DEFAULTS[name]
     old = torch.full((1, 4), -1.0)
     rollout = torch.tensor([[-1.0, -1.5, -3.0, -50.0]])
     mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])  # the last token's huge gap is padding
     logprobs = old.clone().requires_grad_(True)  # ratio 1
-    loss, stats = POLICY_LOSSES.get(name)(logprobs, old, torch.tensor([1.0]), mask, cfg, rollout_logprobs=rollout)
+    loss, stats = POLICY_LOSSES.get(name)(
+        logprobs, old, torch.tensor([1.0]), mask, cfg, rollout_logprobs=rollout, tis_cap=2.0
+    )
     w = torch.tensor([1.0, math.exp(0.5), 2.0, 0.0])  # min(exp(old - rollout), 2): e^0, e^0.5, e^2 -> 2
     assert torch.allclose(stats["tis_weight"][0], w, atol=1e-6)
     assert stats["tis_capped"][0].tolist() == [0.0, 0.0, 1.0, 0.0]
@@ -315,11 +320,11 @@ def test_tis_off_keeps_loss_and_reports_mismatch():
 def test_tis_needs_rollout_logprobs():
     with pytest.raises(ValueError, match="rollout_logprobs"):
         POLICY_LOSSES.get("ppo_clip")(
-            torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1), torch.ones(1, 2), AlgorithmConfig(tis_cap=2.0)
+            torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1), torch.ones(1, 2), CFG, tis_cap=2.0
         )
     with pytest.raises(ValueError, match="rollout_logprobs"):
         POLICY_LOSSES.get("gspo")(
-            torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1), torch.ones(1, 2), CFG,
+            torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1), torch.ones(1, 2), GSPO,
             rollout_logprobs=torch.zeros(1, 3),
         )
 
@@ -346,8 +351,8 @@ def test_property_policy_losses(case, name, dual):
     rollout = old + torch.randn(b, t, generator=gen)
     mask = (torch.arange(t)[None] < torch.tensor(lengths)[:, None]).float()
     adv = torch.tensor(advs)
-    cfg = AlgorithmConfig(dual_clip_c=dual, tis_cap=2.0)
-    loss, stats = POLICY_LOSSES.get(name)(logprobs, old, adv, mask, cfg, rollout_logprobs=rollout)
+    cfg = PPOClipSettings(dual_clip_c=dual) if name == "ppo_clip" else DEFAULTS[name]  # dual clip: ppo_clip only
+    loss, stats = POLICY_LOSSES.get(name)(logprobs, old, adv, mask, cfg, rollout_logprobs=rollout, tis_cap=2.0)
     loss.sum().backward()
     assert torch.isfinite(loss).all() and torch.isfinite(logprobs.grad).all()
     assert torch.equal(loss[mask == 0], torch.zeros_like(loss[mask == 0]))

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from rlvr.algos import ADVANTAGES, CRITIC_ADVANTAGES, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
-from rlvr.config import dump_yaml, load_recipe
+from rlvr.config import dump_yaml
+from rlvr.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 METHODS = ROOT / "recipes" / "methods"
@@ -74,8 +75,8 @@ def test_recipe_loads_validates_and_round_trips(path, tmp_path):
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
 def test_recipe_names_are_registered(path):
     al = load_recipe(path).algorithm
-    assert al.advantage in ADVANTAGES or al.advantage in CRITIC_ADVANTAGES
-    assert al.policy_loss in POLICY_LOSSES
+    assert al.advantage.name in ADVANTAGES or al.advantage.name in CRITIC_ADVANTAGES
+    assert al.policy_loss.name in POLICY_LOSSES
     assert al.loss_agg in LOSS_AGGREGATIONS
     assert al.kl_estimator in KL_ESTIMATORS
 
@@ -104,7 +105,7 @@ def test_recipe_is_the_smoke_task(path):
 def test_recipe_objective(name):
     al = (r := load_recipe(METHODS / f"{name}.yaml")).algorithm
     adv, loss, agg, kl, opt_steps = OBJECTIVE[name]
-    assert (al.advantage, al.policy_loss, al.loss_agg, al.kl_coef) == (adv, loss, agg, kl)
+    assert (al.advantage.name, al.policy_loss.name, al.loss_agg, al.kl_coef) == (adv, loss, agg, kl)
     assert r.optimizer_steps_per_rollout == opt_steps
     # DAPO's fields are on in dapo.yaml only
     assert al.dynamic_sampling == al.overlong_filter == (name == "dapo")
@@ -113,26 +114,30 @@ def test_recipe_objective(name):
 
 def test_dapo_values():
     al = load_recipe(METHODS / "dapo.yaml").algorithm
-    assert (al.clip_low, al.clip_high) == (0.2, 0.28)  # Clip-Higher, sec. 3.1
-    assert al.std_normalize and al.kl_coef == 0.0
+    loss, adv = al.policy_loss.settings, al.advantage.settings
+    assert (loss.clip_low, loss.clip_high) == (0.2, 0.28)  # Clip-Higher, sec. 3.1
+    assert adv.std_normalize and al.kl_coef == 0.0
     assert (al.dynamic_sampling_max_rounds, al.overlong_buffer, al.overlong_penalty) == (3, 16, 0.5)
 
 
 def test_other_method_values():
     get = lambda n: load_recipe(METHODS / f"{n}.yaml").algorithm  # noqa: E731
-    assert (get("grpo").kl_estimator, get("grpo").std_normalize) == ("k3", True)
-    assert (get("gspo").gspo_clip_low, get("gspo").gspo_clip_high) == (3e-4, 4e-4)
-    assert (get("cispo").cispo_clip_low, get("cispo").cispo_clip_high) == (1.0, 4.0)
-    assert get("passk").passk_k == 4 == load_recipe(METHODS / "passk.yaml").rollout.samples_per_prompt // 2
-    assert (get("pkpo").passk_k, get("pkpo").pkpo_baseline) == (4, "loo_minus_one")
+    adv = lambda n: get(n).advantage.settings  # noqa: E731
+    loss = lambda n: get(n).policy_loss.settings  # noqa: E731
+    assert (get("grpo").kl_estimator, adv("grpo").std_normalize) == ("k3", True)
+    assert (loss("gspo").clip_low, loss("gspo").clip_high) == (3e-4, 4e-4)
+    assert (loss("cispo").clip_low, loss("cispo").clip_high) == (1.0, 4.0)
+    assert adv("passk").k == 4 == load_recipe(METHODS / "passk.yaml").rollout.samples_per_prompt // 2
+    assert (adv("pkpo").k, adv("pkpo").baseline) == (4, "loo_minus_one")
     for n in ("grpo", "dr_grpo", "rloo", "reinforce_pp", "passk", "pkpo"):
-        assert (get(n).clip_low, get(n).clip_high) == (0.2, 0.2)
+        assert (loss(n).clip_low, loss(n).clip_high) == (0.2, 0.2)
 
 
 def test_ppo_values():
     r = load_recipe(METHODS / "ppo.yaml")
     al = r.algorithm
-    assert (al.gamma, al.lam, al.value_clip, al.whiten_advantages) == (1.0, 0.95, 0.2, True)
+    gae = al.advantage.settings
+    assert (gae.gamma, gae.lam, r.critic.value_clip, gae.whiten) == (1.0, 0.95, 0.2, True)
     assert (al.kl_penalty, al.kl_estimator, al.kl_coef) == ("reward", "k1", 0.01)
     assert r.critic.path is None  # the critic starts from the policy's weights
 

@@ -13,14 +13,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlvr.algos import ADVANTAGES
-from rlvr.algos.advantages import comb_ratio
-from rlvr.config import AlgorithmConfig, Recipe, RecipeError, RolloutConfig, validate
+from rlvr.algos.advantages import PassKSettings, PKPOSettings, comb_ratio
+from rlvr.algos.losses import GSPOSettings, PPOClipSettings
+from rlvr.config import AlgorithmConfig, Recipe, RecipeError, RolloutConfig, Spec
+from rlvr.recipe import resolve, validate
+from rlvr.registry import NoSettings
 
 A1 = torch.tensor([[1.0, 1, 1, 0, 0, 0, 0, 0]])  # N = 8, 3 correct, 5 incorrect
 
 
-def _cfg(k: int, baseline: str = "loo_minus_one") -> AlgorithmConfig:
-    return AlgorithmConfig(passk_k=k, pkpo_baseline=baseline)
+def _passk(k: int) -> PassKSettings:
+    return PassKSettings(k=k)
+
+
+def _pkpo(k: int, baseline: str = "loo_minus_one") -> PKPOSettings:
+    return PKPOSettings(k=k, baseline=baseline)
 
 
 def _pos_neg(adv: torch.Tensor) -> tuple[float, float]:
@@ -50,7 +57,7 @@ def test_registry_names():
     ],
 )
 def test_passk_case_a1_by_hand(k, pos, neg):
-    adv = ADVANTAGES.get("passk")(A1, _cfg(k))
+    adv = ADVANTAGES.get("passk")(A1, _passk(k))
     assert adv.dtype == torch.float32 and adv.shape == (1, 8)
     p, n = _pos_neg(adv)
     assert p == pytest.approx(pos, abs=1e-6) and n == pytest.approx(neg, abs=1e-6)
@@ -59,17 +66,17 @@ def test_passk_case_a1_by_hand(k, pos, neg):
 
 def test_passk_k1_is_grpo_with_population_std():
     rewards = torch.tensor([[1.0, 0, 0, 1, 1], [0.0, 1, 0, 0, 0]])
-    adv = ADVANTAGES.get("passk")(rewards, _cfg(1))
+    adv = ADVANTAGES.get("passk")(rewards, _passk(1))
     mean = rewards.mean(-1, keepdim=True)
     assert torch.allclose(adv, (rewards - mean) / rewards.std(-1, keepdim=True, correction=0), atol=1e-6)
 
 
 def test_passk_every_k_subset_passes_is_zero():
     # k = 6 > N_neg = 5: every 6-subset holds a correct sample, R = 1, std = 0 -> no signal, not NaN
-    adv = ADVANTAGES.get("passk")(A1, _cfg(6))
+    adv = ADVANTAGES.get("passk")(A1, _passk(6))
     assert torch.equal(adv, torch.zeros_like(adv))
     # k = G = 8 with one correct sample: R = 1 as well
-    assert torch.equal(ADVANTAGES.get("passk")(torch.tensor([[1.0] + [0.0] * 7]), _cfg(8)), torch.zeros(1, 8))
+    assert torch.equal(ADVANTAGES.get("passk")(torch.tensor([[1.0] + [0.0] * 7]), _passk(8)), torch.zeros(1, 8))
 
 
 def _subset_mean_and_neg_term(rewards: list[int], k: int) -> tuple[Fraction, Fraction]:
@@ -94,7 +101,7 @@ def _subset_mean_and_neg_term(rewards: list[int], k: int) -> tuple[Fraction, Fra
 )
 def test_passk_property_against_enumeration(case):
     rewards, k = case
-    adv = ADVANTAGES.get("passk")(torch.tensor([rewards], dtype=torch.float32), _cfg(k))[0]
+    adv = ADVANTAGES.get("passk")(torch.tensor([rewards], dtype=torch.float32), _passk(k))[0]
     assert torch.isfinite(adv).all()
     r_mean, neg_term = _subset_mean_and_neg_term(rewards, k)
     std = math.sqrt(float(r_mean * (1 - r_mean)))
@@ -126,7 +133,7 @@ def test_passk_property_against_enumeration(case):
     ],
 )
 def test_pkpo_case_a1_by_hand(k, baseline, pos, neg):
-    adv = ADVANTAGES.get("pkpo")(A1, _cfg(k, baseline))
+    adv = ADVANTAGES.get("pkpo")(A1, _pkpo(k, baseline))
     p, n = _pos_neg(adv)
     assert p == pytest.approx(pos, abs=1e-6) and n == pytest.approx(neg, abs=1e-6)
     if baseline == "loo":
@@ -136,16 +143,16 @@ def test_pkpo_case_a1_by_hand(k, baseline, pos, neg):
 def test_pkpo_loo_matches_passk_direction():
     # both papers' estimators of grad pass@k are the same up to a positive per-group scale (case A1: 5 : -3)
     for k in (2, 3, 4, 5):
-        a = ADVANTAGES.get("pkpo")(A1, _cfg(k, "loo"))[0]
-        b = ADVANTAGES.get("passk")(A1, _cfg(k))[0]
+        a = ADVANTAGES.get("pkpo")(A1, _pkpo(k, "loo"))[0]
+        b = ADVANTAGES.get("passk")(A1, _passk(k))[0]
         assert torch.allclose(a / a[0], b / b[0], atol=1e-5)
 
 
 def test_pkpo_k_equals_g():
     # k = n = 4, loo_minus_one: a sole correct sample gets (4/4) C(3,3)/C(3,3) = 1; two correct get 0 each
     sole = torch.tensor([[0.0, 1, 0, 0]])
-    assert torch.allclose(ADVANTAGES.get("pkpo")(sole, _cfg(4)), sole)
-    assert torch.equal(ADVANTAGES.get("pkpo")(torch.tensor([[1.0, 1, 0, 0]]), _cfg(4)), torch.zeros(1, 4))
+    assert torch.allclose(ADVANTAGES.get("pkpo")(sole, _pkpo(4)), sole)
+    assert torch.equal(ADVANTAGES.get("pkpo")(torch.tensor([[1.0, 1, 0, 0]]), _pkpo(4)), torch.zeros(1, 4))
 
 
 def _brute_loo_minus_one(rewards: list[int], k: int) -> list[float]:
@@ -178,11 +185,11 @@ def test_pkpo_property_against_enumeration(rewards, data):
     n = len(rewards)
     r = torch.tensor([rewards], dtype=torch.float32)
     k = data.draw(st.integers(2, n))
-    adv = ADVANTAGES.get("pkpo")(r, _cfg(k))[0]
+    adv = ADVANTAGES.get("pkpo")(r, _pkpo(k))[0]
     assert torch.allclose(adv, torch.tensor(_brute_loo_minus_one(rewards, k)), atol=1e-6)
     assert (adv >= 0).all()  # not zero-sum: incorrect samples get exactly 0
     k = data.draw(st.integers(1, n - 1))
-    adv = ADVANTAGES.get("pkpo")(r, _cfg(k, "loo"))[0]
+    adv = ADVANTAGES.get("pkpo")(r, _pkpo(k, "loo"))[0]
     assert torch.allclose(adv, torch.tensor(_brute_loo(rewards, k)), atol=1e-6)
     assert abs(adv.sum().item()) < 1e-6
 
@@ -192,7 +199,7 @@ def test_pkpo_property_against_enumeration(rewards, data):
 
 @pytest.mark.parametrize(
     "name,cfg",
-    [("passk", _cfg(2)), ("pkpo", _cfg(2)), ("pkpo", _cfg(2, "loo")), ("reinforce_pp", _cfg(2))],
+    [("passk", _passk(2)), ("pkpo", _pkpo(2)), ("pkpo", _pkpo(2, "loo")), ("reinforce_pp", NoSettings())],
 )
 def test_equal_rewards_exactly_zero(name, cfg):
     rewards = torch.tensor([[1.0, 1, 1, 1], [0.0, 0, 0, 0]])
@@ -201,28 +208,28 @@ def test_equal_rewards_exactly_zero(name, cfg):
 
 def test_g1():
     one = torch.tensor([[1.0], [0.0]])
-    assert torch.equal(ADVANTAGES.get("passk")(one, _cfg(1)), torch.zeros(2, 1))
-    assert torch.equal(ADVANTAGES.get("reinforce_pp")(one, _cfg(1)), torch.zeros(2, 1))
+    assert torch.equal(ADVANTAGES.get("passk")(one, _passk(1)), torch.zeros(2, 1))
+    assert torch.equal(ADVANTAGES.get("reinforce_pp")(one, NoSettings()), torch.zeros(2, 1))
     # the batch baseline still separates them: mean 0.5, unbiased std 0.7071
-    glob = ADVANTAGES.get("reinforce_pp_global")(one, _cfg(1))
+    glob = ADVANTAGES.get("reinforce_pp_global")(one, NoSettings())
     assert torch.allclose(glob, torch.tensor([[0.7071], [-0.7071]]), atol=1e-4)
     with pytest.raises(ValueError):
-        ADVANTAGES.get("pkpo")(one, _cfg(1, "loo"))  # k <= G - 1 = 0 impossible
+        ADVANTAGES.get("pkpo")(one, _pkpo(1, "loo"))  # k <= G - 1 = 0 impossible
 
 
 @pytest.mark.parametrize(
     "name,cfg",
-    [("passk", _cfg(9)), ("passk", _cfg(0)), ("pkpo", _cfg(9)), ("pkpo", _cfg(1)), ("pkpo", _cfg(8, "loo"))],
+    [("passk", _passk(9)), ("passk", _passk(0)), ("pkpo", _pkpo(9)), ("pkpo", _pkpo(1)), ("pkpo", _pkpo(8, "loo"))],
 )
 def test_k_out_of_range_raises(name, cfg):
-    with pytest.raises(ValueError, match="passk_k"):
+    with pytest.raises(ValueError, match="algorithm.advantage.k"):
         ADVANTAGES.get(name)(A1, cfg)
 
 
 @pytest.mark.parametrize("name", ["passk", "pkpo"])
 def test_non_binary_rewards_raise(name):
     with pytest.raises(ValueError, match="binary"):
-        ADVANTAGES.get(name)(torch.tensor([[1.0, 0.5, 0.0]]), _cfg(2))
+        ADVANTAGES.get(name)(torch.tensor([[1.0, 0.5, 0.0]]), _passk(2) if name == "passk" else _pkpo(2))
 
 
 def test_comb_ratio_products():
@@ -243,7 +250,7 @@ def test_reinforce_pp_batch_std_not_group_std():
     # batch of 16: sum of squares 3 * 0.390625 + 5 * 0.140625 = 1.875, unbiased var 1.875 / 15 = 0.125
     # -> +0.625 / 0.353553 = +1.767767, -0.375 / 0.353553 = -1.060660 (GRPO alone would give 1.2076 / -0.7246)
     rewards = torch.cat([A1, torch.ones(1, 8)])
-    adv = ADVANTAGES.get("reinforce_pp")(rewards, AlgorithmConfig())
+    adv = ADVANTAGES.get("reinforce_pp")(rewards, NoSettings())
     assert adv[0, 0].item() == pytest.approx(0.625 / math.sqrt(0.125), abs=1e-5)
     assert adv[0, 7].item() == pytest.approx(-0.375 / math.sqrt(0.125), abs=1e-5)
     assert torch.equal(adv[1], torch.zeros(8))
@@ -251,7 +258,7 @@ def test_reinforce_pp_batch_std_not_group_std():
 
 def test_reinforce_pp_global_by_hand():
     # rewards 1, 0, 0, 1, 1, 1: mean 2/3, unbiased std sqrt((4 * 1/9 + 2 * 4/9) / 5) = sqrt(12/45) = 0.516398
-    adv = ADVANTAGES.get("reinforce_pp_global")(torch.tensor([[1.0, 0], [0.0, 1], [1.0, 1]]), AlgorithmConfig())
+    adv = ADVANTAGES.get("reinforce_pp_global")(torch.tensor([[1.0, 0], [0.0, 1], [1.0, 1]]), NoSettings())
     s = math.sqrt(12 / 45)
     assert torch.allclose(adv, torch.tensor([[1 / 3, -2 / 3], [-2 / 3, 1 / 3], [1 / 3, 1 / 3]]) / s, atol=1e-5)
 
@@ -260,7 +267,7 @@ def test_reinforce_pp_global_by_hand():
 @given(st.lists(st.lists(st.floats(-10, 10), min_size=3, max_size=3), min_size=1, max_size=6))
 def test_reinforce_pp_property(rows):
     rewards = torch.tensor(rows, dtype=torch.float32)
-    adv = ADVANTAGES.get("reinforce_pp")(rewards, AlgorithmConfig())
+    adv = ADVANTAGES.get("reinforce_pp")(rewards, NoSettings())
     assert torch.isfinite(adv).all()
     assert torch.allclose(adv.sum(-1), torch.zeros(len(rows)), atol=1e-3)
     centred = rewards - rewards.mean(-1, keepdim=True)
@@ -272,19 +279,23 @@ def test_reinforce_pp_property(rows):
 
 
 def _recipe(g: int, **algo) -> Recipe:
-    return Recipe(rollout=RolloutConfig(samples_per_prompt=g), algorithm=AlgorithmConfig(**algo))
+    """A recipe with G = g, resolved as load_recipe does (each Spec's settings to its dataclass)."""
+    return resolve(Recipe(rollout=RolloutConfig(samples_per_prompt=g), algorithm=AlgorithmConfig(**algo)))
 
 
 @pytest.mark.parametrize(
     "g,algo,fragment",
     [
-        (4, dict(advantage="passk", passk_k=5), "algorithm.passk_k=5 must be in [1, rollout.samples_per_prompt=4]"),
-        (4, dict(advantage="pkpo", passk_k=1), "k = 1 has no baseline; use pkpo_baseline=loo"),
-        (4, dict(advantage="pkpo", passk_k=4, pkpo_baseline="loo"), "needs 1 <= passk_k <= samples_per_prompt - 1 (3)"),
-        (4, dict(dual_clip_c=0.5), "algorithm.dual_clip_c=0.5 must be 0 (off) or > 1"),
+        (4, dict(advantage=Spec("passk", _passk(5))),
+         "algorithm.advantage.k=5 must be in [1, rollout.samples_per_prompt=4]"),
+        (4, dict(advantage=Spec("pkpo", _pkpo(1))), "k = 1 has no baseline; use baseline=loo"),
+        (4, dict(advantage=Spec("pkpo", _pkpo(4, "loo"))), "needs 1 <= k <= samples_per_prompt - 1 (3)"),
+        (4, dict(policy_loss=Spec("ppo_clip", PPOClipSettings(dual_clip_c=0.5))),
+         "algorithm.policy_loss.dual_clip_c=0.5 must be 0 (off) or > 1"),
         (4, dict(tis_cap=0.5), "algorithm.tis_cap=0.5 must be 0 (off) or >= 1"),
-        (4, dict(gspo_clip_low=-1.0), "gspo_clip_low/high and cispo_clip_low/high must be >= 0"),
-        (1, dict(advantage="passk", passk_k=1), "compares samples within a group"),
+        (4, dict(policy_loss=Spec("gspo", GSPOSettings(clip_low=-1.0))),
+         "algorithm.policy_loss.clip_low and algorithm.policy_loss.clip_high must be >= 0"),
+        (1, dict(advantage=Spec("passk", _passk(1))), "compares samples within a group"),
     ],
 )
 def test_validate_rejects(g, algo, fragment):
@@ -295,7 +306,9 @@ def test_validate_rejects(g, algo, fragment):
 
 def test_validate_accepts_defaults_and_k_equals_g():
     validate(_recipe(4))
-    validate(_recipe(4, advantage="passk", passk_k=4))
-    validate(_recipe(4, advantage="pkpo", passk_k=4))
-    validate(_recipe(4, advantage="pkpo", passk_k=1, pkpo_baseline="loo"))
-    validate(_recipe(4, policy_loss="gspo", dual_clip_c=3.0, tis_cap=2.0))
+    validate(_recipe(4, advantage=Spec("passk", _passk(4))))
+    validate(_recipe(4, advantage=Spec("pkpo", _pkpo(4))))
+    validate(_recipe(4, advantage=Spec("pkpo", _pkpo(1, "loo"))))
+    # dual_clip_c is a ppo_clip setting now; gspo has none
+    validate(_recipe(4, policy_loss=Spec("ppo_clip", PPOClipSettings(dual_clip_c=3.0)), tis_cap=2.0))
+    validate(_recipe(4, policy_loss=Spec("gspo"), tis_cap=2.0))

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.config import dump_yaml, load_recipe
+from rlvr.config import dump_yaml
+from rlvr.recipe import load_recipe
 
 RECIPES = sorted((Path(__file__).resolve().parents[2] / "recipes").glob("*.yaml"))
 

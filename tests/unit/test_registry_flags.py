@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from rlvr.algos import ADVANTAGES
-from rlvr.config import RecipeError, load_recipe
+from rlvr.config import RecipeError
+from rlvr.recipe import load_recipe
 from rlvr.registry import Registry
 
 
@@ -14,12 +15,12 @@ from rlvr.registry import Registry
 def my_estimator():
     ADVANTAGES.register("my_group_norm", needs_groups=True, binary_rewards=True)(lambda rewards, cfg: rewards)
     yield "my_group_norm"
-    ADVANTAGES._items.pop("my_group_norm")
-    ADVANTAGES._flags.pop("my_group_norm")
+    for table in (ADVANTAGES._items, ADVANTAGES._flags, ADVANTAGES._settings):
+        table.pop("my_group_norm")
 
 
 def test_a_new_group_estimator_is_checked_by_its_flags(my_estimator):
-    assert load_recipe(None, [f"algorithm.advantage={my_estimator}"]).algorithm.advantage == my_estimator
+    assert load_recipe(None, [f"algorithm.advantage={my_estimator}"]).algorithm.advantage.name == my_estimator
     with pytest.raises(RecipeError, match="compares samples within a group"):
         load_recipe(None, [f"algorithm.advantage={my_estimator}", "rollout.samples_per_prompt=1"])
     with pytest.raises(RecipeError, match="binary"):

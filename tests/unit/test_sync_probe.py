@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.config import RecipeError, load_recipe
+from rlvr.config import RecipeError
+from rlvr.recipe import load_recipe
 from rlvr.sync.probe import PROBE_NEW_TOKENS, PROBE_PROMPT_TOKENS, mean_gap, probe_gap, probe_prompt, run_probe, tolerance
 from rlvr.sync.weights import WeightSyncError
 

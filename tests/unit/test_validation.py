@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rlvr.config import RecipeError, default_ks, load_recipe
+from rlvr.config import RecipeError, default_ks
+from rlvr.recipe import load_recipe
 from rlvr.reward.pool import Scored
 from rlvr.runtime.validation import majority_correct, validation_metrics
 from rlvr.types import Completion, VerifyResult

@@ -1,0 +1,295 @@
+"""Loading a recipe: read it by the schema (:mod:`rlvr.config`), resolve each named entry to its own settings
+(the registries of :mod:`rlvr.algos`), and check every invariant, each message naming the key and the fix.
+
+Imports the registries, not torch: the algorithm modules import torch on first use (:mod:`rlvr.lazy`), so
+``load_recipe`` (and ``rlvr train --dry-run``) runs in a second. Errors: :class:`rlvr.config.RecipeError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from pathlib import Path
+
+from rlvr.algos import ADVANTAGES, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
+from rlvr.algos.gae import CRITIC_ADVANTAGES
+from rlvr.config import AlgorithmConfig, Recipe, RecipeError, Spec, TimeoutsConfig, build_settings, read_recipe
+from rlvr.registry import Registry
+
+
+def load_recipe(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
+    """Load a recipe YAML, apply ``section.key=value`` overrides (``algorithm.advantage.k=8`` reaches into an
+    entry's settings), resolve each named entry's settings and check the whole recipe.
+
+    Errors: :class:`RecipeError` naming the key and the fix (all problems at once); ``FileNotFoundError`` for a
+    missing file.
+    """
+    recipe = resolve(read_recipe(path, overrides))
+    validate(recipe)
+    return recipe
+
+
+def advantage_registry(name: str) -> Registry:
+    """The registry that holds advantage estimator ``name``: :data:`rlvr.algos.gae.CRITIC_ADVANTAGES` (a learned
+    critic is started) or :data:`rlvr.algos.advantages.ADVANTAGES` (also for an unknown name)."""
+    return CRITIC_ADVANTAGES if name in CRITIC_ADVANTAGES else ADVANTAGES
+
+
+def _resolve_spec(spec: Spec, reg: Registry, where: str, near_extra: list[str] = ()) -> tuple[Spec, list[str]]:
+    """``spec`` with its settings built by its entry's class, and the problems found (then ``spec`` unchanged)."""
+    if spec.name not in reg:
+        names = reg.names() + list(near_extra)
+        near = difflib.get_close_matches(spec.name, names, n=1)
+        if where == "algorithm.advantage" and spec.name.lower() in ("ppo", "critic"):  # verl's "PPO" means a critic
+            hint = "PPO with a learned critic is algorithm.advantage=gae (see recipes/methods/ppo.yaml)"
+        else:
+            hint = (f"did you mean '{near[0]}'? " if near else "") + f"choose from {sorted(names)}"
+        return spec, [f"{where}={spec.name!r} is not registered: {hint}"]
+    cls = reg.settings(spec.name)
+    if isinstance(spec.settings, cls):
+        return spec, []
+    fields = spec.settings or {}
+    if not isinstance(fields, dict):
+        return spec, [f"{where}: settings {spec.settings!r} are not {cls.__name__} nor a mapping of its fields"]
+    if fields and not dataclasses.fields(cls):
+        return spec, [f"{where}={spec.name} takes no settings, got {sorted(fields)}: write "
+                      f"{where.rsplit('.', 1)[-1]}: {spec.name}"]  # fmt: skip
+    try:
+        return Spec(spec.name, build_settings(cls, fields, where)), []
+    except RecipeError as e:
+        return spec, [str(e)]
+
+
+def resolve(recipe: Recipe) -> Recipe:
+    """``recipe`` with every named entry (:class:`rlvr.config.Spec`) resolved to its registered settings
+    dataclass, defaults filled in. Errors: :class:`RecipeError` listing each unknown name (with the nearest) and
+    each unknown or mistyped setting (with the nearest field)."""
+    al = recipe.algorithm
+    adv_reg = advantage_registry(al.advantage.name)
+    other = CRITIC_ADVANTAGES.names() if adv_reg is ADVANTAGES else ADVANTAGES.names()
+    advantage, errs = _resolve_spec(al.advantage, adv_reg, "algorithm.advantage", other)
+    policy_loss, loss_errs = _resolve_spec(al.policy_loss, POLICY_LOSSES, "algorithm.policy_loss")
+    if errs + loss_errs:
+        raise RecipeError("invalid recipe:\n  - " + "\n  - ".join(errs + loss_errs))
+    return dataclasses.replace(recipe, algorithm=dataclasses.replace(al, advantage=advantage, policy_loss=policy_loss))
+
+
+def _rollout_errors(r: Recipe) -> list[str]:
+    """Engines, restarts and sampling settings."""
+    errs: list[str] = []
+    ro = r.rollout
+    if ro.max_restarts < 0:
+        errs.append("rollout.max_restarts must be >= 0")
+    if ro.num_engines < 1:
+        errs.append("rollout.num_engines must be >= 1")
+    elif ro.prompts_per_step % ro.num_engines:
+        errs.append(
+            f"rollout.prompts_per_step ({ro.prompts_per_step}) must divide evenly over "
+            f"rollout.num_engines ({ro.num_engines})"
+        )
+    if r.run.executor == "local" and ro.engine == "vllm" and ro.num_engines > 1:
+        errs.append(
+            "run.executor=local holds every role in one process, and vLLM allows one engine per process: "
+            "set run.executor=ray or rollout.num_engines=1"
+        )
+    if ro.temperature <= 0:
+        errs.append("rollout.temperature must be > 0 for RL (sampled logprobs); use eval for greedy decoding")
+    if not 0 < ro.top_p <= 1:
+        errs.append("rollout.top_p must be in (0, 1]")
+    elif ro.top_p < 1 or ro.top_k > 0:
+        # case R2: vLLM's processed logprobs are renormalised over the kept tokens, the trainer's are not
+        what = " and ".join(x for x in (f"rollout.top_p={ro.top_p}" if ro.top_p < 1 else "",
+                                        f"rollout.top_k={ro.top_k}" if ro.top_k > 0 else "") if x)
+        errs.append(
+            f"{what} truncates the sampler: the engine's logprobs are "
+            "then renormalised over the kept tokens while the trainer's cover the whole vocabulary (probabilities "
+            "[.5, .3, .15, .05] at top_p 0.8: ratio 0.8 instead of 1), which biases truncated importance sampling, "
+            "the KL in the reward, the DPH-RL buffer and the rollout/trainer gap metrics. Train with rollout.top_p: "
+            "1.0 and rollout.top_k: -1 (lower rollout.temperature to sharpen sampling); `rlvr eval` may truncate"
+        )
+    if ro.max_new_tokens < 1:
+        errs.append("rollout.max_new_tokens must be >= 1")
+    return errs
+
+
+def _batch_errors(r: Recipe) -> list[str]:
+    """Mini-/micro-batch divisibility over ranks, ZeRO stage and learning rate."""
+    errs: list[str] = []
+    tr = r.trainer
+    b = r.samples_per_step
+    if tr.mini_batch_size and b % tr.mini_batch_size:
+        errs.append(
+            f"trainer.mini_batch_size ({tr.mini_batch_size}) must divide the samples per step "
+            f"(prompts_per_step x samples_per_prompt = {b})"
+        )
+    mb = r.mini_batch
+    if tr.mini_batch_size < 0 or tr.num_workers < 1 or tr.micro_batch_size < 1:
+        errs.append(
+            "trainer.mini_batch_size must be >= 0 (0: the whole batch), trainer.num_workers and "
+            "trainer.micro_batch_size >= 1"
+        )
+    elif mb < 1:
+        pass  # an empty batch: reported above (prompts_per_step / samples_per_prompt)
+    elif mb % tr.num_workers:
+        errs.append(f"the mini-batch ({mb}) must divide evenly over trainer.num_workers ({tr.num_workers})")
+    elif (mb // tr.num_workers) % min(tr.micro_batch_size, mb // tr.num_workers):
+        errs.append(
+            f"trainer.micro_batch_size ({tr.micro_batch_size}) must divide the per-rank mini-batch "
+            f"({mb // tr.num_workers}); e.g. set trainer.micro_batch_size={_divisor(mb // tr.num_workers, tr.micro_batch_size)}"
+        )
+    if tr.zero_stage not in (0, 1, 2, 3):
+        errs.append("trainer.zero_stage must be 0, 1, 2 or 3")
+    if tr.lr <= 0:
+        errs.append("trainer.lr must be > 0")
+    return errs
+
+
+def validate(r: Recipe) -> None:
+    """Check the recipe's invariants (its named entries resolved first, :func:`resolve`); raise
+    :class:`RecipeError` listing every problem, each with the fix."""
+    r = resolve(r)
+    errs: list[str] = []
+    ro, al = r.rollout, r.algorithm
+    if r.run.steps < 1:
+        errs.append("run.steps must be >= 1")
+    if ro.prompts_per_step < 1 or ro.samples_per_prompt < 1:
+        errs.append("rollout.prompts_per_step and rollout.samples_per_prompt must be >= 1")
+    errs.extend(_rollout_errors(r))
+    errs.extend(_batch_errors(r))
+    if al.ppo_epochs < 1:
+        errs.append("algorithm.ppo_epochs must be >= 1")
+    if al.kl_coef < 0:
+        errs.append("algorithm.kl_coef must be >= 0")
+    if al.tis_cap != 0 and not al.tis_cap >= 1:
+        errs.append(
+            f"algorithm.tis_cap={al.tis_cap} must be 0 (off) or >= 1 (a cap below 1 shrinks every token; 2 is common)"
+        )
+    errs.extend(dapo_errors(al, ro.samples_per_prompt, ro.max_new_tokens))
+    errs.extend(extra_errors(r))
+    for k in r.metrics.pass_k:
+        if not 1 <= k <= ro.samples_per_prompt:
+            errs.append(
+                f"metrics.pass_k has k={k}: pass@k needs 1 <= k <= samples_per_prompt ({ro.samples_per_prompt})"
+            )
+    if not r.reward.verifiers:
+        errs.append("reward.verifiers is empty: name at least one verifier (e.g. - name: math)")
+    if r.reward.timeout_s <= 0:
+        errs.append("reward.timeout_s must be > 0")
+    if r.reward.num_workers < 1:
+        errs.append("reward.num_workers must be >= 1")
+    if r.reward.memory_mb is not None and r.reward.memory_mb < 256:
+        errs.append("reward.memory_mb must be >= 256 (math-verify and sympy need room) or null for no limit")
+    if "{question}" not in r.data.prompt_template:
+        errs.append("data.prompt_template must contain {question}")
+    va = r.validation
+    if va.every_steps < 0 or va.samples < 1 or va.temperature <= 0:
+        errs.append("validation.every_steps must be >= 0, validation.samples >= 1, validation.temperature > 0")
+    if va.every_steps and va.source is None and r.data.source != "generated":
+        errs.append(
+            f"validation.every_steps={va.every_steps} with data.source={r.data.source!r}: set validation.source to a "
+            "held-out file or data set (only a generated task has a built-in holdout split)"
+        )
+    if va.every_steps and va.source is None and r.data.source == "generated" and r.data.generated.holdout == 0:
+        errs.append("validation needs held-out rows: set data.generated.holdout > 0 (e.g. 64) or validation.source")
+    for f in dataclasses.fields(TimeoutsConfig):
+        if not getattr(r.timeouts, f.name) > 0:
+            errs.append(f"timeouts.{f.name} must be > 0 seconds, got {getattr(r.timeouts, f.name)}")
+    if r.sync.timeout_s <= 0:
+        errs.append("sync.timeout_s must be > 0")
+    if r.sync.probe_every < 0 or (r.sync.probe_tolerance is not None and not r.sync.probe_tolerance > 0):
+        errs.append("sync.probe_every must be >= 0 (0: off) and sync.probe_tolerance > 0 nats (or null: by dtype)")
+    errs.extend(registry_errors(r))  # names in registries, and what their entries need (capability flags)
+    if errs:
+        raise RecipeError("invalid recipe:\n  - " + "\n  - ".join(errs))
+
+
+def _divisor(n: int, below: int) -> int:
+    return max(d for d in range(1, min(n, below) + 1) if n % d == 0)
+
+
+def dapo_errors(al: AlgorithmConfig, g: int, max_new_tokens: int) -> list[str]:
+    """Invariants of DAPO's dynamic sampling and overlong settings (G = samples per prompt)."""
+    errs = []
+    if al.dynamic_sampling_max_rounds < 0:
+        errs.append(f"algorithm.dynamic_sampling_max_rounds={al.dynamic_sampling_max_rounds} must be >= 0")
+    if al.dynamic_sampling and al.dynamic_sampling_max_rounds < 1:
+        errs.append(
+            "algorithm.dynamic_sampling=true needs algorithm.dynamic_sampling_max_rounds >= 1 (extra generation "
+            "rounds to replace uninformative groups; DAPO-style runs use a few, e.g. 3)"
+        )
+    if al.dynamic_sampling and g < 2:
+        errs.append(
+            "algorithm.dynamic_sampling=true keeps groups whose rewards differ, and a group of one sample never "
+            "does: set rollout.samples_per_prompt >= 2 or algorithm.dynamic_sampling=false"
+        )
+    b = al.overlong_buffer
+    if not 0 <= b < max_new_tokens:
+        errs.append(
+            f"algorithm.overlong_buffer={b} must be in [0, rollout.max_new_tokens - 1 = {max_new_tokens - 1}] "
+            f"(0: off; it is the penalised tail of the length limit): e.g. set algorithm.overlong_buffer="
+            f"{max(max_new_tokens // 4, 0)}"
+        )
+    if al.overlong_penalty < 0:
+        errs.append(f"algorithm.overlong_penalty={al.overlong_penalty} must be >= 0 (it is subtracted from the reward)")
+    return errs
+
+
+def extra_errors(r: Recipe) -> list[str]:
+    """Invariants of the entropy bonus, critic, DPH-RL, checkpoint and failure settings."""
+    al, cr, ck = r.algorithm, r.critic, r.checkpoint
+    errs = []
+    if al.entropy_coef < 0:
+        errs.append(f"algorithm.entropy_coef={al.entropy_coef} must be >= 0 (0: off; e.g. 0.001)")
+    if cr.value_clip < 0:
+        errs.append(f"critic.value_clip={cr.value_clip} must be >= 0 (0: no value clipping)")
+    if al.dph_coef < 0 or al.dph_prompts < 1 or al.dph_batch < 1:
+        errs.append("algorithm.dph_coef must be >= 0, dph_prompts and dph_batch >= 1")
+    if al.dph_divergence != "none" and al.dph_coef == 0:
+        errs.append(f"algorithm.dph_divergence={al.dph_divergence} needs algorithm.dph_coef > 0 (e.g. 0.1)")
+    if cr.lr <= 0 or cr.micro_batch_size < 1 or cr.grad_clip < 0:
+        errs.append("critic.lr must be > 0, critic.micro_batch_size >= 1, critic.grad_clip >= 0")
+    if ck.every_steps < 0 or ck.keep_last < 1:
+        errs.append("checkpoint.every_steps must be >= 0 (0: only at the end) and checkpoint.keep_last >= 1")
+    if r.trainer.max_nonfinite_in_row < 1:
+        errs.append("trainer.max_nonfinite_in_row must be >= 1")
+    if r.metrics.samples_every < 0 or r.metrics.samples_rows < 1:
+        errs.append("metrics.samples_every must be >= 0 (0: off) and metrics.samples_rows >= 1")
+    return errs
+
+
+def registry_errors(r: Recipe) -> list[str]:
+    """Names in the registries (a typo fails before anything starts, naming the nearest entry), each entry's own
+    invariants (its settings' ``errors(recipe, where)``), and what the chosen entries declare they need
+    (:meth:`rlvr.registry.Registry.flag`): ``needs_groups`` (G >= 2), ``binary_rewards`` (no fractional shaping), a
+    policy loss's ``sequence_advantages`` against an estimator or KL placement that gives ``token_advantages``."""
+    al, g = r.algorithm, r.rollout.samples_per_prompt
+    adv, loss = al.advantage.name, al.policy_loss.name
+    adv_reg = advantage_registry(adv)
+    errs: list[str] = []
+    for spec, where in ((al.advantage, "algorithm.advantage"), (al.policy_loss, "algorithm.policy_loss")):
+        check = getattr(spec.settings, "errors", None)
+        if check is not None:
+            errs.extend(check(r, where))
+    if g < 2 and adv_reg.flag(adv, "needs_groups"):
+        errs.append(f"algorithm.advantage={adv} compares samples within a group: set rollout.samples_per_prompt >= 2")
+    shaped = al.overlong_buffer > 0 and al.overlong_penalty > 0
+    if shaped and adv_reg.flag(adv, "binary_rewards"):
+        errs.append(f"algorithm.advantage={adv} needs binary (0/1) rewards, and the overlong penalty "
+                    "(algorithm.overlong_buffer > 0) makes them fractional: set algorithm.overlong_buffer=0")  # fmt: skip
+    kl_tokens = al.kl_coef > 0 and al.kl_penalty == "reward"
+    token_adv = adv_reg.flag(adv, "token_advantages") or kl_tokens
+    if token_adv and POLICY_LOSSES.flag(loss, "sequence_advantages"):
+        errs.append(
+            f"algorithm.policy_loss={loss} needs one advantage per sequence, but "
+            + ("kl_penalty=reward" if kl_tokens and not adv_reg.flag(adv, "token_advantages") else "advantage=" + adv)
+            + " gives one per token: use policy_loss=ppo_clip (or kl_penalty=loss)"
+        )
+    for reg, name, key in (
+        (LOSS_AGGREGATIONS, al.loss_agg, "algorithm.loss_agg"),
+        (KL_ESTIMATORS, al.kl_estimator, "algorithm.kl_estimator"),
+    ):
+        if name not in reg:
+            near = difflib.get_close_matches(name, reg.names(), n=1)
+            hint = f"did you mean '{near[0]}'?" if near else f"choose from {reg.names()}"
+            errs.append(f"{key}={name!r} is not registered: {hint}")
+    return errs

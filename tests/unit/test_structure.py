@@ -1,0 +1,101 @@
+"""The package's shape (issue 11): no import circle (imports inside functions count; only ``if TYPE_CHECKING:``
+imports are skipped), ``rlvr/config.py`` a leaf (it imports neither torch nor the algorithms), and loading any
+shipped recipe imports no torch (the registries resolve settings without it)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PKG = ROOT / "rlvr"
+
+
+def _module_name(f: Path) -> str:
+    parts = f.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(f: Path) -> set[str]:
+    """Every module ``f`` imports (``from a import b`` gives a and a.b), outside ``if TYPE_CHECKING:`` blocks."""
+    tree = ast.parse(f.read_text())
+    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test)
+            for n in ast.walk(node)}  # fmt: skip
+    out: set[str] = set()
+    for n in ast.walk(tree):
+        if id(n) in skip:
+            continue
+        if isinstance(n, ast.Import):
+            out |= {a.name for a in n.names}
+        elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
+            out |= {n.module} | {f"{n.module}.{a.name}" for a in n.names}
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    files = {_module_name(f): f for f in PKG.rglob("*.py")}
+    graph = {m: {d for d in _imports(f) if d in files and d != m} for m, f in files.items()}
+    # a package's __init__ importing its own children (and a child its package) is not a circle of interest
+    return {m: {d for d in ds if not (d.startswith(m + ".") or m.startswith(d + "."))} for m, ds in graph.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circle():
+    assert _cycles(_graph()) == []
+
+
+def test_the_cycle_finder_finds_one():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_config_is_a_leaf():
+    imported = _imports(PKG / "config.py")
+    assert not {m for m in imported if m == "torch" or m.startswith(("torch.", "rlvr.algos", "rlvr.recipe"))}
+    assert {m for m in imported if m.startswith("rlvr")} <= {"rlvr.hardware", "rlvr.hardware.fast_dtype"}
+
+
+def test_loading_every_shipped_recipe_imports_no_torch():
+    code = (
+        "import sys, glob\n"
+        "from rlvr.recipe import load_recipe\n"
+        "paths = sorted(glob.glob('recipes/*.yaml') + glob.glob('recipes/methods/*.yaml'))\n"
+        "for p in paths: load_recipe(p)\n"
+        "print(len(paths), sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    n, loaded = out.split(" ", 1)
+    assert int(n) >= 15 and loaded.strip() == "[]"
