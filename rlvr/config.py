@@ -716,22 +716,24 @@ def read_recipe(path: str | Path | None = None, overrides: list[str] | tuple[str
     return recipe
 
 
-def _plain(obj: Any) -> Any:
+def plain(obj: Any) -> Any:
+    """Any config dataclass (a recipe, a section, ``rlvr eval``'s settings) as plain data: dataclasses as dicts,
+    tuples as lists, a :class:`Spec` as ``{name: ..., **settings}`` (the form a recipe is written in)."""
     if isinstance(obj, Spec):
-        return {"name": obj.name, **(_plain(obj.settings) if obj.settings is not None else {})}
+        return {"name": obj.name, **(plain(obj.settings) if obj.settings is not None else {})}
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
+        return [plain(v) for v in obj]
     if isinstance(obj, dict):
-        return {k: _plain(v) for k, v in obj.items()}
+        return {k: plain(v) for k, v in obj.items()}
     return obj
 
 
 def to_dict(recipe: Recipe) -> dict[str, Any]:
     """The resolved recipe as plain data (tuples as lists; a :class:`Spec` as ``{name: ..., **settings}``), for
     YAML/JSON; :func:`rlvr.recipe.load_recipe` reads it back to the same recipe."""
-    return json.loads(json.dumps(_plain(recipe)))
+    return json.loads(json.dumps(plain(recipe)))
 
 
 def dump_yaml(recipe: Recipe) -> str:

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
-from rlvr.config import DataConfig, RecipeError, VerifierSpec
+from rlvr.config import DataConfig, ModelConfig, RecipeError, RewardConfig, RolloutConfig, VerifierSpec, plain
 from rlvr.metrics.intervals import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CONFIDENCE, bootstrap_ci
 from rlvr.runtime.validation import mean_over_problems, problem_metrics
 from rlvr.types import Completion, Prompt, SamplingConfig
@@ -87,70 +87,69 @@ PRESETS: dict[str, EvalSet] = {
 answer, else an answer marker, else the last number; math-verify equivalence)."""
 
 
+EVAL_PROMPTS = DataConfig(source="", prompt_template=BOXED_TEMPLATE, max_prompt_tokens=1024, split="test",
+                          shuffle=False)  # fmt: skip
+"""``rlvr eval``'s prompt section without a recipe: the boxed instruction, 1024 prompt tokens, the test split."""
+EVAL_ROLLOUT = RolloutConfig(samples_per_prompt=8, max_new_tokens=512, kv_cache_gib=2.0)
+"""``rlvr eval``'s sampling without a recipe: n = 8 samples per problem at temperature 1.0, 512 new tokens."""
+EVAL_REWARD = RewardConfig(timeout_s=10.0, memory_mb=SCORER_MEMORY_MB)
+"""``rlvr eval``'s scoring without a recipe: the ``math`` verifier for file sets, 2 workers, 10 s per sample."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class EvalConfig:
-    """Settings of one ``rlvr eval`` run (the command-line flags of the same names)."""
+    """Settings of one ``rlvr eval`` run, made of the training recipe's own sections (:mod:`rlvr.config`), so a
+    recipe's template, sampling and verifiers carry over (``rlvr eval ... --recipe R.yaml``; flags override):
 
-    model: str
+    - ``model``: the model (``path``) and the engine's ``dtype`` (``auto``: :func:`rlvr.hardware.fast_dtype`);
+    - ``prompts``: a :class:`~rlvr.config.DataConfig` read for every set (``source`` unused: each set has its own):
+      ``prompt_template``, ``system_prompt``, ``chat_template``, ``max_prompt_tokens``, ``split`` (``datasets``
+      names), ``limit`` (the first N rows of each set, in file order), and ``question`` / ``answer`` /
+      ``answer_format`` of the sets that are not presets (presets keep their own, :func:`resolve_sets`);
+    - ``rollout``: ``engine``, n = ``samples_per_prompt`` (metrics for every k in 1..n), ``temperature`` (0: greedy),
+      ``top_p``, ``top_k``, ``max_new_tokens``, ``kv_cache_gib``, ``threads`` (one engine, in this process);
+    - ``reward``: the first verifier scores the sets that are not presets (presets: ``math``); ``num_workers``
+      scoring processes, ``timeout_s`` per sample, ``memory_mb`` per worker.
+    """
+
+    model: ModelConfig
     data: tuple[str, ...]
-    n: int = 8
-    """Samples per problem; metrics are reported for every k in 1..n."""
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 512
-    limit: int | None = None
-    """The first N rows of each data set, in file order (None: all)."""
+    prompts: DataConfig = field(default_factory=lambda: EVAL_PROMPTS)
+    rollout: RolloutConfig = field(default_factory=lambda: EVAL_ROLLOUT)
+    reward: RewardConfig = field(default_factory=lambda: EVAL_REWARD)
     seed: int = 0
     """Engine seed (vLLM: the engine's sampler; HF: torch). Same seed, engine and machine: same samples."""
-    engine: Literal["vllm", "hf"] = "vllm"
-    dtype: Literal["auto", "bfloat16", "float32", "float16"] = "auto"
-    """The engine's dtype; ``auto``: bfloat16 with a GPU or a CPU with native bf16, else float32
-    (:func:`rlvr.hardware.fast_dtype`)."""
     output: str | None = None
-    prompt_template: str = BOXED_TEMPLATE
-    system_prompt: str | None = None
-    chat_template: bool = True
-    max_prompt_tokens: int = 1024
-    split: str = "test"
-    """Split for ``datasets`` names (presets and files have one split)."""
-    question_field: str | None = None
-    """Question field (or a template such as ``{Body} {Question}``) of the sets that are not presets (None:
-    ``question``); the same for ``answer_field`` (None: ``answer``), ``answer_format`` (None: ``raw``) and
-    ``verifier`` (None: ``math``). Presets keep their own (:func:`resolve_sets`)."""
-    answer_field: str | None = None
-    answer_format: Literal["raw", "gsm8k"] | None = None
-    verifier: str | None = None
-    verifier_args: dict[str, Any] = field(default_factory=dict)
-    """Constructor arguments of ``verifier`` (sets that are not presets)."""
-    workers: int = 2
-    """Scoring worker processes."""
-    timeout_s: float = 10.0
-    """Hard limit per sample's scoring (seconds); over it the sample scores 0 (``timeout``)."""
-    kv_cache_gib: float = 2.0
-    threads: int = 1
-    """torch threads of the engine (one: measured faster than two on a busy 2-core machine, DESIGN.md)."""
     batch_prompts: int = 32
     """Prompts per engine call (progress is logged and samples are written after each)."""
     bootstrap_resamples: int = BOOTSTRAP_RESAMPLES
     bootstrap_seed: int = BOOTSTRAP_SEED
 
+    @property
+    def n(self) -> int:
+        """Samples per problem (``rollout.samples_per_prompt``)."""
+        return self.rollout.samples_per_prompt
+
     def check(self) -> None:
         """Errors: ``ValueError`` naming the flag for a value out of range."""
         errs = []
+        ro, pr = self.rollout, self.prompts
         if not self.data:
             errs.append("--data: name at least one data set (" + ", ".join(PRESETS) + ", or a file)")
-        if self.n < 1 or self.max_new_tokens < 1 or self.max_prompt_tokens < 1 or self.batch_prompts < 1:
+        if self.n < 1 or ro.max_new_tokens < 1 or pr.max_prompt_tokens < 1 or self.batch_prompts < 1:
             errs.append("--n, --max-new-tokens, --max-prompt-tokens and --batch-prompts must be >= 1")
-        if self.limit is not None and self.limit < 1:
-            errs.append(f"--limit {self.limit}: must be >= 1")
-        if self.temperature < 0 or not 0 < self.top_p <= 1:
+        if pr.limit is not None and pr.limit < 1:
+            errs.append(f"--limit {pr.limit}: must be >= 1")
+        if ro.temperature < 0 or not 0 < ro.top_p <= 1:
             errs.append("--temperature must be >= 0 (0: greedy) and --top-p in (0, 1]")
-        if self.temperature == 0 and (self.engine == "hf" or self.n != 1):
+        if ro.temperature == 0 and (ro.engine == "hf" or self.n != 1):
             errs.append("--temperature 0 (greedy decoding) gives one answer per problem: it needs --n 1 and "
                         "--engine vllm (the hf engine always samples)")
-        if self.workers < 1 or not self.timeout_s > 0 or self.bootstrap_resamples < 1:
+        if self.reward.num_workers < 1 or not self.reward.timeout_s > 0 or self.bootstrap_resamples < 1:
             errs.append("--workers and --bootstrap-resamples must be >= 1, --timeout > 0")
-        if "{question}" not in self.prompt_template:
+        if not self.reward.verifiers:
+            errs.append("reward.verifiers is empty: name a verifier (--verifier math)")
+        if "{question}" not in pr.prompt_template:
             errs.append("--prompt-template must contain {question}")
         if errs:
             raise ValueError("; ".join(errs))
@@ -165,8 +164,8 @@ def resolve_sets(cfg: EvalConfig) -> list[EvalSet]:
 
     A preset name (:data:`PRESETS`) is taken as it is: its fields and verifier are fixed (to change them, give
     its file, e.g. ``data/gsm8k/test.jsonl``). Anything else is a file or a ``datasets`` name, read with
-    ``cfg.question_field`` / ``answer_field`` / ``answer_format`` / ``verifier`` (defaults ``question``,
-    ``answer``, ``raw``, ``math``) and labelled by its file name (``folder/test`` for ``test.jsonl`` and the like).
+    ``cfg.prompts.question`` / ``answer`` / ``answer_format`` and scored by ``cfg.reward.verifiers[0]`` (defaults
+    ``question``, ``answer``, ``raw``, ``math``) and labelled by its file name (``folder/test`` for ``test.jsonl``).
 
     Errors: ``FileNotFoundError`` for a path-like entry (``.jsonl``, ``.json``, ``.parquet``, or starting with
     ``.``, ``/``, ``~``) that exists nowhere; the message names the presets.
@@ -187,12 +186,9 @@ def resolve_sets(cfg: EvalConfig) -> list[EvalSet]:
             label = Path(entry).stem if path is not None else entry
             if path is not None and path.is_file() and label in ("test", "train", "validation", "dev"):
                 label = f"{path.parent.name}/{label}"
-            es = EvalSet(
-                name=label, source=entry, question=cfg.question_field or "question",
-                answer=cfg.answer_field or "answer", answer_format=cfg.answer_format or "raw",
-                verifier=cfg.verifier or "math",
-                verifier_args=dict(cfg.verifier_args),
-            )  # fmt: skip
+            pr, verifier = cfg.prompts, cfg.reward.verifiers[0]
+            es = EvalSet(name=label, source=entry, question=pr.question, answer=pr.answer,
+                         answer_format=pr.answer_format, verifier=verifier.name, verifier_args=dict(verifier.args))  # fmt: skip
         seen[es.name] += 1
         if seen[es.name] > 1:
             es = dataclasses.replace(es, name=f"{es.name}#{seen[es.name]}")
@@ -212,12 +208,9 @@ class LoadedSet:
 
 
 def data_config(es: EvalSet, cfg: EvalConfig, prompt_limit: int) -> DataConfig:
-    """The :class:`~rlvr.config.DataConfig` that reads ``es`` with the config's template and limits."""
-    return DataConfig(
-        source=es.source, split=cfg.split, question=es.question, answer=es.answer, answer_format=es.answer_format,
-        prompt_template=cfg.prompt_template, system_prompt=cfg.system_prompt, chat_template=cfg.chat_template,
-        max_prompt_tokens=prompt_limit, limit=cfg.limit, shuffle=False,
-    )  # fmt: skip
+    """The :class:`~rlvr.config.DataConfig` that reads ``es``: ``cfg.prompts`` with the set's source and fields."""
+    return dataclasses.replace(cfg.prompts, source=es.source, question=es.question, answer=es.answer,
+                               answer_format=es.answer_format, max_prompt_tokens=prompt_limit, shuffle=False)  # fmt: skip
 
 
 def load_set(es: EvalSet, cfg: EvalConfig, tokenizer: Any, prompt_limit: int) -> LoadedSet:
@@ -301,7 +294,7 @@ def sample_stats(completions: list[Completion], scored: list, key: str) -> dict[
 def _engine(cfg: EvalConfig, model_dir: str, max_model_len: int) -> Any:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # as the training roles: per-weight dtype warnings
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    dtype = cfg.dtype
+    dtype = cfg.model.dtype
     if dtype == "auto":
         import torch
 
@@ -310,8 +303,9 @@ def _engine(cfg: EvalConfig, model_dir: str, max_model_len: int) -> Any:
         dtype = fast_dtype(1 if torch.cuda.is_available() else 0)
     from rlvr.rollout import engine_class
 
-    return engine_class(cfg.engine)(model_dir, dtype=dtype, max_model_len=max_model_len, seed=cfg.seed,
-                                    kv_cache_gib=cfg.kv_cache_gib, threads=cfg.threads)  # fmt: skip
+    ro = cfg.rollout
+    return engine_class(ro.engine)(model_dir, dtype=dtype, max_model_len=max_model_len, seed=cfg.seed,
+                                   kv_cache_gib=ro.kv_cache_gib, threads=ro.threads)  # fmt: skip
 
 
 def sample_record(ls: LoadedSet, p: Prompt, c: Completion, s: Any, key: str) -> dict[str, Any]:
@@ -332,7 +326,9 @@ def run_set(engine: Any, pool: Any, ls: LoadedSet, cfg: EvalConfig, out: TextIO)
     ``stats`` (:func:`sample_stats`), ``timing`` (``generate_s``, ``score_s``, ``tokens``, ``tokens_per_s``,
     ``seconds_per_problem``: generation + scoring seconds / P) and ``per_problem`` lists for pooling.
     """
-    sampling = SamplingConfig(n=cfg.n, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
+    ro = cfg.rollout
+    sampling = SamplingConfig(n=cfg.n, max_new_tokens=ro.max_new_tokens, temperature=ro.temperature, top_p=ro.top_p,
+                              top_k=ro.top_k)  # fmt: skip
     key = pool.keys[0]
     completions: list[Completion] = []
     scored: list = []
@@ -388,7 +384,7 @@ def make_output_dir(cfg: EvalConfig) -> Path:
         if taken:
             raise FileExistsError(f"--output {out}: already holds {', '.join(taken)}; choose another folder")
     else:
-        base = Path("evals") / model_label(cfg.model)
+        base = Path("evals") / model_label(cfg.model.path)
         out, i = base, 1
         while out.exists():
             i += 1
@@ -399,7 +395,10 @@ def make_output_dir(cfg: EvalConfig) -> Path:
 
 def _settings(cfg: EvalConfig, model_dir: str, prompt_limit: int, max_model_len: int) -> dict[str, Any]:
     return {
-        **dataclasses.asdict(cfg),
+        **plain(cfg),
+        "n": cfg.n,
+        "temperature": cfg.rollout.temperature,
+        "max_new_tokens": cfg.rollout.max_new_tokens,
         "model_dir": model_dir,
         "prompt_token_limit": prompt_limit,
         "max_model_len": max_model_len,
@@ -448,15 +447,16 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     sets = resolve_sets(cfg)
     for es in sets:
         resolve_verifier(es.verifier)  # a bad name fails before the model loads
-    model_dir = resolve_model(cfg.model)
+    model_dir = resolve_model(cfg.model.path)
     tok = AutoTokenizer.from_pretrained(model_dir)
     ctx = context_limit(model_dir)
-    prompt_limit = cfg.max_prompt_tokens if ctx is None else min(cfg.max_prompt_tokens, ctx - cfg.max_new_tokens)
+    new_tokens, prompt_max = cfg.rollout.max_new_tokens, cfg.prompts.max_prompt_tokens
+    prompt_limit = prompt_max if ctx is None else min(prompt_max, ctx - new_tokens)
     if prompt_limit < 1:
-        raise ValueError(f"--max-new-tokens {cfg.max_new_tokens} leaves no room for a prompt in the model's "
+        raise ValueError(f"--max-new-tokens {new_tokens} leaves no room for a prompt in the model's "
                          f"{ctx}-token context: lower it")  # fmt: skip
     loaded = [load_set(es, cfg, tok, prompt_limit) for es in sets]
-    max_model_len = max(len(p.prompt_ids) for ls in loaded for p in ls.prompts) + cfg.max_new_tokens
+    max_model_len = max(len(p.prompt_ids) for ls in loaded for p in ls.prompts) + new_tokens
     out_dir = make_output_dir(cfg)
     files = {"results": str(out_dir / "results.json"), "samples": str(out_dir / "samples.jsonl")}
     t0 = time.perf_counter()
@@ -469,7 +469,8 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
             for ls in loaded:
                 key = json.dumps([ls.spec.verifier, ls.spec.verifier_args], sort_keys=True)
                 if key not in pools:  # one pool per distinct verifier, started when first needed
-                    pools[key] = ScoringPool([ls.spec.verifier_spec], cfg.workers, cfg.timeout_s, SCORER_MEMORY_MB)
+                    rw = cfg.reward
+                    pools[key] = ScoringPool([ls.spec.verifier_spec], rw.num_workers, rw.timeout_s, rw.memory_mb)
                 datasets[ls.spec.name] = run_set(engine, pools[key], ls, cfg, out)
     finally:
         for pool in pools.values():
@@ -485,7 +486,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     for d in datasets.values():
         d.pop("per_problem")
     results = {
-        "model": cfg.model,
+        "model": cfg.model.path,
         "settings": _settings(cfg, model_dir, prompt_limit, max_model_len),
         "datasets": datasets,
         "overall": overall,
@@ -545,64 +546,103 @@ def results_table(results: dict[str, Any]) -> Any:
 
 
 def add_eval_parser(sub: Any) -> None:
-    """Register the ``eval`` subcommand on an ``argparse`` subparsers object (see :func:`cmd_eval`)."""
-    d = EvalConfig(model="", data=())
+    """Register the ``eval`` subcommand on an ``argparse`` subparsers object (see :func:`cmd_eval`). Every setting
+    flag defaults to None: unset, the value comes from ``--recipe`` (its sections) or the eval defaults."""
+    ro, pr, rw = EVAL_ROLLOUT, EVAL_PROMPTS, EVAL_REWARD
     p = sub.add_parser("eval", help="evaluate a model on data sets: pass@k, maj@k, mean@k with 95%% intervals")
     p.add_argument("model", help="embedded name (smollm2-135m-instruct, tiny-random), a local folder (RUN/final) "
                    "or a hub id")
     p.add_argument("--data", nargs="+", action="extend", required=True, metavar="SET",
                    help=f"presets {', '.join(PRESETS)}, a .jsonl/.json/.parquet file, or a datasets name; repeatable")
-    p.add_argument("--n", type=int, default=d.n, help=f"samples per problem (default {d.n})")
-    p.add_argument("--temperature", type=float, default=d.temperature,
+    p.add_argument("--recipe", default=None, metavar="YAML",
+                   help="take the prompt template, sampling (n = validation.samples), verifiers, dtype and seed from "
+                   "a training recipe (e.g. RUN/recipe.yaml); the flags below override it")
+    p.add_argument("--n", type=int, default=None, help=f"samples per problem (default {ro.samples_per_prompt})")
+    p.add_argument("--temperature", type=float, default=None,
                    help="sampling temperature (default 1.0: the policy's own distribution, as in training "
                    "validation; 0: greedy)")
-    p.add_argument("--top-p", type=float, default=d.top_p)
-    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help=f"(default {d.max_new_tokens})")
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--max-new-tokens", type=int, default=None, help=f"(default {ro.max_new_tokens})")
     p.add_argument("--limit", type=int, default=None, help="the first N rows of each set, in file order")
-    p.add_argument("--seed", type=int, default=d.seed, help="engine seed (default 0)")
-    p.add_argument("--engine", choices=["vllm", "hf"], default=d.engine)
-    p.add_argument("--dtype", choices=["auto", "bfloat16", "float32", "float16"], default=d.dtype,
+    p.add_argument("--seed", type=int, default=None, help="engine seed (default 0)")
+    p.add_argument("--engine", choices=["vllm", "hf"], default=None)
+    p.add_argument("--dtype", choices=["auto", "bfloat16", "float32", "float16"], default=None,
                    help="engine dtype (default auto: bfloat16 on a GPU or a CPU with native bf16, else float32)")
     p.add_argument("--output", "-o", default=None, help="output folder (default evals/<model>)")
-    p.add_argument("--prompt-template", default=d.prompt_template, help="user message with {question} (default: "
+    p.add_argument("--prompt-template", default=None, help="user message with {question} (default: "
                    "the question + 'Please reason step by step, and put your final answer within \\boxed{}.')")
     p.add_argument("--system-prompt", default=None)
-    p.add_argument("--no-chat-template", dest="chat_template", action="store_false", help="raw prompt text")
-    p.add_argument("--max-prompt-tokens", type=int, default=d.max_prompt_tokens, help="longer prompts are dropped")
-    p.add_argument("--split", default=d.split, help="split of a datasets name (default test)")
+    p.add_argument("--no-chat-template", dest="chat_template", action="store_false", default=None,
+                   help="raw prompt text")
+    p.add_argument("--max-prompt-tokens", type=int, default=None,
+                   help=f"longer prompts are dropped (default {pr.max_prompt_tokens})")
+    p.add_argument("--split", default=None, help=f"split of a datasets name (default {pr.split})")
     p.add_argument("--question-field", default=None,
                    help="file sets: question field or template, e.g. '{Body} {Question}' (default question)")
     p.add_argument("--answer-field", default=None, help="file sets: gold answer field (default answer)")
     p.add_argument("--answer-format", choices=["raw", "gsm8k"], default=None,
                    help="file sets: raw (default) or gsm8k (the text after '#### ')")
     p.add_argument("--verifier", default=None, help="verifier of file sets (default math; presets use math)")
-    p.add_argument("--verifier-args", default="{}", help="constructor args of --verifier as JSON")
-    p.add_argument("--workers", type=int, default=d.workers, help="scoring processes")
-    p.add_argument("--timeout", type=float, default=d.timeout_s, help="seconds per sample's scoring")
-    p.add_argument("--kv-cache-gib", type=float, default=d.kv_cache_gib)
-    p.add_argument("--threads", type=int, default=d.threads, help="engine torch threads (default 1)")
-    p.add_argument("--batch-prompts", type=int, default=d.batch_prompts, help="prompts per engine call")
-    p.add_argument("--bootstrap-resamples", type=int, default=d.bootstrap_resamples)
+    p.add_argument("--verifier-args", default=None, help="constructor args of --verifier as JSON")
+    p.add_argument("--workers", type=int, default=None, help=f"scoring processes (default {rw.num_workers})")
+    p.add_argument("--timeout", type=float, default=None, help=f"seconds per sample's scoring (default {rw.timeout_s:g})")
+    p.add_argument("--kv-cache-gib", type=float, default=None, help=f"(default {ro.kv_cache_gib:g})")
+    p.add_argument("--threads", type=int, default=None, help="engine torch threads (default 1)")
+    p.add_argument("--batch-prompts", type=int, default=None, help="prompts per engine call (default 32)")
+    p.add_argument("--bootstrap-resamples", type=int, default=None)
     p.set_defaults(fn=cmd_eval)
 
 
+def _given(**values: Any) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def recipe_sections(recipe: Any) -> dict[str, Any]:
+    """:class:`EvalConfig` fields from a training recipe: its model dtype, data template and fields, rollout
+    sampling (n = ``validation.samples``, temperature ``validation.temperature``, as validation samples), reward
+    section and seed; the split stays the eval default (``test``), the prompts are read in file order."""
+    data = dataclasses.replace(recipe.data, split=EVAL_PROMPTS.split, limit=None, shuffle=False)
+    rollout = dataclasses.replace(recipe.rollout, samples_per_prompt=recipe.validation.samples,
+                                  temperature=recipe.validation.temperature, num_engines=1)  # fmt: skip
+    return {"prompts": data, "rollout": rollout, "reward": recipe.reward, "seed": recipe.run.seed,
+            "dtype": recipe.model.dtype}  # fmt: skip
+
+
 def config_from_args(args: argparse.Namespace) -> EvalConfig:
-    """The :class:`EvalConfig` of parsed ``rlvr eval`` arguments. Errors: ``ValueError`` for bad ``--verifier-args``."""
-    try:
-        vargs = json.loads(args.verifier_args)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"--verifier-args must be a JSON object, got {args.verifier_args!r} ({e.msg})") from None
-    if not isinstance(vargs, dict):
-        raise ValueError(f"--verifier-args must be a JSON object, got {args.verifier_args!r}")
+    """The :class:`EvalConfig` of parsed ``rlvr eval`` arguments: the eval defaults, or ``--recipe``'s sections
+    (:func:`recipe_sections`), with every given flag on top. Errors: ``ValueError`` for bad ``--verifier-args``;
+    :class:`~rlvr.config.RecipeError` for a bad ``--recipe``."""
+    vargs = None
+    if args.verifier_args is not None:
+        try:
+            vargs = json.loads(args.verifier_args)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--verifier-args must be a JSON object, got {args.verifier_args!r} ({e.msg})") from None
+        if not isinstance(vargs, dict):
+            raise ValueError(f"--verifier-args must be a JSON object, got {args.verifier_args!r}")
+    base: dict[str, Any] = {"prompts": EVAL_PROMPTS, "rollout": EVAL_ROLLOUT, "reward": EVAL_REWARD, "seed": 0,
+                            "dtype": "auto"}  # fmt: skip
+    if args.recipe is not None:
+        from rlvr.recipe import load_recipe
+
+        base = recipe_sections(load_recipe(args.recipe))
+    prompts = dataclasses.replace(base["prompts"], **_given(
+        prompt_template=args.prompt_template, system_prompt=args.system_prompt, chat_template=args.chat_template,
+        max_prompt_tokens=args.max_prompt_tokens, split=args.split, limit=args.limit, question=args.question_field,
+        answer=args.answer_field, answer_format=args.answer_format))  # fmt: skip
+    rollout = dataclasses.replace(base["rollout"], **_given(
+        samples_per_prompt=args.n, temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
+        engine=args.engine, kv_cache_gib=args.kv_cache_gib, threads=args.threads))  # fmt: skip
+    reward = base["reward"]
+    if args.verifier is not None or vargs is not None:
+        first = reward.verifiers[0] if reward.verifiers else VerifierSpec()
+        first = dataclasses.replace(first, **_given(name=args.verifier, args=vargs))
+        reward = dataclasses.replace(reward, verifiers=(first, *reward.verifiers[1:]))
+    reward = dataclasses.replace(reward, **_given(num_workers=args.workers, timeout_s=args.timeout))
     return EvalConfig(
-        model=args.model, data=tuple(args.data), n=args.n, temperature=args.temperature, top_p=args.top_p,
-        max_new_tokens=args.max_new_tokens, limit=args.limit, seed=args.seed, engine=args.engine, dtype=args.dtype,
-        output=args.output, prompt_template=args.prompt_template, system_prompt=args.system_prompt,
-        chat_template=args.chat_template, max_prompt_tokens=args.max_prompt_tokens, split=args.split,
-        question_field=args.question_field, answer_field=args.answer_field, answer_format=args.answer_format,
-        verifier=args.verifier, verifier_args=vargs, workers=args.workers, timeout_s=args.timeout,
-        kv_cache_gib=args.kv_cache_gib, threads=args.threads, batch_prompts=args.batch_prompts,
-        bootstrap_resamples=args.bootstrap_resamples,
+        model=ModelConfig(path=args.model, dtype=args.dtype or base["dtype"]), data=tuple(args.data),
+        prompts=prompts, rollout=rollout, reward=reward, seed=args.seed if args.seed is not None else base["seed"],
+        output=args.output, **_given(batch_prompts=args.batch_prompts, bootstrap_resamples=args.bootstrap_resamples),
     )  # fmt: skip
 
 

@@ -162,11 +162,16 @@ class _Worker:
     deadline: float = math.inf
 
 
+KILL_REAP_S = 5.0
+"""Seconds to reap a worker after SIGKILL (the kernel ends it at once; not a wait on work, so not a recipe field:
+a sample's own deadline is ``reward.timeout_s``)."""
+
+
 def _kill_all(workers: list[_Worker]) -> None:
     for w in workers:
         if w.proc.is_alive():
             w.proc.kill()
-        w.proc.join(timeout=5)
+        w.proc.join(timeout=KILL_REAP_S)
         w.conn.close()
     workers.clear()
 
@@ -303,7 +308,7 @@ class ScoringPool:
     def _replace(self, w: _Worker) -> None:
         if w.proc.is_alive():
             w.proc.kill()
-        w.proc.join(timeout=5)
+        w.proc.join(timeout=KILL_REAP_S)
         w.conn.close()
         self._workers[self._workers.index(w)] = self._start()
         self._stats["restarts"] += 1

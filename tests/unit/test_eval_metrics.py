@@ -12,7 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlvr.cli import main
-from rlvr.evaluate import PRESETS, EvalConfig, metric_table, model_label, resolve_sets, results_table
+from rlvr.evaluate import (
+    EVAL_PROMPTS,
+    PRESETS,
+    add_eval_parser,
+    config_from_args,
+    metric_table,
+    model_label,
+    resolve_sets,
+    results_table,
+)
 from rlvr.metrics.intervals import bootstrap_ci
 from rlvr.runtime.validation import maj_at_k, majority_correct, problem_metrics
 
@@ -135,8 +144,17 @@ def test_bootstrap_errors():
         bootstrap_ci([1.0], level=1.0)
 
 
+def _cfg(*flags: str, model: str = "m"):
+    """The EvalConfig ``rlvr eval MODEL FLAGS...`` builds (the command line's own parser)."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_eval_parser(parser.add_subparsers())
+    return config_from_args(parser.parse_args(["eval", model, *flags]))
+
+
 def test_metric_table_means_and_intervals():
-    cfg = EvalConfig(model="m", data=("gsm8k",))
+    cfg = _cfg("--data", "gsm8k")
     table = metric_table({"pass@1": [0.0, 0.0, 0.0, 1.0], "maj@1": [0.5] * 4}, cfg)
     assert table["pass@1"] == {"value": 0.25, "ci": [0.0, 0.75]}  # as the hand-worked bootstrap above
     assert table["maj@1"] == {"value": 0.5, "ci": [0.5, 0.5]}
@@ -149,16 +167,16 @@ def test_metric_table_means_and_intervals():
 def test_presets_and_file_sets(tmp_path):
     f = tmp_path / "mine.jsonl"
     f.write_text('{"q": "1+1?", "a": 2}\n')
-    cfg = EvalConfig(model="m", data=("gsm8k", "svamp", str(f), "gsm8k"), question_field="q", answer_field="a",
-                     verifier="numeric")  # fmt: skip
+    cfg = _cfg("--data", "gsm8k", "svamp", str(f), "gsm8k", "--question-field", "q", "--answer-field", "a",
+               "--verifier", "numeric")  # fmt: skip
     sets = resolve_sets(cfg)
     assert [s.name for s in sets] == ["gsm8k", "svamp", "mine", "gsm8k#2"]
     assert sets[0] == PRESETS["gsm8k"] and sets[0].answer_format == "gsm8k" and sets[0].verifier == "math"
     assert sets[1].question == "{Body} {Question}" and sets[1].answer == "Answer"  # presets ignore the field flags
     assert (sets[2].question, sets[2].answer, sets[2].verifier) == ("q", "a", "numeric")
-    assert resolve_sets(EvalConfig(model="m", data=("data/svamp/test.jsonl",)))[0].name == "svamp/test"
+    assert resolve_sets(_cfg("--data", "data/svamp/test.jsonl"))[0].name == "svamp/test"
     with pytest.raises(FileNotFoundError, match="presets: gsm8k"):
-        resolve_sets(EvalConfig(model="m", data=("nowhere.jsonl",)))
+        resolve_sets(_cfg("--data", "nowhere.jsonl"))
 
 
 def test_model_label():
@@ -169,14 +187,37 @@ def test_model_label():
 
 def test_config_checks():
     with pytest.raises(ValueError, match="greedy"):
-        EvalConfig(model="m", data=("gsm8k",), temperature=0.0, engine="hf").check()
+        _cfg("--data", "gsm8k", "--temperature", "0", "--engine", "hf").check()
     with pytest.raises(ValueError, match="--n"):
-        EvalConfig(model="m", data=("gsm8k",), n=0).check()
+        _cfg("--data", "gsm8k", "--n", "0").check()
     with pytest.raises(ValueError, match="{question}"):
-        EvalConfig(model="m", data=("gsm8k",), prompt_template="hi").check()
+        _cfg("--data", "gsm8k", "--prompt-template", "hi").check()
     with pytest.raises(ValueError, match="--n 1"):
-        EvalConfig(model="m", data=("gsm8k",), temperature=0.0, n=4).check()  # vLLM refuses n > 1 when greedy
-    EvalConfig(model="m", data=("gsm8k",), temperature=0.0, n=1).check()
+        _cfg("--data", "gsm8k", "--temperature", "0", "--n", "4").check()  # vLLM refuses n > 1 when greedy
+    _cfg("--data", "gsm8k", "--temperature", "0", "--n", "1").check()
+
+
+def test_eval_defaults_without_a_recipe():
+    cfg = _cfg("--data", "gsm8k")
+    assert (cfg.n, cfg.rollout.temperature, cfg.rollout.max_new_tokens, cfg.seed) == (8, 1.0, 512, 0)
+    assert cfg.prompts == EVAL_PROMPTS and cfg.prompts.prompt_template.endswith("within \\boxed{}.")
+    assert (cfg.model.path, cfg.model.dtype, cfg.reward.timeout_s, cfg.reward.verifiers[0].name) == ("m", "auto", 10.0, "math")
+
+
+def test_eval_takes_the_recipe_sections_and_flags_override():
+    from rlvr.recipe import load_recipe
+
+    r = load_recipe("recipes/smoke_cpu.yaml")
+    cfg = _cfg("--data", "gsm8k", "--recipe", "recipes/smoke_cpu.yaml")
+    assert cfg.prompts.prompt_template == r.data.prompt_template and cfg.prompts.system_prompt == r.data.system_prompt
+    assert (cfg.prompts.max_prompt_tokens, cfg.prompts.split, cfg.prompts.limit) == (r.data.max_prompt_tokens, "test", None)
+    assert (cfg.n, cfg.rollout.temperature) == (r.validation.samples, r.validation.temperature)  # as validation samples
+    assert (cfg.rollout.max_new_tokens, cfg.rollout.engine) == (r.rollout.max_new_tokens, r.rollout.engine)
+    assert (cfg.reward, cfg.seed, cfg.model.dtype) == (r.reward, r.run.seed, r.model.dtype)
+    cfg = _cfg("--data", "gsm8k", "--recipe", "recipes/smoke_cpu.yaml", "--n", "2", "--max-new-tokens", "32",
+               "--seed", "7", "--verifier", "numeric", "--prompt-template", "Q: {question}")  # fmt: skip
+    assert (cfg.n, cfg.rollout.max_new_tokens, cfg.seed, cfg.reward.verifiers[0].name) == (2, 32, 7, "numeric")
+    assert cfg.prompts.prompt_template == "Q: {question}" and cfg.rollout.temperature == r.validation.temperature
 
 
 def test_cli_bad_input_is_one_line_and_no_folder(tmp_path, monkeypatch, capsys):
