@@ -21,6 +21,7 @@ def _print_recipe(recipe) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from rlvr.config import RecipeError
+    from rlvr.metrics import names as mn
     from rlvr.recipe import load_recipe
 
     if args.resume:
@@ -71,7 +72,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"rlvr train: the run failed: {type(e).__name__}: {e}\n(traceback in {run_dir / 'train.log'})", file=sys.stderr)
         return 1
     m = result.last_metrics
-    keys = ["reward/mean"] + [f"passk/{k}" for k in recipe.pass_k] + ["sync/gbps", "timing/step_s"]
+    keys = [mn.REWARD_MEAN] + [mn.passk(k) for k in recipe.pass_k] + [mn.SYNC_GBPS, mn.TIMING_STEP_S]
     print("final step: " + ", ".join(f"{k}={m[k]:.4g}" for k in keys if k in m))
     print(f"metrics: {run_dir / 'metrics.jsonl'}")
     if result.final_dir:

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from rlvr.metrics import names as mn
+
 PANEL_SIZE_IN = (6.0, 3.5)
 """Width, height (inches) of a one-panel figure; at :data:`DPI` a PNG of 600 x 350 pixels."""
 DPI = 100
@@ -36,19 +38,27 @@ class Panel:
     ylabel: str
 
 
+def _any(*patterns: str) -> str:
+    """A regex (full match) of any of the metric names or catalogue patterns (:func:`rlvr.metrics.names.regex`)."""
+    return mn.regex(patterns[0]) if len(patterns) == 1 else "|".join(f"(?:{mn.regex(p)})" for p in patterns)
+
+
 PANELS: tuple[Panel, ...] = (
-    Panel("reward", "reward", r"reward/(mean|correct_frac)", "reward"),
-    Panel("passk", "train pass@k", r"passk/\d+", "fraction of prompts"),
-    Panel("val", "validation", r"val/(pass@\d+|maj@\d+|mean@\d+)", "fraction"),
-    Panel("length", "response length", r"response/length_(mean|max)|val/length_mean", "tokens"),
-    Panel("kl", "KL", r"train/(kl|rollout_kl_k3|approx_kl)", "nats"),
-    Panel("entropy", "entropy", r"train/entropy", "nats per token"),
-    Panel("clip", "clip fraction", r"train/(clip_frac|clipped\w*|tis_capped)", "fraction of tokens"),
-    Panel("rollout_gap", "rollout vs trainer logprobs |old - rollout|", r"train/rollout_gap_abs(_max)?", "nats"),
-    Panel("timing", "time per stage", r"timing/\w+_s", "seconds"),
-    Panel("sync", "weight sync", r"sync/gbps", "GB/s"),
-)
-"""The panels, in the order of the overview grid."""
+    Panel("reward", "reward", _any(mn.REWARD_MEAN, mn.REWARD_CORRECT_FRAC), "reward"),
+    Panel("passk", "train pass@k", _any(mn.PASSK), "fraction of prompts"),
+    Panel("val", "validation", _any(mn.VAL_PASS, mn.VAL_MAJ, mn.VAL_MEAN), "fraction"),
+    Panel("length", "response length", _any(mn.RESPONSE_LENGTH_MEAN, mn.RESPONSE_LENGTH_MAX, mn.VAL_LENGTH_MEAN), "tokens"),
+    Panel("kl", "KL", _any(mn.TRAIN_KL, mn.TRAIN_ROLLOUT_KL_K3, mn.TRAIN_APPROX_KL), "nats"),
+    Panel("entropy", "entropy", _any(mn.TRAIN_ENTROPY), "nats per token"),
+    # train/clip_frac: no built-in loss logs it (theirs are train/clipped*); kept for a user loss's stat of that name
+    Panel("clip", "clip fraction",
+          _any(mn.train_stat("clip_frac"), mn.train_stat("clipped<suffix>"), mn.TRAIN_TIS_CAPPED), "fraction of tokens"),
+    Panel("rollout_gap", "rollout vs trainer logprobs |old - rollout|",
+          _any(mn.TRAIN_ROLLOUT_GAP_ABS, mn.TRAIN_ROLLOUT_GAP_ABS_MAX), "nats"),
+    Panel("timing", "time per stage", _any(mn.TIMING), "seconds"),
+    Panel("sync", "weight sync", _any(mn.SYNC_GBPS), "GB/s"),
+)  # fmt: skip
+"""The panels, in the order of the overview grid; patterns built from :mod:`rlvr.metrics.names`."""
 
 
 def read_metrics(path: str | Path) -> tuple[dict[str, dict[int, float]], int]:

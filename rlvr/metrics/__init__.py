@@ -1,4 +1,5 @@
-"""Metrics: pass@k, sinks (JSON lines, TensorBoard, W&B, MLflow), sample tables and console progress."""
+"""Metrics: their names (:mod:`rlvr.metrics.names`: the catalogue, units), pass@k, sinks (JSON lines,
+TensorBoard, W&B, MLflow), sample tables and console progress."""
 
 from rlvr.metrics.passk import group_pass_at_k, pass_at_k
 from rlvr.metrics.progress import Progress

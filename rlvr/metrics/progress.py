@@ -1,33 +1,32 @@
 """Console progress of a training run: a live ``rich`` bar on a terminal, one plain line per step otherwise.
 
-Headline metrics shown: ``reward/mean``, ``passk/<k>`` for the largest k present, and ``timing/step_s``.
+Headline metrics shown (names from :mod:`rlvr.metrics.names`): ``reward/mean`` (reward), ``passk/<k>`` for the
+largest k present (fraction of prompts), and ``timing/step_s`` (seconds, shown as ``step_s``).
 The ETA is (steps left) x (mean seconds per step since this Progress started), so a resumed run (``start_step``)
 is not credited with the steps of the earlier run.
 """
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from typing import Any, Callable, Mapping, TextIO
 
+from rlvr.metrics import names as mn
 from rlvr.metrics.sinks import to_float
-
-_PASSK = re.compile(r"^passk/(\d+)$")
 
 
 def headline(metrics: Mapping[str, Any]) -> str:
     """``"reward/mean=0.4500 passk/8=0.7500 step_s=12.3"`` from the metrics present (others are skipped)."""
     parts = []
-    if "reward/mean" in metrics:
-        parts.append(f"reward/mean={_fmt(metrics['reward/mean'], '.4f')}")
-    ks = [int(m.group(1)) for key in metrics if (m := _PASSK.match(key))]
+    if mn.REWARD_MEAN in metrics:
+        parts.append(f"{mn.REWARD_MEAN}={_fmt(metrics[mn.REWARD_MEAN], '.4f')}")
+    ks = [int(m["k"]) for key in metrics if (m := mn.parse(mn.PASSK, key))]
     if ks:
-        k = max(ks)
-        parts.append(f"passk/{k}={_fmt(metrics[f'passk/{k}'], '.4f')}")
-    if "timing/step_s" in metrics:
-        parts.append(f"step_s={_fmt(metrics['timing/step_s'], '.1f')}")
+        name = mn.passk(max(ks))
+        parts.append(f"{name}={_fmt(metrics[name], '.4f')}")
+    if mn.TIMING_STEP_S in metrics:
+        parts.append(f"step_s={_fmt(metrics[mn.TIMING_STEP_S], '.1f')}")
     return " ".join(parts)
 
 

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rlvr.config import VerifierSpec
+from rlvr.metrics import names as mn
 from rlvr.reward.base import build_verifier, coerce_result, is_file_target, resolve_verifier
 from rlvr.types import VerifyResult
 
@@ -446,16 +447,16 @@ def reward_metrics(scored: Sequence[Scored]) -> dict[str, float]:
     if b == 0:
         return {}
     m = {
-        "reward/mean": sum(s.reward for s in scored) / b,
-        "reward/timeout_frac": sum(s.failed("timeout") for s in scored) / b,
-        "reward/crash_frac": sum(s.failed("crashed") for s in scored) / b,
-        "reward/error_frac": sum(s.failed("error") for s in scored) / b,
-        "reward/no_answer_frac": sum(s.failed("no_answer") for s in scored) / b,
-        "reward/latency_mean_s": sum(s.latency_s for s in scored) / b,
-        "reward/latency_max_s": max(s.latency_s for s in scored),
-        "reward/latency_p50_s": nearest_rank([s.latency_s for s in scored], 50),
-        "reward/latency_p99_s": nearest_rank([s.latency_s for s in scored], 99),
+        mn.REWARD_MEAN: sum(s.reward for s in scored) / b,
+        mn.REWARD_TIMEOUT_FRAC: sum(s.failed("timeout") for s in scored) / b,
+        mn.REWARD_CRASH_FRAC: sum(s.failed("crashed") for s in scored) / b,
+        mn.REWARD_ERROR_FRAC: sum(s.failed("error") for s in scored) / b,
+        mn.REWARD_NO_ANSWER_FRAC: sum(s.failed("no_answer") for s in scored) / b,
+        mn.REWARD_LATENCY_MEAN_S: sum(s.latency_s for s in scored) / b,
+        mn.REWARD_LATENCY_MAX_S: max(s.latency_s for s in scored),
+        mn.REWARD_LATENCY_P50_S: nearest_rank([s.latency_s for s in scored], 50),
+        mn.REWARD_LATENCY_P99_S: nearest_rank([s.latency_s for s in scored], 99),
     }
     for key in scored[0].results:
-        m[f"reward/score/{key}"] = sum(s.results[key].score for s in scored if key in s.results) / b
+        m[mn.reward_score(key)] = sum(s.results[key].score for s in scored if key in s.results) / b
     return m

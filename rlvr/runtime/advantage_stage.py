@@ -20,6 +20,7 @@ from rlvr.algos.advantages import normalise_token_advantages
 from rlvr.algos.gae import CRITIC_ADVANTAGES, outcome_token_rewards
 from rlvr.algos.kl import reward_to_go
 from rlvr.config import Recipe
+from rlvr.metrics import names as mn
 from rlvr.seeding import dph_batch_seed, dph_prompt_seed
 from rlvr.train.batch import TrainBatch, pack
 from rlvr.types import Completion, Prompt, SamplingConfig
@@ -71,8 +72,8 @@ def form_advantages(batch: TrainBatch, rewards: torch.Tensor, recipe: Recipe, *,
             raise ValueError("algorithm.kl_penalty=reward needs the reference model's logprobs of the batch")
         kl = KL_ESTIMATORS.get(al.kl_estimator)(batch.rollout_logprobs, ref_logprobs) * mask  # [B, S-1]
         penalty = -al.kl_coef * kl
-        metrics["train/kl"] = float(kl.sum() / n_tok)
-        metrics["reward/kl_penalty_seq_mean"] = float(penalty.sum() / len(batch))
+        metrics[mn.TRAIN_KL] = float(kl.sum() / n_tok)
+        metrics[mn.REWARD_KL_PENALTY_SEQ_MEAN] = float(penalty.sum() / len(batch))
     critic_inputs = None
     spec = al.advantage
     if spec.name in CRITIC_ADVANTAGES:
@@ -83,8 +84,8 @@ def form_advantages(batch: TrainBatch, rewards: torch.Tensor, recipe: Recipe, *,
             raise ValueError(f"algorithm.advantage={spec.name} needs the critic's values of the batch")
         adv, returns = CRITIC_ADVANTAGES.get(spec.name)(token_rewards, values, mask, CRITIC_ADVANTAGES.settings_of(spec))
         critic_inputs = {"values": values, "returns": returns}
-        metrics["critic/value_mean"] = float((values * mask).sum() / n_tok)
-        metrics["critic/return_mean"] = float((returns * mask).sum() / n_tok)
+        metrics[mn.CRITIC_VALUE_MEAN] = float((values * mask).sum() / n_tok)
+        metrics[mn.CRITIC_RETURN_MEAN] = float((returns * mask).sum() / n_tok)
     else:
         estimator = ADVANTAGES.get(spec.name)
         pre_norm = getattr(estimator, "before_batch_norm", None)
@@ -97,8 +98,8 @@ def form_advantages(batch: TrainBatch, rewards: torch.Tensor, recipe: Recipe, *,
             if penalty is not None:  # per-group estimators: the KL's reward-to-go is added after the group norm
                 adv = adv.unsqueeze(-1) * mask + reward_to_go(penalty, mask)  # [B, S-1]
     if adv.dim() == 2:
-        metrics["adv/token_mean"] = float((adv * mask).sum() / n_tok)
-        metrics["adv/token_abs_mean"] = float((adv.abs() * mask).sum() / n_tok)
+        metrics[mn.ADV_TOKEN_MEAN] = float((adv * mask).sum() / n_tok)
+        metrics[mn.ADV_TOKEN_ABS_MEAN] = float((adv.abs() * mask).sum() / n_tok)
     return dataclasses.replace(batch, advantages=adv.float()), critic_inputs, metrics
 
 

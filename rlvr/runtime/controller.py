@@ -2,7 +2,8 @@
 
 The loop reads top to bottom in :func:`train`; the roles are plain classes run by an executor
 (:mod:`rlvr.runtime.executors`). Metrics are namespaced (``reward/mean``, ``passk/8``, ``timing/rollout_s``,
-``sync/gbps``) and logged in one place, to ``RUN/metrics.jsonl`` and the console.
+``sync/gbps``; every name built by :mod:`rlvr.metrics.names`) and logged in one place, to ``RUN/metrics.jsonl``
+and the console.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 
 from rlvr.algos.dapo import informative_groups, overlong_mask, overlong_penalty, select_groups
 from rlvr.config import Recipe, dump_yaml
+from rlvr.metrics import names as mn
 from rlvr.metrics.passk import pass_at_k
 from rlvr.metrics.progress import Progress
 from rlvr.metrics.samples import print_sample_table, sample_rows
@@ -271,7 +273,7 @@ def _resume_point(r: Recipe, run_dir: Path, data: _Data) -> tuple[Path | None, A
 def _count_nonfinite(in_row: int, metrics: dict[str, float], step: int, r: Recipe) -> int:
     """Consecutive steps whose every update was skipped (NaN/inf); warns, and raises :class:`NonFiniteError` at
     ``trainer.max_nonfinite_in_row``."""
-    all_skipped = metrics.get("train/skipped", 0.0) >= metrics.get("train/optimizer_steps", 1.0)
+    all_skipped = metrics.get(mn.TRAIN_SKIPPED, 0.0) >= metrics.get(mn.TRAIN_OPTIMIZER_STEPS, 1.0)
     in_row = in_row + 1 if all_skipped else 0
     if in_row:
         log.warning("step %d: NaN/inf loss or gradient, update skipped (%d in a row)", step, in_row)
@@ -330,7 +332,7 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
             ck.set_rng_state(state.rng)
         dph_buffer = _dph_buffer(roles, data.prompts, sampling, r, primary, run_dir)
         if val_every and r.validation.at_start and state is None:
-            sink.log(0, {**run_validation(roles.generate_and_score, val_prompts, r, primary), "policy_version": 0.0})
+            sink.log(0, {**run_validation(roles.generate_and_score, val_prompts, r, primary), mn.POLICY_VERSION: 0.0})
         nonfinite_in_row = 0
         with _StopFlag() as stop:
             for step in range(first, r.run.steps + 1):
@@ -405,7 +407,7 @@ def _one_step(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sa
     if al.overlong_filter:  # DAPO: truncated samples carry no loss (and leave the token normaliser)
         keep = overlong_mask(torch.tensor([c.truncated for c in completions]))  # [B]
         batch = dataclasses.replace(batch, loss_mask=batch.loss_mask * keep.unsqueeze(-1))
-        step_metrics["response/filtered_frac"] = float(1.0 - keep.mean())
+        step_metrics[mn.RESPONSE_FILTERED_FRAC] = float(1.0 - keep.mean())
     ref_lp = roles.reference_logprobs(batch) if needs_reference(r) else None
     values = roles.critic_values(batch) if uses_critic(r) else None
     batch, critic_inputs, adv_metrics = form_advantages(batch, rewards, r, ref_logprobs=ref_lp, values=values)
@@ -419,7 +421,7 @@ def _one_step(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sa
     updates = roles.get(calls, r.timeouts.train_s, "policy update", "timeouts.train_s")
     train_stats = dict(updates[0])
     if critic_inputs is not None:
-        train_stats.update({k: v for k, v in updates[-1].items() if not k.startswith("timing/")})
+        train_stats.update({k: v for k, v in updates[-1].items() if mn.namespace(k) != mn.NS_TIMING})
     t_train = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -427,15 +429,15 @@ def _one_step(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sa
     t_sync = time.perf_counter() - t0
     return {
         **step_metrics,
-        **{k: v for k, v in train_stats.items() if k != "timing/train_inner_s"},
+        **{k: v for k, v in train_stats.items() if k != mn.TIMING_TRAIN_INNER_S},
         **sync_stats,
         **t_gen,
-        "timing/train_s": t_train,
-        "timing/sync_s": t_sync,
-        "timing/step_s": time.perf_counter() - t_step,
-        "rollout/tokens_per_s": sum(len(c.token_ids) for c in completions) / max(t_gen["timing/rollout_s"], 1e-9),
-        "data/epoch": float(sampler.epoch),
-        "policy_version": float(step),
+        mn.TIMING_TRAIN_S: t_train,
+        mn.TIMING_SYNC_S: t_sync,
+        mn.TIMING_STEP_S: time.perf_counter() - t_step,
+        mn.ROLLOUT_TOKENS_PER_S: sum(len(c.token_ids) for c in completions) / max(t_gen[mn.TIMING_ROLLOUT_S], 1e-9),
+        mn.DATA_EPOCH: float(sampler.epoch),
+        mn.POLICY_VERSION: float(step),
     }, rows
 
 
@@ -488,9 +490,9 @@ def refill_groups(generate, prompts, sampler, sampling, completions, scored, rew
     informative = informative_groups(torch.cat(signals))
     keep = select_groups(informative, p).tolist()
     metrics = {
-        "dynamic_sampling/rounds": float(rounds),
-        "dynamic_sampling/shortfall": float(max(0, p - int(informative.sum()))),
-        "dynamic_sampling/informative_frac": float(informative.float().mean()),
+        mn.DYNAMIC_SAMPLING_ROUNDS: float(rounds),
+        mn.DYNAMIC_SAMPLING_SHORTFALL: float(max(0, p - int(informative.sum()))),
+        mn.DYNAMIC_SAMPLING_INFORMATIVE_FRAC: float(informative.float().mean()),
     }
     kept_c = [comps[i * g + j] for i in keep for j in range(g)]
     kept_s = [scs[i * g + j] for i in keep for j in range(g)]
@@ -512,17 +514,17 @@ def rollout_metrics(completions: list[Completion], scored: list[Scored], ks: tup
     lengths = [len(c.token_ids) for c in completions]
     out: dict[str, float] = {
         **reward_metrics(scored),
-        "reward/std": float(torch.tensor([s.reward for s in scored]).std(unbiased=False)),
-        "reward/correct_frac": sum(correct) / b,
-        "response/length_mean": sum(lengths) / b,
-        "response/length_max": float(max(lengths)),
-        "response/truncated_frac": sum(c.truncated for c in completions) / b,
+        mn.REWARD_STD: float(torch.tensor([s.reward for s in scored]).std(unbiased=False)),
+        mn.REWARD_CORRECT_FRAC: sum(correct) / b,
+        mn.RESPONSE_LENGTH_MEAN: sum(lengths) / b,
+        mn.RESPONSE_LENGTH_MAX: float(max(lengths)),
+        mn.RESPONSE_TRUNCATED_FRAC: sum(c.truncated for c in completions) / b,
     }
     groups = [correct[i : i + g] for i in range(0, b, g)]
     for k in ks:
-        out[f"passk/{k}"] = sum(pass_at_k(g, sum(gr), k) for gr in groups) / len(groups)
-    out["groups/all_correct_frac"] = sum(all(gr) for gr in groups) / len(groups)
-    out["groups/none_correct_frac"] = sum(not any(gr) for gr in groups) / len(groups)
+        out[mn.passk(k)] = sum(pass_at_k(g, sum(gr), k) for gr in groups) / len(groups)
+    out[mn.GROUPS_ALL_CORRECT_FRAC] = sum(all(gr) for gr in groups) / len(groups)
+    out[mn.GROUPS_NONE_CORRECT_FRAC] = sum(not any(gr) for gr in groups) / len(groups)
     return out
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.config import Recipe
+from rlvr.metrics import names as mn
 from rlvr.reward.pool import Scored
 from rlvr.rollout import engine_class
 from rlvr.runtime.advantage_stage import uses_critic
@@ -211,11 +212,11 @@ class Roles:
         gb = sent["bytes"] / 1e9
         self.version = version
         return {
-            "sync/seconds": seconds,
-            "sync/send_seconds": sent["seconds"],
-            "sync/gb": gb,
-            "sync/gbps": gb / max(sent["seconds"], 1e-9),
-            "sync/policy_version": float(version),
+            mn.SYNC_SECONDS: seconds,
+            mn.SYNC_SEND_SECONDS: sent["seconds"],
+            mn.SYNC_GB: gb,
+            mn.SYNC_GBPS: gb / max(sent["seconds"], 1e-9),
+            mn.SYNC_POLICY_VERSION: float(version),
             **probe,
         }
 
@@ -234,7 +235,7 @@ class Roles:
         while True:
             try:
                 out = self._generate_and_score(prompts, sampling)
-                out[2]["timing/engine_restarts"] = float(self.restarts)
+                out[2][mn.TIMING_ENGINE_RESTARTS] = float(self.restarts)
                 return out
             except RoleError as err:
                 if not (err.died and (err.role or "").startswith("engine")) or self.restarts >= self.recipe.rollout.max_restarts:
@@ -264,7 +265,7 @@ class Roles:
         scored = [s for part in self.get(score_calls, self.recipe.timeouts.reward_s, "reward", "timeouts.reward_s") for s in part]
         t_reward = time.perf_counter() - t0 - t_rollout
         completions = [c for part in parts for c in part]
-        return completions, scored, {"timing/rollout_s": t_rollout, "timing/reward_s": t_reward}
+        return completions, scored, {mn.TIMING_ROLLOUT_S: t_rollout, mn.TIMING_REWARD_S: t_reward}
 
     def reference_logprobs(self, batch: Any) -> Any:
         """The reference model's logprobs [B, S-1] (nats, rollout temperature) of ``batch``, a

@@ -33,6 +33,7 @@ from math import comb
 from typing import Any, Sequence
 
 from rlvr.config import Recipe, default_ks
+from rlvr.metrics import names as mn
 from rlvr.metrics.passk import pass_at_k
 from rlvr.types import Prompt, SamplingConfig
 
@@ -167,12 +168,12 @@ def validation_metrics(scored: list, completions: list, n: int, primary: str) ->
     ks = default_ks(n)
     per = problem_metrics([correct[i : i + n] for i in groups], [parsed[i : i + n] for i in groups], ks)
     means = mean_over_problems(per)
-    out = {f"val/pass@{k}": means[f"pass@{k}"] for k in ks}
-    out[f"val/maj@{n}"] = means[f"maj@{n}"]
-    out[f"val/mean@{n}"] = means[f"mean@{n}"]
-    out["val/reward_mean"] = sum(s.reward for s in scored) / b
-    out["val/length_mean"] = sum(len(c.token_ids) for c in completions) / b
-    out["val/truncated_frac"] = sum(c.truncated for c in completions) / b
+    out = {mn.val_pass(k): means[f"pass@{k}"] for k in ks}
+    out[mn.val_maj(n)] = means[f"maj@{n}"]
+    out[mn.val_mean(n)] = means[f"mean@{n}"]
+    out[mn.VAL_REWARD_MEAN] = sum(s.reward for s in scored) / b
+    out[mn.VAL_LENGTH_MEAN] = sum(len(c.token_ids) for c in completions) / b
+    out[mn.VAL_TRUNCATED_FRAC] = sum(c.truncated for c in completions) / b
     return out
 
 
@@ -183,5 +184,5 @@ def run_validation(generate: Any, prompts: list[Prompt], recipe: Recipe, primary
     t0 = time.perf_counter()
     completions, scored, _ = generate(prompts, sampling)
     out = validation_metrics(scored, completions, va.samples, primary)
-    out["timing/validation_s"] = time.perf_counter() - t0
+    out[mn.TIMING_VALIDATION_S] = time.perf_counter() - t0
     return out

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from rlvr.metrics import names as mn
 from rlvr.sync.weights import WeightSyncError
 
 PROBE_TEXT = (
@@ -129,4 +130,4 @@ def run_probe(
                 "mapping, a prefix cache kept across weights); the run stops rather than learn from another "
                 "policy's rollouts."
             )
-    return {"sync/probe_gap_mean": max(means), "sync/probe_gap_gen_mean": max(gen), "sync/probe_gap_max": max(worst)}
+    return {mn.SYNC_PROBE_GAP_MEAN: max(means), mn.SYNC_PROBE_GAP_GEN_MEAN: max(gen), mn.SYNC_PROBE_GAP_MAX: max(worst)}

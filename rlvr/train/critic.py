@@ -20,6 +20,7 @@ import torch
 
 from rlvr.algos.gae import value_loss
 from rlvr.config import Recipe
+from rlvr.metrics import names as mn
 from rlvr.rollout.base import set_threads
 from rlvr.seeding import critic_order_seed, critic_seed
 from rlvr.sync.weights import DTYPES
@@ -126,12 +127,12 @@ class CriticWorker:
                 if math.isfinite(gn):  # a NaN/inf gradient skips the update
                     self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
-                for key, val in (("critic/value_loss", loss_sum), ("critic/value_clip_frac", clip_sum / num_tokens),
-                                 ("critic/value_mse", err_sum / num_tokens), ("critic/grad_norm", gn)):
+                for key, val in ((mn.CRITIC_VALUE_LOSS, loss_sum), (mn.CRITIC_VALUE_CLIP_FRAC, clip_sum / num_tokens),
+                                 (mn.CRITIC_VALUE_MSE, err_sum / num_tokens), (mn.CRITIC_GRAD_NORM, gn)):
                     stats.setdefault(key, []).append(val)
         self.updates += 1
         out = {k: sum(v) / len(v) for k, v in stats.items()}
-        out["timing/critic_inner_s"] = time.perf_counter() - t0
+        out[mn.TIMING_CRITIC_INNER_S] = time.perf_counter() - t0
         return out
 
     def save_state(self, out_dir: str) -> str:

@@ -23,6 +23,7 @@ from rlvr.algos.kl import dph_forward_kl, dph_js
 from rlvr.algos.objective import dph_term, micro_batch_loss
 from rlvr.algos.logprobs import entropy_from_logits, token_logprobs
 from rlvr.config import Recipe
+from rlvr.metrics import names as mn
 from rlvr.rollout.base import set_threads
 from rlvr.seeding import policy_order_seed, trainer_seed
 from rlvr.sync.weights import DTYPES, WeightSender
@@ -274,18 +275,18 @@ class PolicyWorker:
                     for key, v in s.items():
                         stats.setdefault(key, []).append(v)
                 grad_norm, applied = self._optimizer_step()
-                stats.setdefault("train/grad_norm", []).append(grad_norm)
-                stats.setdefault("train/skipped", []).append(float(not applied))
+                stats.setdefault(mn.TRAIN_GRAD_NORM, []).append(grad_norm)
+                stats.setdefault(mn.TRAIN_SKIPPED, []).append(float(not applied))
         self.version += 1
         # per-micro-batch means averaged over micro-batches; "_max" statistics take the max
-        summed = ("train/loss", "train/skipped")
+        summed = (mn.TRAIN_LOSS, mn.TRAIN_SKIPPED)
         out = {k: float(max(v) if k.endswith("_max") else sum(v) / len(v)) for k, v in stats.items() if k not in summed}
-        out["train/skipped"] = float(sum(stats["train/skipped"]))
+        out[mn.TRAIN_SKIPPED] = float(sum(stats[mn.TRAIN_SKIPPED]))
         # the loss of the whole batch: the per-micro-batch parts sum to it (global normalisers)
         steps = r.optimizer_steps_per_rollout
-        out["train/loss"] = float(sum(stats.get("train/loss", [0.0]))) / steps
-        out["train/optimizer_steps"] = float(steps)
-        out["timing/train_inner_s"] = time.perf_counter() - t0
+        out[mn.TRAIN_LOSS] = float(sum(stats.get(mn.TRAIN_LOSS, [0.0]))) / steps
+        out[mn.TRAIN_OPTIMIZER_STEPS] = float(steps)
+        out[mn.TIMING_TRAIN_INNER_S] = time.perf_counter() - t0
         return out
 
     def _micro_step(self, mb: TrainBatch, old, ref, idx, num_tokens: float, num_seqs: float, dph: TrainBatch | None) -> dict[str, float]:
@@ -315,15 +316,15 @@ class PolicyWorker:
             out_loss.backward.backward()
         n = mask.sum().clamp(min=1.0)
         out = {
-            "train/loss": float(loss.detach()),
-            "train/entropy": float((ent.detach() * mask).sum() / n),
+            mn.TRAIN_LOSS: float(loss.detach()),
+            mn.TRAIN_ENTROPY: float((ent.detach() * mask).sum() / n),
         }
         for k, v in pstats.items():
             if torch.is_tensor(v) and v.dim() > 0:
                 v = (v.float() * mask).sum() / n
-            out[f"train/{k}"] = float(v)
+            out[mn.train_stat(k)] = float(v)
         if kl is not None:
-            out["train/kl"] = float((kl.detach() * mask).sum() / n)
+            out[mn.TRAIN_KL] = float((kl.detach() * mask).sum() / n)
         out.update(dph_stats)
         return out
 
@@ -341,7 +342,7 @@ class PolicyWorker:
         lp, _ = self._forward(self.module, part, need_entropy=False)
         ref_lp = part.rollout_logprobs[:, : lp.shape[1]].to(self.device)
         loss, div = dph_term(self.dph_fn, lp, ref_lp, m, self.algo.dph_coef, total, weight)
-        return loss, ({"train/dph_div": float(div.detach().sum() / m.sum().clamp(min=1.0))} if mine else {})
+        return loss, ({mn.TRAIN_DPH_DIV: float(div.detach().sum() / m.sum().clamp(min=1.0))} if mine else {})
 
     def _optimizer_step(self) -> tuple[float, bool]:
         """Finish one optimizer step: (gradient L2 norm before clipping, whether the update was applied).

@@ -1,0 +1,362 @@
+"""Every metric name rlvr logs, built in one place, with its unit and meaning (:data:`CATALOGUE`).
+
+A name is ``namespace/rest``. The producers (the controller, the roles, the reward pool, the trainers,
+validation, the sync probe) build their names from this module, and so do the readers (``rlvr plot``'s panels,
+the console's progress line, ``rlvr train``'s final line); the strings are what ``RUN/metrics.jsonl``, the
+logging backends and checkpoints' ``best_metric`` see, so a change here renames a metric for every user.
+
+Namespaces (per training step unless said otherwise):
+
+- ``reward/``: the reward of the step's B = P x G rollouts (means over the B samples), the verifiers' failure
+  fractions and latencies (seconds), ``reward/score/<verifier>`` (one verifier's unweighted score);
+  ``reward/kl_penalty_seq_mean`` with the KL penalty in the reward.
+- ``passk/<k>``: training pass@k (Chen et al. 2021, eq. 1) over each prompt's G samples, mean over the P prompts.
+- ``response/``: response lengths (tokens) and truncated / filtered fractions (of the B samples).
+- ``groups/``: fractions of the P prompts whose G samples are all correct / none correct.
+- ``rollout/``: generation throughput (response tokens per second).
+- ``dynamic_sampling/``: DAPO's refill rounds (``algorithm.dynamic_sampling``).
+- ``data/``: the prompt sampler's position (epochs).
+- ``train/``: the policy update, rank 0's numbers; the policy loss's own statistics are forwarded as
+  ``train/<stat>`` (:func:`train_stat`): token means (nats, fractions of tokens, ratios) averaged over
+  micro-batches, ``*_max`` a max.
+- ``critic/``: the value model (``algorithm.advantage=gae``): its loss, values and returns (reward units).
+- ``adv/``: token advantages (with token-level advantages only: gae, KL in the reward).
+- ``timing/``: wall-clock seconds of each stage, ``timing/<stage>_s`` (:func:`timing`), and
+  ``timing/engine_restarts`` (a count, the one name here that is not in seconds).
+- ``sync/``: the weight sync (seconds, GB = 1e9 bytes, GB/s, the engines' policy version) and its probe (nats).
+- ``val/``: validation on held-out prompts (``validation.every_steps``; step 0 = the starting policy):
+  ``val/pass@<k>``, ``val/maj@<n>``, ``val/mean@<n>`` (fractions of problems), reward, length, truncation.
+
+One name has no namespace: ``policy_version`` (the step whose weights the engines hold after the step's sync).
+The sinks add ``step`` to every row; it is bookkeeping, not a metric, and not in the catalogue.
+
+Units: ``reward`` (the verifiers' weighted sum, per sample), ``fraction`` (0..1, of what the entry says),
+``tokens``, ``tokens/s``, ``seconds``, ``nats`` (natural-log units; per token unless said), ``count``, ``GB``,
+``GB/s``, ``ratio`` (dimensionless), ``advantage`` / ``value`` (reward units), ``loss`` (the objective's units),
+``version`` and ``epochs`` (counts).
+
+Constants are named after their string (``reward/latency_p50_s`` -> :data:`REWARD_LATENCY_P50_S`); a family
+with a placeholder is a function (``passk(8) == "passk/8"``), and its pattern (``"passk/<k>"``) is what the
+catalogue lists. :func:`describe` matches a concrete name against the catalogue; :func:`regex` turns a pattern
+into a regular expression (placeholders: ``<k>``, ``<n>``: digits; ``<stage>``, ``<stat>``: word characters;
+``<suffix>``: word characters or none, for the plots' ``train/clipped<suffix>``; ``<verifier>``: anything, a
+verifier key may hold ``/``, ``:`` and ``#``).
+
+This module imports nothing from rlvr (any process may import it).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+# -- namespaces ----------------------------------------------------------------------------------------------
+NS_REWARD = "reward"
+NS_PASSK = "passk"
+NS_RESPONSE = "response"
+NS_GROUPS = "groups"
+NS_ROLLOUT = "rollout"
+NS_DYNAMIC_SAMPLING = "dynamic_sampling"
+NS_DATA = "data"
+NS_TRAIN = "train"
+NS_CRITIC = "critic"
+NS_ADV = "adv"
+NS_TIMING = "timing"
+NS_SYNC = "sync"
+NS_VAL = "val"
+
+NAMESPACES: tuple[str, ...] = (NS_REWARD, NS_PASSK, NS_RESPONSE, NS_GROUPS, NS_ROLLOUT, NS_DYNAMIC_SAMPLING, NS_DATA,
+                               NS_TRAIN, NS_CRITIC, NS_ADV, NS_TIMING, NS_SYNC, NS_VAL)  # fmt: skip
+"""Every namespace a metric name starts with (before its first ``/``); see the module docstring."""
+
+
+def _name(ns: str, rest: str) -> str:
+    return f"{ns}/{rest}"
+
+
+def namespace(name: str) -> str:
+    """The namespace of ``name`` (the text before its first ``/``; ``""`` when it has none, e.g. ``policy_version``)."""
+    return name.split("/", 1)[0] if "/" in name else ""
+
+
+# -- families (one placeholder each) ---------------------------------------------------------------------------
+def passk(k: int | str) -> str:
+    """``passk/<k>``: training pass@k over each prompt's G samples, mean over prompts (fraction of prompts)."""
+    return _name(NS_PASSK, str(k))
+
+
+def reward_score(verifier: str) -> str:
+    """``reward/score/<verifier>``: mean unweighted score of one verifier (its key: the name, ``#2`` on a repeat)."""
+    return _name(NS_REWARD, f"score/{verifier}")
+
+
+def train_stat(stat: str) -> str:
+    """``train/<stat>``: a policy-update statistic, e.g. a policy loss's own (``clipped`` -> ``train/clipped``)."""
+    return _name(NS_TRAIN, stat)
+
+
+def timing(stage: str) -> str:
+    """``timing/<stage>_s``: wall-clock seconds of one stage (``timing("rollout") == "timing/rollout_s"``)."""
+    return _name(NS_TIMING, f"{stage}_s")
+
+
+def val_pass(k: int | str) -> str:
+    """``val/pass@<k>``: validation pass@k, mean over problems (fraction of problems)."""
+    return _name(NS_VAL, f"pass@{k}")
+
+
+def val_maj(n: int | str) -> str:
+    """``val/maj@<n>``: validation majority vote over the n samples, mean over problems (fraction of problems)."""
+    return _name(NS_VAL, f"maj@{n}")
+
+
+def val_mean(n: int | str) -> str:
+    """``val/mean@<n>``: fraction of correct validation samples (c / n), mean over problems (= pass@1)."""
+    return _name(NS_VAL, f"mean@{n}")
+
+
+PASSK = passk("<k>")
+REWARD_SCORE = reward_score("<verifier>")
+TIMING = timing("<stage>")  # the plots' family; the catalogue lists each stage (TIMING_ROLLOUT_S ...) on its own
+VAL_PASS = val_pass("<k>")
+VAL_MAJ = val_maj("<n>")
+VAL_MEAN = val_mean("<n>")
+
+# -- fixed names ---------------------------------------------------------------------------------------------
+# reward/ (rlvr.reward.pool.reward_metrics, rlvr.runtime.controller.rollout_metrics, the advantage stage)
+REWARD_MEAN = _name(NS_REWARD, "mean")
+REWARD_STD = _name(NS_REWARD, "std")
+REWARD_CORRECT_FRAC = _name(NS_REWARD, "correct_frac")
+REWARD_TIMEOUT_FRAC = _name(NS_REWARD, "timeout_frac")
+REWARD_CRASH_FRAC = _name(NS_REWARD, "crash_frac")
+REWARD_ERROR_FRAC = _name(NS_REWARD, "error_frac")
+REWARD_NO_ANSWER_FRAC = _name(NS_REWARD, "no_answer_frac")
+REWARD_LATENCY_MEAN_S = _name(NS_REWARD, "latency_mean_s")
+REWARD_LATENCY_MAX_S = _name(NS_REWARD, "latency_max_s")
+REWARD_LATENCY_P50_S = _name(NS_REWARD, "latency_p50_s")
+REWARD_LATENCY_P99_S = _name(NS_REWARD, "latency_p99_s")
+REWARD_KL_PENALTY_SEQ_MEAN = _name(NS_REWARD, "kl_penalty_seq_mean")
+
+# response/, groups/, rollout/, dynamic_sampling/, data/ (the controller)
+RESPONSE_LENGTH_MEAN = _name(NS_RESPONSE, "length_mean")
+RESPONSE_LENGTH_MAX = _name(NS_RESPONSE, "length_max")
+RESPONSE_TRUNCATED_FRAC = _name(NS_RESPONSE, "truncated_frac")
+RESPONSE_FILTERED_FRAC = _name(NS_RESPONSE, "filtered_frac")
+GROUPS_ALL_CORRECT_FRAC = _name(NS_GROUPS, "all_correct_frac")
+GROUPS_NONE_CORRECT_FRAC = _name(NS_GROUPS, "none_correct_frac")
+ROLLOUT_TOKENS_PER_S = _name(NS_ROLLOUT, "tokens_per_s")
+DYNAMIC_SAMPLING_ROUNDS = _name(NS_DYNAMIC_SAMPLING, "rounds")
+DYNAMIC_SAMPLING_SHORTFALL = _name(NS_DYNAMIC_SAMPLING, "shortfall")
+DYNAMIC_SAMPLING_INFORMATIVE_FRAC = _name(NS_DYNAMIC_SAMPLING, "informative_frac")
+DATA_EPOCH = _name(NS_DATA, "epoch")
+POLICY_VERSION = "policy_version"
+
+# train/ (rlvr.train.policy; train/kl also from the advantage stage with the KL in the reward)
+TRAIN_LOSS = train_stat("loss")
+TRAIN_ENTROPY = train_stat("entropy")
+TRAIN_KL = train_stat("kl")
+TRAIN_GRAD_NORM = train_stat("grad_norm")
+TRAIN_SKIPPED = train_stat("skipped")
+TRAIN_OPTIMIZER_STEPS = train_stat("optimizer_steps")
+TRAIN_DPH_DIV = train_stat("dph_div")
+# the policy losses' statistics (rlvr.algos.losses), forwarded as train/<stat>
+TRAIN_CLIPPED = train_stat("clipped")
+TRAIN_CLIPPED_HIGH = train_stat("clipped_high")
+TRAIN_CLIPPED_LOW = train_stat("clipped_low")
+TRAIN_CLIPPED_DUAL = train_stat("clipped_dual")
+TRAIN_RATIO = train_stat("ratio")
+TRAIN_APPROX_KL = train_stat("approx_kl")
+TRAIN_ROLLOUT_GAP_ABS = train_stat("rollout_gap_abs")
+TRAIN_ROLLOUT_GAP_ABS_MAX = train_stat("rollout_gap_abs_max")
+TRAIN_ROLLOUT_KL_K3 = train_stat("rollout_kl_k3")
+TRAIN_TIS_WEIGHT = train_stat("tis_weight")
+TRAIN_TIS_CAPPED = train_stat("tis_capped")
+
+# critic/ (rlvr.train.critic; value_mean and return_mean from the advantage stage), adv/ (the advantage stage)
+CRITIC_VALUE_LOSS = _name(NS_CRITIC, "value_loss")
+CRITIC_VALUE_CLIP_FRAC = _name(NS_CRITIC, "value_clip_frac")
+CRITIC_VALUE_MSE = _name(NS_CRITIC, "value_mse")
+CRITIC_GRAD_NORM = _name(NS_CRITIC, "grad_norm")
+CRITIC_VALUE_MEAN = _name(NS_CRITIC, "value_mean")
+CRITIC_RETURN_MEAN = _name(NS_CRITIC, "return_mean")
+ADV_TOKEN_MEAN = _name(NS_ADV, "token_mean")
+ADV_TOKEN_ABS_MEAN = _name(NS_ADV, "token_abs_mean")
+
+# timing/
+TIMING_ROLLOUT_S = timing("rollout")
+TIMING_REWARD_S = timing("reward")
+TIMING_TRAIN_S = timing("train")
+TIMING_SYNC_S = timing("sync")
+TIMING_STEP_S = timing("step")
+TIMING_VALIDATION_S = timing("validation")
+TIMING_TRAIN_INNER_S = timing("train_inner")
+TIMING_CRITIC_INNER_S = timing("critic_inner")
+TIMING_ENGINE_RESTARTS = _name(NS_TIMING, "engine_restarts")
+
+# sync/ (rlvr.runtime.roles.Roles.sync, rlvr.sync.probe)
+SYNC_SECONDS = _name(NS_SYNC, "seconds")
+SYNC_SEND_SECONDS = _name(NS_SYNC, "send_seconds")
+SYNC_GB = _name(NS_SYNC, "gb")
+SYNC_GBPS = _name(NS_SYNC, "gbps")
+SYNC_POLICY_VERSION = _name(NS_SYNC, "policy_version")
+SYNC_PROBE_GAP_MEAN = _name(NS_SYNC, "probe_gap_mean")
+SYNC_PROBE_GAP_GEN_MEAN = _name(NS_SYNC, "probe_gap_gen_mean")
+SYNC_PROBE_GAP_MAX = _name(NS_SYNC, "probe_gap_max")
+
+# val/ (rlvr.runtime.validation)
+VAL_REWARD_MEAN = _name(NS_VAL, "reward_mean")
+VAL_LENGTH_MEAN = _name(NS_VAL, "length_mean")
+VAL_TRUNCATED_FRAC = _name(NS_VAL, "truncated_frac")
+
+
+# -- the catalogue ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Metric:
+    """One catalogue entry: ``pattern`` (a name, or a family with a ``<placeholder>``), ``unit``, ``meaning``."""
+
+    pattern: str
+    unit: str
+    meaning: str
+
+
+_M = Metric
+CATALOGUE: tuple[Metric, ...] = (
+    # reward/
+    _M(REWARD_MEAN, "reward", "mean reward (the verifiers' weighted sum) over the step's B rollouts"),
+    _M(REWARD_STD, "reward", "population std of the reward over the B rollouts (normaliser B)"),
+    _M(REWARD_CORRECT_FRAC, "fraction", "rollouts the primary (first) verifier gives full marks (score >= 1)"),
+    _M(REWARD_TIMEOUT_FRAC, "fraction", "rollouts where some verifier timed out"),
+    _M(REWARD_CRASH_FRAC, "fraction", "rollouts where some verifier's worker crashed"),
+    _M(REWARD_ERROR_FRAC, "fraction", "rollouts where some verifier raised an error"),
+    _M(REWARD_NO_ANSWER_FRAC, "fraction", "rollouts where some verifier found no answer"),
+    _M(REWARD_LATENCY_MEAN_S, "seconds", "mean scoring latency per rollout"),
+    _M(REWARD_LATENCY_MAX_S, "seconds", "largest scoring latency of the batch"),
+    _M(REWARD_LATENCY_P50_S, "seconds", "median scoring latency (nearest rank)"),
+    _M(REWARD_LATENCY_P99_S, "seconds", "99th-percentile scoring latency (nearest rank)"),
+    _M(REWARD_SCORE, "score", "one verifier's unweighted score, mean over the B rollouts"),
+    _M(REWARD_KL_PENALTY_SEQ_MEAN, "reward", "KL penalty in the reward (-kl_coef x KL) summed over a sequence's "
+       "tokens, mean over sequences (algorithm.kl_penalty=reward)"),
+    # passk/, response/, groups/, rollout/, dynamic_sampling/, data/
+    _M(PASSK, "fraction", "training pass@k (unbiased, Chen et al. 2021) over each prompt's G samples, mean over prompts"),
+    _M(RESPONSE_LENGTH_MEAN, "tokens", "mean response length over the B rollouts"),
+    _M(RESPONSE_LENGTH_MAX, "tokens", "longest response of the batch"),
+    _M(RESPONSE_TRUNCATED_FRAC, "fraction", "rollouts cut by rollout.max_new_tokens"),
+    _M(RESPONSE_FILTERED_FRAC, "fraction", "rollouts given no loss by DAPO's overlong filter (algorithm.overlong_filter)"),
+    _M(GROUPS_ALL_CORRECT_FRAC, "fraction", "prompts whose G samples are all correct"),
+    _M(GROUPS_NONE_CORRECT_FRAC, "fraction", "prompts whose G samples are all wrong"),
+    _M(ROLLOUT_TOKENS_PER_S, "tokens/s", "response tokens trained on per second of rollout time (timing/rollout_s)"),
+    _M(DYNAMIC_SAMPLING_ROUNDS, "count", "extra generation rounds of DAPO dynamic sampling this step"),
+    _M(DYNAMIC_SAMPLING_SHORTFALL, "count", "groups short of P informative ones after the last round"),
+    _M(DYNAMIC_SAMPLING_INFORMATIVE_FRAC, "fraction", "informative groups (0 < correct < G) among all generated"),
+    _M(DATA_EPOCH, "epochs", "passes over the training prompts completed so far"),
+    _M(POLICY_VERSION, "version", "policy version (= step) the engines hold after the step; 0 at validation at start"),
+    # train/
+    _M(TRAIN_LOSS, "loss", "the whole batch's policy loss per optimizer step"),
+    _M(TRAIN_ENTROPY, "nats", "policy entropy per response token"),
+    _M(TRAIN_KL, "nats", "KL to the reference per response token (algorithm.kl_estimator; kl_coef > 0)"),
+    _M(TRAIN_GRAD_NORM, "norm", "policy gradient L2 norm before clipping, mean over optimizer steps"),
+    _M(TRAIN_SKIPPED, "count", "optimizer steps skipped for a NaN/inf gradient"),
+    _M(TRAIN_OPTIMIZER_STEPS, "count", "optimizer steps per rollout batch"),
+    _M(TRAIN_DPH_DIV, "nats", "DPH-RL divergence to the starting policy per token of its buffer samples"),
+    _M(TRAIN_CLIPPED, "fraction", "response tokens whose objective clipping changed (either side, or the dual clip)"),
+    _M(TRAIN_CLIPPED_HIGH, "fraction", "response tokens clipped at 1 + clip_high"),
+    _M(TRAIN_CLIPPED_LOW, "fraction", "response tokens clipped at 1 - clip_low"),
+    _M(TRAIN_CLIPPED_DUAL, "fraction", "response tokens capped by the dual clip (ppo_clip dual_clip_c)"),
+    _M(TRAIN_RATIO, "ratio", "importance ratio pi / pi_old per response token"),
+    _M(TRAIN_APPROX_KL, "nats", "k3 estimate of KL(pi_old || pi) per response token"),
+    _M(TRAIN_ROLLOUT_GAP_ABS, "nats", "|trainer old logprob - engine logprob| per response token"),
+    _M(TRAIN_ROLLOUT_GAP_ABS_MAX, "nats", "largest |trainer old logprob - engine logprob| of any token"),
+    _M(TRAIN_ROLLOUT_KL_K3, "nats", "k3 estimate of KL(pi_rollout || pi_old) per response token"),
+    _M(TRAIN_TIS_WEIGHT, "ratio", "truncated importance-sampling weight per response token (algorithm.tis_cap)"),
+    _M(TRAIN_TIS_CAPPED, "fraction", "response tokens whose TIS weight hit algorithm.tis_cap"),
+    # critic/, adv/
+    _M(CRITIC_VALUE_LOSS, "loss", "clipped value loss per optimizer step, mean over steps"),
+    _M(CRITIC_VALUE_CLIP_FRAC, "fraction", "response tokens where the clipped value term was the larger"),
+    _M(CRITIC_VALUE_MSE, "value^2", "squared error of the values against the returns per response token"),
+    _M(CRITIC_GRAD_NORM, "norm", "value-model gradient L2 norm before clipping, mean over optimizer steps"),
+    _M(CRITIC_VALUE_MEAN, "value", "the critic's value per response token before the update"),
+    _M(CRITIC_RETURN_MEAN, "value", "the GAE return per response token"),
+    _M(ADV_TOKEN_MEAN, "advantage", "token advantage per response token"),
+    _M(ADV_TOKEN_ABS_MEAN, "advantage", "|token advantage| per response token"),
+    # timing/
+    _M(TIMING_ROLLOUT_S, "seconds", "generation, until the last engine finished"),
+    _M(TIMING_REWARD_S, "seconds", "scoring not hidden behind generation"),
+    _M(TIMING_TRAIN_S, "seconds", "the policy (and critic) update, as the controller waited for it"),
+    _M(TIMING_SYNC_S, "seconds", "the weight sync and its probe, as the controller waited for it"),
+    _M(TIMING_STEP_S, "seconds", "the whole training step (validation excluded)"),
+    _M(TIMING_VALIDATION_S, "seconds", "one validation pass"),
+    _M(TIMING_TRAIN_INNER_S, "seconds", "the policy update inside the trainer (returned, not logged)"),
+    _M(TIMING_CRITIC_INNER_S, "seconds", "the critic update inside its process (returned, not logged)"),
+    _M(TIMING_ENGINE_RESTARTS, "count", "engines replaced after dying, so far in this run"),
+    # sync/
+    _M(SYNC_SECONDS, "seconds", "the weight transfer (send and receive), checks and probe excluded"),
+    _M(SYNC_SEND_SECONDS, "seconds", "the trainer's sending of the weights"),
+    _M(SYNC_GB, "GB", "weights sent per sync (1e9 bytes)"),
+    _M(SYNC_GBPS, "GB/s", "sync/gb over sync/send_seconds"),
+    _M(SYNC_POLICY_VERSION, "version", "policy version the engines received"),
+    _M(SYNC_PROBE_GAP_MEAN, "nats", "sync probe: mean |engine - trainer| logprob gap, max over engines"),
+    _M(SYNC_PROBE_GAP_GEN_MEAN, "nats", "sync probe: the same over the generated tokens only"),
+    _M(SYNC_PROBE_GAP_MAX, "nats", "sync probe: largest single-token gap, max over engines"),
+    # val/
+    _M(VAL_PASS, "fraction", "validation pass@k over the n samples per problem, mean over problems"),
+    _M(VAL_MAJ, "fraction", "validation majority vote over the n samples (exact maj@n), mean over problems"),
+    _M(VAL_MEAN, "fraction", "validation fraction of correct samples (c / n), mean over problems"),
+    _M(VAL_REWARD_MEAN, "reward", "mean validation reward over all samples"),
+    _M(VAL_LENGTH_MEAN, "tokens", "mean validation response length"),
+    _M(VAL_TRUNCATED_FRAC, "fraction", "validation samples cut by the token limit"),
+)  # fmt: skip
+"""Every name rlvr logs (families by their pattern), in namespace order."""
+
+_PLACEHOLDERS = {"k": r"\d+", "n": r"\d+", "stage": r"\w+", "stat": r"\w+", "suffix": r"\w*", "verifier": r".+"}
+_SLOT = re.compile(r"<(\w+)>")
+
+
+def _regex(pattern: str, named: bool) -> str:
+    out, pos = [], 0
+    for m in _SLOT.finditer(pattern):
+        slot = m.group(1)
+        if slot not in _PLACEHOLDERS:
+            raise ValueError(f"unknown placeholder <{slot}> in metric pattern {pattern!r}: use one of "
+                             f"{', '.join(f'<{p}>' for p in _PLACEHOLDERS)}")
+        out.append(re.escape(pattern[pos : m.start()]))
+        out.append(f"(?P<{slot}>{_PLACEHOLDERS[slot]})" if named else _PLACEHOLDERS[slot])  # each an atom + quantifier
+        pos = m.end()
+    out.append(re.escape(pattern[pos:]))
+    return "".join(out)
+
+
+def regex(pattern: str) -> str:
+    """A regular expression (for a full match, no groups) of the names ``pattern`` stands for:
+    ``regex("passk/<k>") == r"passk/\\d+"``; a name without placeholders is escaped as is.
+    Errors: ``ValueError`` for an unknown placeholder."""
+    return _regex(pattern, named=False)
+
+
+@lru_cache(maxsize=None)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(_regex(pattern, named=True))
+
+
+def parse(pattern: str, name: str) -> dict[str, str] | None:
+    """The placeholders' values when ``name`` is one of ``pattern``'s names (``parse(PASSK, "passk/8") ==
+    {"k": "8"}``; ``{}`` for a fixed name equal to ``pattern``), else None."""
+    m = _compiled(pattern).fullmatch(name)
+    return m.groupdict() if m else None
+
+
+_FIXED = {e.pattern: e for e in CATALOGUE if not _SLOT.search(e.pattern)}
+_FAMILIES = tuple(e for e in CATALOGUE if _SLOT.search(e.pattern))
+
+
+def describe(name: str) -> Metric | None:
+    """The catalogue entry of a concrete metric name (``describe("val/pass@4").pattern == "val/pass@<k>"``), or
+    None for a name rlvr does not log (``step``, a user loss's own ``train/<stat>``, a typo)."""
+    if name in _FIXED:
+        return _FIXED[name]
+    return next((e for e in _FAMILIES if parse(e.pattern, name) is not None), None)
+
+
+def known(name: str) -> bool:
+    """True when :func:`describe` finds ``name`` in the catalogue."""
+    return describe(name) is not None
