@@ -30,7 +30,7 @@ from rlvr.runtime.advantage_stage import build_dph_buffer, dph_batch, form_advan
 from rlvr.runtime.roles import Roles
 from rlvr.runtime.validation import run_validation, validation_prompts
 from rlvr.seeding import DPH_BUFFER_ROUND, rollout_seed
-from rlvr.train.batch import pack
+from rlvr.train.batch import TrainBatch, pack
 from rlvr.types import Completion, Prompt, SamplingConfig
 
 log = logging.getLogger("rlvr")
@@ -383,62 +383,92 @@ def _dph_buffer(roles: "Roles", prompts: list[Prompt], sampling: SamplingConfig,
     return buf
 
 
+@dataclass
+class _Rollout:
+    """A step's rollouts: B = P x G completions (prompt-major) with their scores, the shaped rewards [P, G] the
+    advantage sees, the rollout metrics, the sample-table rows and the rollout/reward timings (seconds)."""
+
+    completions: list[Completion]
+    scored: list[Scored]
+    rewards: torch.Tensor
+    metrics: dict[str, float]
+    rows: list[dict]
+    timings: dict[str, float]
+
+
 def _one_step(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sampling: SamplingConfig, r: Recipe,
               primary: str, pad_id: int, dph_buffer: list, n_rows: int = 0) -> tuple[dict[str, float], list[dict]]:
-    """One training step: prompts -> rollouts -> rewards -> advantages -> policy (and critic) update -> sync.
-    Returns the step's metrics and, when ``n_rows`` > 0, a table of that many sample rollouts
-    (:func:`rlvr.metrics.samples.sample_rows`: prompt, response, parsed answer, reward, reason)."""
-    al = r.algorithm
+    """One training step, the five steps of the design guide: prompts -> rollouts scored by the verifiers ->
+    advantages -> policy (and critic) update -> weight sync, then the step's metrics. Returns the metrics and, when
+    ``n_rows`` > 0, a table of that many sample rollouts (:func:`rlvr.metrics.samples.sample_rows`)."""
     t_step = time.perf_counter()
+    roll = _rollout(step, roles, prompts, sampler, sampling, r, primary, n_rows)  # 1-2: generate and score
+    batch, critic_inputs, adv_metrics = _advantage_batch(roll, roles, r, pad_id)  # 3a: advantages
+    t0 = time.perf_counter()
+    train_stats = _update(roles, batch, critic_inputs, dph_batch(dph_buffer, step, r, pad_id), r)  # 3b: update
+    t1 = time.perf_counter()
+    sync_stats = roles.sync(version=step)  # 4: push the new weights to every engine
+    t_train, t_sync = t1 - t0, time.perf_counter() - t1
+    return {  # 5: the step's metrics (logged by the caller)
+        **roll.metrics,
+        **adv_metrics,
+        **train_stats,
+        **sync_stats,
+        **roll.timings,
+        mn.TIMING_TRAIN_S: t_train,
+        mn.TIMING_SYNC_S: t_sync,
+        mn.TIMING_STEP_S: time.perf_counter() - t_step,
+        mn.ROLLOUT_TOKENS_PER_S: sum(len(c.token_ids) for c in roll.completions)
+        / max(roll.timings[mn.TIMING_ROLLOUT_S], 1e-9),
+        mn.DATA_EPOCH: float(sampler.epoch),
+        mn.POLICY_VERSION: float(step),
+    }, roll.rows
+
+
+def _rollout(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sampling: SamplingConfig, r: Recipe,
+             primary: str, n_rows: int) -> _Rollout:
+    """The step's P prompts, G samples each, scored as each engine finishes; rewards shaped (DAPO's overlong
+    punishment) and, with DAPO's dynamic sampling, uninformative groups replaced (:func:`refill_groups`). The
+    rollout metrics describe what the policy sampled, before any group selection (which reads too high)."""
     batch_prompts = [prompts[i] for i in sampler.next_batch()]
-
-    completions, scored, t_gen = roles.generate_and_score(batch_prompts, step_sampling(sampling, r.run.seed, step))
-
-    g = r.rollout.samples_per_prompt
-    # rollout metrics describe what the policy sampled (before any group selection, which reads too high)
-    step_metrics = rollout_metrics(completions, scored, r.pass_k, g, primary=primary)
+    completions, scored, timings = roles.generate_and_score(batch_prompts, step_sampling(sampling, r.run.seed, step))
+    metrics = rollout_metrics(completions, scored, r.pass_k, r.rollout.samples_per_prompt, primary=primary)
     rows = sample_rows(batch_prompts, completions, scored, primary, n_rows) if n_rows else []
     rewards = shaped_rewards(completions, scored, r)  # [P, G]
-    if al.dynamic_sampling:
-        completions, scored, rewards, ds = refill_groups(roles.generate_and_score, prompts, sampler, sampling, completions, scored,
-                                                          rewards, r, step, primary)
-        step_metrics.update(ds)
-    batch = pack(completions, torch.zeros(len(completions)), pad_id, r.rollout.max_new_tokens)
-    if al.overlong_filter:  # DAPO: truncated samples carry no loss (and leave the token normaliser)
-        keep = overlong_mask(torch.tensor([c.truncated for c in completions]))  # [B]
+    if r.algorithm.dynamic_sampling:
+        completions, scored, rewards, ds = refill_groups(roles.generate_and_score, prompts, sampler, sampling,
+                                                          completions, scored, rewards, r, step, primary)  # fmt: skip
+        metrics.update(ds)
+    return _Rollout(completions, scored, rewards, metrics, rows, timings)
+
+
+def _advantage_batch(roll: _Rollout, roles: "Roles", r: Recipe, pad_id: int) -> tuple[TrainBatch, dict | None, dict[str, float]]:
+    """The batch the trainer updates on: packed, DAPO's overlong filter applied, the reference's logprobs and the
+    critic's values computed where the recipe needs them, and advantages formed (:func:`form_advantages`).
+    Returns (batch, critic inputs or None, metrics)."""
+    batch = pack(roll.completions, torch.zeros(len(roll.completions)), pad_id, r.rollout.max_new_tokens)
+    metrics: dict[str, float] = {}
+    if r.algorithm.overlong_filter:  # DAPO: truncated samples carry no loss (and leave the token normaliser)
+        keep = overlong_mask(torch.tensor([c.truncated for c in roll.completions]))  # [B]
         batch = dataclasses.replace(batch, loss_mask=batch.loss_mask * keep.unsqueeze(-1))
-        step_metrics[mn.RESPONSE_FILTERED_FRAC] = float(1.0 - keep.mean())
+        metrics[mn.RESPONSE_FILTERED_FRAC] = float(1.0 - keep.mean())
     ref_lp = roles.reference_logprobs(batch) if needs_reference(r) else None
     values = roles.critic_values(batch) if uses_critic(r) else None
-    batch, critic_inputs, adv_metrics = form_advantages(batch, rewards, r, ref_logprobs=ref_lp, values=values)
-    step_metrics.update(adv_metrics)
+    batch, critic_inputs, adv_metrics = form_advantages(batch, roll.rewards, r, ref_logprobs=ref_lp, values=values)
+    return batch, critic_inputs, {**metrics, **adv_metrics}
 
-    t0 = time.perf_counter()
-    dph = dph_batch(dph_buffer, step, r, pad_id)
+
+def _update(roles: "Roles", batch: TrainBatch, critic_inputs: dict | None, dph: TrainBatch | None, r: Recipe) -> dict[str, float]:
+    """The policy update on every trainer rank (with the DPH-RL batch, if any) and, beside it, the critic's;
+    returns rank 0's statistics with the critic's (their inner timings left out)."""
     calls = [t.call("train_step", batch, dph) for t in roles.trainers]
     if critic_inputs is not None:  # the critic learns beside the policy, in its own process
         calls.append(roles.critic.call("train_step", batch, critic_inputs["values"], critic_inputs["returns"]))
     updates = roles.get(calls, r.timeouts.train_s, "policy update", "timeouts.train_s")
-    train_stats = dict(updates[0])
+    stats = {k: v for k, v in updates[0].items() if k != mn.TIMING_TRAIN_INNER_S}
     if critic_inputs is not None:
-        train_stats.update({k: v for k, v in updates[-1].items() if mn.namespace(k) != mn.NS_TIMING})
-    t_train = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    sync_stats = roles.sync(version=step)
-    t_sync = time.perf_counter() - t0
-    return {
-        **step_metrics,
-        **{k: v for k, v in train_stats.items() if k != mn.TIMING_TRAIN_INNER_S},
-        **sync_stats,
-        **t_gen,
-        mn.TIMING_TRAIN_S: t_train,
-        mn.TIMING_SYNC_S: t_sync,
-        mn.TIMING_STEP_S: time.perf_counter() - t_step,
-        mn.ROLLOUT_TOKENS_PER_S: sum(len(c.token_ids) for c in completions) / max(t_gen[mn.TIMING_ROLLOUT_S], 1e-9),
-        mn.DATA_EPOCH: float(sampler.epoch),
-        mn.POLICY_VERSION: float(step),
-    }, rows
+        stats.update({k: v for k, v in updates[-1].items() if mn.namespace(k) != mn.NS_TIMING})
+    return stats
 
 
 def shaped_rewards(completions: list[Completion], scored: list[Scored], r: Recipe) -> torch.Tensor:
