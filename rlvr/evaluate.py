@@ -233,7 +233,11 @@ def load_set(es: EvalSet, cfg: EvalConfig, tokenizer: Any, prompt_limit: int) ->
     for i, r in enumerate(rows):
         r["file_row"] = i
     kept, report = check_golds(rows, [es.verifier_spec], "drop")
-    prompts, too_long = build_prompts(kept, tokenizer, dc)
+    try:
+        prompts, too_long = build_prompts(kept, tokenizer, dc)
+    except ValueError as e:
+        raise ValueError(f"--data {es.source}: {e} (here data.max_prompt_tokens is --max-prompt-tokens, "
+                         "or the recipe's data.max_prompt_tokens with --recipe)") from e
     file_rows = [kept[p.index]["file_row"] for p in prompts]
     prompts = [dataclasses.replace(p, index=i) for i, p in enumerate(prompts)]
     counts = {"rows": len(rows), "bad_gold": len(report.bad), "too_long": too_long, "problems": len(prompts)}
