@@ -19,10 +19,24 @@ from rlvr.algos.logprobs import entropy_from_logits, masked_mean, response_mask,
 from rlvr.algos.losses import LOSS_AGGREGATIONS, POLICY_LOSSES
 
 
+ENTRY_POINT_GROUP = "rlvr.algos"
+"""Entry-point group of third-party packages' algorithm modules: ``[project.entry-points."rlvr.algos"]`` with
+``my_estimators = "my_pkg.estimators"`` makes every process that loads the registries (the driver and each Ray
+worker alike) import ``my_pkg.estimators``, which registers its entries as the built-in modules do."""
+
+
 def _import_all() -> None:
-    """Import every module of this package (each registers its entries)."""
+    """Import every module of this package, then every module of the ``rlvr.algos`` entry points (each registers
+    its entries). Errors: a plugin module that fails to import raises ``ImportError`` naming its entry point."""
+    from importlib.metadata import entry_points
+
     for info in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{info.name}")
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            ep.load()
+        except Exception as e:
+            raise ImportError(f"rlvr.algos plugin {ep.name!r} ({ep.value}) failed to import: {e}") from e
 
 
 _import_all()

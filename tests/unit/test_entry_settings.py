@@ -153,3 +153,31 @@ def test_the_readme_estimator_works_as_shown(tmp_path):
         sys.modules.pop(spec.name)
         for table in (ADVANTAGES._items, ADVANTAGES._flags, ADVANTAGES._settings):
             table.pop("scaled", None)
+
+
+def test_a_plugin_module_from_an_entry_point_registers(monkeypatch, tmp_path):
+    """A third-party package's module named in the ``rlvr.algos`` entry-point group is imported with the registries."""
+    import importlib
+    import importlib.metadata
+    import sys
+
+    import rlvr.algos
+
+    (tmp_path / "my_plugin_est.py").write_text(
+        "from rlvr.algos.advantages import ADVANTAGES\n"
+        "ADVANTAGES.register('plugin_est', needs_groups=True)(lambda rewards, cfg: rewards)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ep = importlib.metadata.EntryPoint(name="mine", value="my_plugin_est", group=rlvr.algos.ENTRY_POINT_GROUP)
+    bad = importlib.metadata.EntryPoint(name="broken", value="no_such_module_xyz", group=rlvr.algos.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [ep] if group == "rlvr.algos" else [])
+    try:
+        rlvr.algos._import_all()
+        assert load_recipe(None, ["algorithm.advantage=plugin_est"]).algorithm.advantage.name == "plugin_est"
+        monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [bad])
+        with pytest.raises(ImportError, match="rlvr.algos plugin 'broken' \\(no_such_module_xyz\\) failed to import"):
+            rlvr.algos._import_all()
+    finally:
+        sys.modules.pop("my_plugin_est", None)
+        for table in (ADVANTAGES._items, ADVANTAGES._flags, ADVANTAGES._settings):
+            table.pop("plugin_est", None)
