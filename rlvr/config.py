@@ -538,6 +538,8 @@ def _spec(value: Any, where: str) -> Spec:
         return Spec(value)
     if isinstance(value, dict) and isinstance(value.get("name"), str):
         return Spec(value["name"], {k: v for k, v in value.items() if k != "name"})
+    if isinstance(value, dict) and "name" in value:
+        raise RecipeError(f"'{where}.name' must be a registered name (a string), got {value['name']!r}")
     raise RecipeError(f"'{where}' must be a registered name or a mapping with a name and that entry's settings, "
                       f"e.g. {where.rsplit('.', 1)[-1]}: {{name: ..., ...}}; got {value!r}")  # fmt: skip
 
@@ -622,7 +624,26 @@ def _build(cls: type, data: dict[str, Any], where: str = "") -> Any:
         if key not in ftypes:
             raise _unknown_key(where, str(key), list(ftypes))
         kwargs[key] = _convert(value, ftypes[key], where + key)
+    required = [f.name for f in dataclasses.fields(cls) if f.name not in kwargs and f.init
+                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]  # fmt: skip
+    if required:
+        raise RecipeError(f"'{where}{required[0]}' is required (it has no default): set it")
     return cls(**kwargs)
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last one silently: a second
+    ``run:`` block would replace the first whole)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise RecipeError(f"key {key!r} is given twice in one mapping (lines {seen[key] + 1} and "
+                                  f"{key_node.start_mark.line + 1}): keep one")  # fmt: skip
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
 
 
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
@@ -659,6 +680,15 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
             nxt = {}
             node[part] = nxt
         node = nxt
+
+
+def _replaces_spec(dotted: str) -> bool:
+    """True when ``dotted`` names a :class:`Spec` field itself (``algorithm.advantage``), not one of its settings."""
+    parts = dotted.split(".")
+    try:
+        return _field_types(_owner(parts[:-1])).get(parts[-1]) is Spec
+    except (KeyError, TypeError):
+        return False
 
 
 def _owner(path: list[str]) -> type:
@@ -698,14 +728,16 @@ def read_recipe(path: str | Path | None = None, overrides: list[str] | tuple[str
     if path is not None:
         text = Path(path).read_text()
         try:
-            loaded = yaml.safe_load(text)
+            loaded = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
         except yaml.YAMLError as e:
             raise RecipeError(f"{path}: not valid YAML: {e}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise RecipeError(f"{path}: a recipe must be a YAML mapping of sections (run:, model:, ...)")
         tree = loaded or {}
-    for ov in overrides:
-        key, value = parse_override(ov)
+    parsed = [parse_override(ov) for ov in overrides]
+    # a name replacing a whole entry (algorithm.advantage=passk) goes before the entry's settings
+    # (algorithm.advantage.k=2), so the order of overrides on the command line does not matter
+    for key, value in sorted(parsed, key=lambda kv: not _replaces_spec(kv[0])):
         _set_dotted(tree, key, value)
     recipe = _build(Recipe, tree)
     if recipe.model.dtype == "auto":

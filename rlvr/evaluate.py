@@ -449,6 +449,9 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     cfg.check()
     t_start = time.perf_counter()
     sets = resolve_sets(cfg)
+    if all(entry in PRESETS for entry in cfg.data) and cfg.reward.verifiers[0].name != "math":
+        log.warning("every set is a preset, scored by the math verifier: the verifier %r applies to file sets only",
+                    cfg.reward.verifiers[0].name)
     for es in sets:
         resolve_verifier(es.verifier)  # a bad name fails before the model loads
     model_dir = resolve_model(cfg.model.path)
@@ -559,8 +562,9 @@ def add_eval_parser(sub: Any) -> None:
     p.add_argument("--data", nargs="+", action="extend", required=True, metavar="SET",
                    help=f"presets {', '.join(PRESETS)}, a .jsonl/.json/.parquet file, or a datasets name; repeatable")
     p.add_argument("--recipe", default=None, metavar="YAML",
-                   help="take the prompt template, sampling (n = validation.samples), verifiers, dtype and seed from "
-                   "a training recipe (e.g. RUN/recipe.yaml); the flags below override it")
+                   help="take the prompt template, sampling (n = validation.samples, temperature), the first verifier "
+                   "(for sets that are not presets; presets use math), dtype and seed from a training recipe (e.g. "
+                   "RUN/recipe.yaml); the flags below override it")
     p.add_argument("--n", type=int, default=None, help=f"samples per problem (default {ro.samples_per_prompt})")
     p.add_argument("--temperature", type=float, default=None,
                    help="sampling temperature (default 1.0: the policy's own distribution, as in training "
@@ -629,7 +633,12 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
     if args.recipe is not None:
         from rlvr.recipe import load_recipe
 
-        base = recipe_sections(load_recipe(args.recipe))
+        try:
+            base = recipe_sections(load_recipe(args.recipe))
+        except OSError as e:
+            raise ValueError(f"--recipe {args.recipe}: cannot read it ({e.strerror or e})") from None
+        except RecipeError as e:
+            raise RecipeError(f"--recipe {args.recipe}: {e}") from None
     prompts = dataclasses.replace(base["prompts"], **_given(
         prompt_template=args.prompt_template, system_prompt=args.system_prompt, chat_template=args.chat_template,
         max_prompt_tokens=args.max_prompt_tokens, split=args.split, limit=args.limit, question=args.question_field,

@@ -26,8 +26,10 @@ class Registry(Generic[T]):
     name is registered twice.
     """
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, flags: tuple[str, ...] = ()) -> None:
+        """``flags``: the capability flags entries of this registry may declare (any other name is refused)."""
         self.kind = kind
+        self.known_flags = frozenset(flags)
         self._items: dict[str, T] = {}
         self._flags: dict[str, dict[str, bool]] = {}
         self._settings: dict[str, type] = {}
@@ -36,8 +38,15 @@ class Registry(Generic[T]):
         """Decorator registering ``name``. ``settings``: the entry's frozen dataclass of recipe fields (built by the
         recipe loader and passed to the entry; :class:`NoSettings` when it has none). ``flags``: what the entry needs
         or produces, asked by the recipe checks instead of names (e.g. ``needs_groups=True``: advantages compared
-        within a group of G >= 2 samples). Errors: ``ValueError`` on a second registration of ``name``, or
-        ``settings`` that is not a frozen dataclass."""
+        within a group of G >= 2 samples), each one of the registry's ``known_flags``. Errors: ``ValueError`` on a
+        second registration of ``name``, an unknown flag (with the nearest), or ``settings`` that is not a frozen
+        dataclass."""
+        unknown = sorted(set(flags) - self.known_flags)
+        if unknown:
+            near = {f: difflib.get_close_matches(f, self.known_flags, n=1) for f in unknown}
+            hints = ", ".join(f"{f!r}" + (f" (did you mean {n[0]!r}?)" if n else "") for f, n in near.items())
+            raise ValueError(f"{self.kind} {name!r}: unknown flag {hints}; this registry's flags: "
+                             f"{sorted(self.known_flags) or 'none'}")  # fmt: skip
         params = getattr(settings, "__dataclass_params__", None)
         if params is None or not params.frozen:
             raise ValueError(f"{self.kind} {name!r}: settings must be a frozen dataclass, got {settings!r}")

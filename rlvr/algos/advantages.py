@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 torch = lazy_module("torch")  # imported on first use: loading a recipe resolves these settings without torch
 
 # flags: needs_groups (compares the G samples of a prompt: G >= 2), binary_rewards (0/1 rewards: pass@k counts)
-ADVANTAGES: Registry = Registry("advantage estimator")
+ADVANTAGES: Registry = Registry("advantage estimator", flags=("needs_groups", "binary_rewards"))
 
 STD_EPS = 1e-6
 """Added to the group's std before dividing (GRPO), so a near-constant group cannot explode."""

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 torch = lazy_module("torch")  # imported on first use: loading a recipe resolves these settings without torch
 
-CRITIC_ADVANTAGES: Registry = Registry("critic advantage estimator")
+CRITIC_ADVANTAGES: Registry = Registry("critic advantage estimator", flags=("token_advantages",))
 
 WHITEN_EPS = 1e-8
 """Added to the std before dividing when whitening advantages."""

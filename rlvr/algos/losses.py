@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 torch = lazy_module("torch")  # imported on first use: loading a recipe resolves these settings without torch
 
-POLICY_LOSSES: Registry = Registry("policy loss")
+POLICY_LOSSES: Registry = Registry("policy loss", flags=("sequence_advantages",))
 LOSS_AGGREGATIONS: Registry = Registry("loss aggregation")
 
 

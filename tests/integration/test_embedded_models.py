@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import time
 import zipfile
 from pathlib import Path

@@ -181,3 +181,39 @@ def test_a_plugin_module_from_an_entry_point_registers(monkeypatch, tmp_path):
         sys.modules.pop("my_plugin_est", None)
         for table in (ADVANTAGES._items, ADVANTAGES._flags, ADVANTAGES._settings):
             table.pop("plugin_est", None)
+
+
+def test_override_order_does_not_matter():
+    a = load_recipe(None, ["algorithm.advantage.k=2", "algorithm.advantage=passk"]).algorithm.advantage
+    b = load_recipe(None, ["algorithm.advantage=passk", "algorithm.advantage.k=2"]).algorithm.advantage
+    assert a == b == Spec("passk", PassKSettings(k=2))
+
+
+def test_a_key_given_twice_is_refused(tmp_path):
+    y = tmp_path / "twice.yaml"
+    y.write_text("run:\n  steps: 3\nalgorithm:\n  advantage: grpo\nrun:\n  steps: 7\n")
+    with pytest.raises(RecipeError, match=r"key 'run' is given twice in one mapping \(lines 1 and 5\)"):
+        load_recipe(y)
+    y.write_text("algorithm:\n  advantage: {name: passk, name: pkpo}\n")
+    with pytest.raises(RecipeError, match="key 'name' is given twice"):
+        load_recipe(y)
+
+
+def test_a_setting_without_default_is_required_and_a_misspelled_flag_refused():
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Req:
+        scale: float
+        """No default."""
+
+    ADVANTAGES.register("req", settings=Req)(lambda rewards, cfg: rewards)
+    try:
+        with pytest.raises(RecipeError, match=r"'algorithm\.advantage\.scale' is required"):
+            load_recipe(None, ["algorithm.advantage=req"])
+        assert load_recipe(None, ["algorithm.advantage=req", "algorithm.advantage.scale=2"]).algorithm.advantage.settings == Req(scale=2.0)
+    finally:
+        for table in (ADVANTAGES._items, ADVANTAGES._flags, ADVANTAGES._settings):
+            table.pop("req", None)
+    with pytest.raises(ValueError, match="unknown flag 'needs_group' \\(did you mean 'needs_groups'\\?\\)"):
+        ADVANTAGES.register("typo", needs_group=True)
+    with pytest.raises(RecipeError, match=r"'algorithm\.advantage\.name' must be a registered name \(a string\), got 1"):
+        load_recipe(None, ["algorithm.advantage={name: 1}"])

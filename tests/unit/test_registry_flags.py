@@ -28,7 +28,7 @@ def test_a_new_group_estimator_is_checked_by_its_flags(my_estimator):
 
 
 def test_flags_default_to_false():
-    reg: Registry = Registry("thing")
+    reg: Registry = Registry("thing", flags=("needs_groups",))
     reg.register("a", needs_groups=True)(object())
     reg.add("b", object())
     assert reg.flag("a", "needs_groups") and not reg.flag("b", "needs_groups") and not reg.flag("zzz", "needs_groups")
