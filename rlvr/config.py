@@ -660,15 +660,14 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
         if i == len(parts) - 1:
             node[part] = value
             return
-        cls = ftypes[part] if ftypes is not None else Any
+        owner, cls = cls, (ftypes[part] if ftypes is not None else Any)
         nxt = node.get(part)
         if cls is Spec:
             if len(parts) - i != 2:
                 raise RecipeError(f"override {dotted!r}: write {'.'.join(parts[:i + 1])}=NAME or "
                                   f"{'.'.join(parts[:i + 1])}.SETTING=VALUE")  # fmt: skip
-            if nxt is None:
-                default = next(f.default for f in dataclasses.fields(_owner(parts[:i])) if f.name == part)
-                nxt = default.name
+            if nxt is None:  # the field's default entry (AlgorithmConfig.advantage: grpo)
+                nxt = next(f.default for f in dataclasses.fields(owner) if f.name == part).name
             if isinstance(nxt, str):
                 nxt = {"name": nxt}
             if not isinstance(nxt, dict):

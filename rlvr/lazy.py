@@ -9,6 +9,7 @@ name ``torch.Tensor`` stay strings (``from __future__ import annotations``; ``Te
 
 from __future__ import annotations
 
+import functools
 import importlib
 import types
 from typing import Any
@@ -21,6 +22,7 @@ class _LazyModule(types.ModuleType):
         return getattr(real, attr)
 
 
+@functools.cache  # one proxy per module: the algorithm modules share torch's, filled once
 def lazy_module(name: str) -> Any:
     """A stand-in for ``import name`` that imports ``name`` on the first attribute read (errors from the import,
     e.g. ``ModuleNotFoundError``, surface there)."""

@@ -25,7 +25,7 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] | tuple[str
     missing file.
     """
     recipe = resolve(read_recipe(path, overrides))
-    validate(recipe)
+    _check(recipe)
     return recipe
 
 
@@ -147,7 +147,11 @@ def _batch_errors(r: Recipe) -> list[str]:
 def validate(r: Recipe) -> None:
     """Check the recipe's invariants (its named entries resolved first, :func:`resolve`); raise
     :class:`RecipeError` listing every problem, each with the fix."""
-    r = resolve(r)
+    _check(resolve(r))
+
+
+def _check(r: Recipe) -> None:
+    """:func:`validate` of a recipe already resolved."""
     errs: list[str] = []
     ro, al = r.rollout, r.algorithm
     if r.run.steps < 1:

@@ -128,6 +128,10 @@ def _clip_stats(high: Tensor, low: Tensor, ratio: Tensor, log_ratio: Tensor, m: 
     }
 
 
+def _clip_range_errors(low: float, high: float, where: str) -> list[str]:
+    return [] if low >= 0 and high >= 0 else [f"{where}.clip_low and {where}.clip_high must be >= 0"]
+
+
 @dataclass(frozen=True, kw_only=True)
 class PPOClipSettings:
     clip_low: float = 0.2
@@ -138,9 +142,7 @@ class PPOClipSettings:
     """Dual clip (Ye et al. 2020): for A < 0 the loss is capped at ``-c * A``; 0: off, else > 1."""
 
     def errors(self, recipe: Recipe, where: str) -> list[str]:
-        errs = []
-        if self.clip_low < 0 or self.clip_high < 0:
-            errs.append(f"{where}.clip_low and {where}.clip_high must be >= 0")
+        errs = _clip_range_errors(self.clip_low, self.clip_high, where)
         if self.dual_clip_c != 0 and not self.dual_clip_c > 1:
             errs.append(f"{where}.dual_clip_c={self.dual_clip_c} must be 0 (off) or > 1 (Ye et al. 2020 use 3)")
         return errs
@@ -196,10 +198,6 @@ def ppo_clip(
         stats["clipped_low"] = ((adv < 0) & (ratio < lo) & m).float()
         stats["clipped_dual"] = dual.float()
     return _finish(token_loss, m, weight), {**stats, **rstats}
-
-
-def _clip_range_errors(low: float, high: float, where: str) -> list[str]:
-    return [] if low >= 0 and high >= 0 else [f"{where}.clip_low and {where}.clip_high must be >= 0"]
 
 
 @dataclass(frozen=True, kw_only=True)

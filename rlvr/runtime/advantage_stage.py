@@ -76,7 +76,7 @@ def form_advantages(batch: TrainBatch, rewards: torch.Tensor, recipe: Recipe, *,
         metrics[mn.REWARD_KL_PENALTY_SEQ_MEAN] = float(penalty.sum() / len(batch))
     critic_inputs = None
     spec = al.advantage
-    if spec.name in CRITIC_ADVANTAGES:
+    if uses_critic(recipe):
         token_rewards = outcome_token_rewards(rewards.reshape(-1), mask)
         if penalty is not None:
             token_rewards = token_rewards + penalty
