@@ -6,6 +6,18 @@ cd "$(dirname "$0")/.."
 extra=cpu
 [[ "${1:-}" == "--gpu" ]] && extra=gpu
 py=${PYTHON:-python3}
+if ! .venv/bin/python -c "import torch, vllm" 2>/dev/null; then
+  # A fresh install takes ~4.5 GB in .venv plus ~2 GB of pip's temporary files: say so instead of failing half-way
+  need_kb=$((7 * 1024 * 1024))
+  for d in . "${TMPDIR:-/tmp}"; do
+    avail_kb=$(df -Pk "$d" | awk 'NR==2 {print $4}')
+    if [[ -n "$avail_kb" && "$avail_kb" -lt "$need_kb" ]]; then
+      echo "setup.sh: only $((avail_kb / 1024)) MB free on $(df -P "$d" | awk 'NR==2 {print $6}') (for $d); installing rlvr's" \
+        "CPU stack needs about 7 GB. Free some space (old run folders, /tmp, ~/.cache) and run it again." >&2
+      exit 1
+    fi
+  done
+fi
 [[ -x .venv/bin/python ]] || "$py" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 if ! .venv/bin/python -m pip install -q -e ".[${extra},dev,logging]"; then
