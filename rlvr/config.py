@@ -131,9 +131,17 @@ class RolloutConfig:
     enforce_eager: bool = True
     """Skip graph capture (starts in seconds on CPU)."""
     num_gpus: float = 0.0
-    """GPUs per engine actor (0 on CPU)."""
+    """GPUs per engine worker (0 on CPU): an engine of tensor parallel N takes ``N x num_gpus`` GPUs, all on one
+    node (one placement-group bundle per engine)."""
+    tensor_parallel_size: int = 1
+    """vLLM tensor parallel size per engine: its workers each hold a 1/N shard of every layer (the attention and
+    KV heads must divide by N); every worker joins the weight-sync group and loads its shard from the full
+    tensors. On CPU each worker binds to its own cores (``VLLM_CPU_OMP_THREADS_BIND``, set by rlvr)."""
+    resources: dict[str, float] = field(default_factory=dict)
+    """Ray custom resources per engine (e.g. ``{trainer_node: 1}``: only on nodes started with ``ray start
+    --resources='{"trainer_node": 4}'``): pins the role to chosen nodes. Empty: anywhere it fits."""
     threads: int = 1
-    """torch threads per engine (OMP_NUM_THREADS)."""
+    """torch threads per engine (OMP_NUM_THREADS); per worker with tensor parallel."""
     max_restarts: int = 2
     """An engine whose process dies during a rollout is replaced (given the current weights, the rollout retried)
     up to this many times per run (Ray executor); then the run stops with the error."""
@@ -159,6 +167,9 @@ class RewardConfig:
     memory_mb: int | None = 4096
     """Address-space limit of each scoring worker process (MiB; None: no limit); a sample that blows it is scored
     0 (``crashed``/``error``) and the worker replaced."""
+    resources: dict[str, float] = field(default_factory=dict)
+    """Ray custom resources per reward role (its scoring workers are its child processes) (e.g. ``{trainer_node: 1}``: only on nodes started with ``ray start
+    --resources='{"trainer_node": 4}'``): pins the role to chosen nodes. Empty: anywhere it fits."""
 
 
 @dataclass(frozen=True)
@@ -256,7 +267,10 @@ class TrainerConfig:
     num_workers: int = 1
     """Data-parallel trainer ranks (world size)."""
     num_gpus: float = 0.0
-    """GPUs per trainer rank (0 on CPU)."""
+    """GPUs per trainer rank (0 on CPU). The ranks are packed onto as few nodes as hold them (placement group)."""
+    resources: dict[str, float] = field(default_factory=dict)
+    """Ray custom resources per trainer rank (e.g. ``{trainer_node: 1}``: only on nodes started with ``ray start
+    --resources='{"trainer_node": 4}'``): pins the role to chosen nodes. Empty: anywhere it fits."""
     lr: float = 1e-5
     """AdamW learning rate (constant)."""
     weight_decay: float = 0.0
@@ -292,6 +306,9 @@ class CriticConfig:
     """torch threads of the critic worker."""
     num_gpus: float = 0.0
     """GPUs of the critic worker (0 on CPU)."""
+    resources: dict[str, float] = field(default_factory=dict)
+    """Ray custom resources per critic worker (e.g. ``{trainer_node: 1}``: only on nodes started with ``ray start
+    --resources='{"trainer_node": 4}'``): pins the role to chosen nodes. Empty: anywhere it fits."""
 
 
 @dataclass(frozen=True, kw_only=True)

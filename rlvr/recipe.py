@@ -109,6 +109,30 @@ def _rollout_errors(r: Recipe) -> list[str]:
         )
     if ro.max_new_tokens < 1:
         errs.append("rollout.max_new_tokens must be >= 1")
+    if ro.tensor_parallel_size < 1:
+        errs.append("rollout.tensor_parallel_size must be >= 1")
+    elif ro.tensor_parallel_size > 1 and ro.engine != "vllm":
+        errs.append(f"rollout.tensor_parallel_size={ro.tensor_parallel_size} needs rollout.engine=vllm (the hf engine "
+                    "runs one process): set rollout.engine=vllm or rollout.tensor_parallel_size=1")
+    return errs
+
+
+def resource_errors(r: Recipe) -> list[str]:
+    """GPU counts and the Ray custom resources of each role (``*.resources``)."""
+    errs: list[str] = []
+    for where, gpus in (("trainer", r.trainer.num_gpus), ("rollout", r.rollout.num_gpus), ("critic", r.critic.num_gpus)):
+        if gpus < 0:
+            errs.append(f"{where}.num_gpus must be >= 0, got {gpus}")
+        elif gpus > 1 and gpus != int(gpus):
+            errs.append(f"{where}.num_gpus={gpus}: above 1 a role takes whole GPUs (Ray's rule); use an integer")
+    for where, res in (("trainer", r.trainer.resources), ("rollout", r.rollout.resources),
+                       ("critic", r.critic.resources), ("reward", r.reward.resources)):  # fmt: skip
+        for k, v in res.items():
+            if k in ("CPU", "GPU", "memory", "object_store_memory"):
+                errs.append(f"{where}.resources names {k!r}, which Ray sets itself: use {where}.num_gpus (CPU, GPU) "
+                            "and keep resources for custom node labels")  # fmt: skip
+            elif isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                errs.append(f"{where}.resources.{k} must be a number > 0 (the amount per {where} actor), got {v!r}")
     return errs
 
 
@@ -160,6 +184,7 @@ def _check(r: Recipe) -> None:
         errs.append("rollout.prompts_per_step and rollout.samples_per_prompt must be >= 1")
     errs.extend(_rollout_errors(r))
     errs.extend(_batch_errors(r))
+    errs.extend(resource_errors(r))
     if al.ppo_epochs < 1:
         errs.append("algorithm.ppo_epochs must be >= 1")
     if al.kl_coef < 0:

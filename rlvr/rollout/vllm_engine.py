@@ -22,11 +22,27 @@ def _on_gpu() -> bool:
     return torch.cuda.is_available()
 
 
+def cpu_bind(tensor_parallel_size: int, threads: int, cores: list[int] | None = None) -> str:
+    """``VLLM_CPU_OMP_THREADS_BIND`` for ``tensor_parallel_size`` CPU workers of ``threads`` threads each: worker j
+    gets the next ``threads`` of this process's allowed cores (wrapping round when there are fewer), workers
+    separated by ``|`` (vLLM's syntax, e.g. ``"0|1"`` or ``"0-3|4-7"``). vLLM refuses to put two workers of one
+    engine on one NUMA node without it (measured on this 2-core machine)."""
+    cores = sorted(cores if cores is not None else os.sched_getaffinity(0))
+    n = max(1, threads)
+    parts = []
+    for j in range(tensor_parallel_size):
+        mine = [cores[(j * n + t) % len(cores)] for t in range(n)]
+        parts.append(",".join(str(c) for c in mine))
+    return "|".join(parts)
+
+
 class VLLMEngine:
-    """One vLLM ``LLM`` (tensor parallel 1) with rlvr's weight-sync worker extension.
+    """One vLLM ``LLM`` with rlvr's weight-sync worker extension, tensor parallel ``tensor_parallel_size`` (its
+    workers are processes of vLLM's own multiprocessing executor, inside this role's placement-group bundle).
 
     Args: ``model_dir`` a local HF folder; ``dtype`` ``bfloat16``/``float32``/``float16``; ``max_model_len`` tokens
-    (prompt + response); ``kv_cache_gib`` KV cache on CPU; ``gpu_memory_utilization`` share of GPU memory.
+    (prompt + response); ``kv_cache_gib`` KV cache on CPU (per worker); ``gpu_memory_utilization`` share of GPU
+    memory; ``threads`` torch threads per worker on CPU.
     """
 
     def __init__(
@@ -40,13 +56,18 @@ class VLLMEngine:
         gpu_memory_utilization: float = 0.4,
         enforce_eager: bool = True,
         threads: int = 1,
+        tensor_parallel_size: int = 1,
     ) -> None:
         gpu = _on_gpu()
+        tp = tensor_parallel_size
         if not gpu:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, int(round(kv_cache_gib)))))
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
             if threads > 0:
                 os.environ["OMP_NUM_THREADS"] = str(threads)
+            if tp > 1:
+                os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_bind(tp, threads))
+            elif threads > 0:
                 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         set_threads(threads)
         from vllm import LLM
@@ -61,11 +82,15 @@ class VLLMEngine:
             logprobs_mode="processed_logprobs",
             worker_extension_cls="rlvr.sync.vllm_ext.WeightSyncExtension",
             enable_prefix_caching=True,
+            tensor_parallel_size=tp,
         )
+        if tp > 1:
+            kwargs["distributed_executor_backend"] = "mp"  # vLLM's worker processes, inside this actor's bundle
         if gpu:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         self.llm = LLM(**kwargs)
         self.model_dir = model_dir
+        self.tensor_parallel_size = tp
         self.policy_version = 0
         self.start_s = time.perf_counter() - t0
         log.info("vLLM engine up in %.1fs (%s, %s)", self.start_s, model_dir, dtype)
@@ -145,14 +170,17 @@ class VLLMEngine:
         return checkpoint_shapes(self.model_dir)
 
     def init_weight_sync(self, host: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float, name: str) -> bool:
+        """Join the weight-sync group: worker j (its tensor-parallel rank) takes group rank ``rank + j``."""
         self.llm.collective_rpc("rlvr_init_sync", args=(host, port, rank, world_size, backend, timeout_s, name))
         return True
 
-    def receive_weights(self, specs: list[tuple[str, tuple[int, ...], str]], version: int) -> float:
-        (checksum,) = self.llm.collective_rpc("rlvr_receive", args=(specs,))
+    def receive_weights(self, specs: list[tuple[str, tuple[int, ...], str]], version: int) -> list[float]:
+        """Every worker receives the full tensors over the sync group and loads them (vLLM's loader keeps each
+        worker's shard). Returns one checksum per worker, in worker order ([tensor_parallel_size])."""
+        checksums = self.llm.collective_rpc("rlvr_receive", args=(specs,))
         self.llm.reset_prefix_cache()
         self.policy_version = version
-        return float(checksum)
+        return [float(c) for c in checksums]
 
     def get_policy_version(self) -> int:
         return self.policy_version

@@ -69,11 +69,59 @@ def host_ip() -> str:
 
 @dataclass(frozen=True)
 class Resources:
-    """What one role needs: CPUs (fractional allowed), GPUs and environment variables set before it starts."""
+    """What one role needs: CPUs (fractional allowed), GPUs, Ray custom resources (``custom``), environment
+    variables set before it starts, and where it goes: bundle ``bundle`` of the placement group ``group``
+    (:meth:`RayExecutor.reserve`; None: wherever Ray puts it)."""
 
     num_cpus: float = 0.1
     num_gpus: float = 0.0
     env: dict[str, str] = field(default_factory=dict)
+    custom: dict[str, float] = field(default_factory=dict)
+    group: str | None = None
+    bundle: int = 0
+
+    def bundle_dict(self) -> dict[str, float]:
+        """The placement-group bundle that holds exactly this role."""
+        return {"CPU": self.num_cpus, **({"GPU": self.num_gpus} if self.num_gpus else {}), **self.custom}
+
+
+@dataclass(frozen=True)
+class Group:
+    """A placement group to reserve: one bundle per role (:meth:`Resources.bundle_dict`) and Ray's strategy
+    (``PACK``: as few nodes as hold them, ``STRICT_PACK``: one node, ``SPREAD``)."""
+
+    name: str
+    bundles: tuple[dict[str, float], ...]
+    strategy: str = "PACK"
+
+
+def fit_bundles(groups: list[Group], nodes: dict[str, dict[str, float]]) -> list[str]:
+    """Check that every bundle of ``groups`` fits the cluster's ``nodes`` (node name -> total resources) at
+    once: first-fit, largest bundle first, one node per bundle (``STRICT_PACK`` groups: all bundles on one node).
+    Returns what is missing, one line per bundle that has no room (empty: everything fits)."""
+    free = {n: dict(r) for n, r in nodes.items()}
+    items: list[tuple[str, list[dict[str, float]]]] = []
+    for g in groups:
+        if g.strategy == "STRICT_PACK":
+            total: dict[str, float] = {}
+            for b in g.bundles:
+                for k, v in b.items():
+                    total[k] = total.get(k, 0.0) + v
+            items.append((f"{g.name} (all {len(g.bundles)} on one node)", [total]))
+        else:
+            items.extend((f"{g.name}[{i}]", [b]) for i, b in enumerate(g.bundles))
+    key = lambda it: (-it[1][0].get("GPU", 0.0), -sum(it[1][0].values()))  # noqa: E731
+    missing = []
+    for what, (need,) in sorted(items, key=key):
+        for n in free:
+            if all(free[n].get(k, 0.0) + 1e-9 >= v for k, v in need.items()):
+                for k, v in need.items():
+                    free[n][k] -= v
+                break
+        else:
+            ask = ", ".join(f"{k} {v:g}" for k, v in need.items())
+            missing.append(f"{what} needs {{{ask}}} on one node")
+    return missing
 
 
 @dataclass
@@ -115,9 +163,19 @@ class LocalExecutor:
         with cls_._BUILD_LOCK:
             return cls(*args, **kwargs)
 
+    BUILD_METHODS = ("setup",)
+    """Methods that load models (a role's second construction phase): run one at a time, as constructors are."""
+
     def _submit(self, target: tuple[cf.ThreadPoolExecutor, cf.Future], method: str, args: tuple, kwargs: dict) -> cf.Future:
         thread, obj = target
-        return thread.submit(lambda: getattr(obj.result(), method)(*args, **kwargs))
+
+        def run():
+            if method in self.BUILD_METHODS:
+                with self._BUILD_LOCK:
+                    return getattr(obj.result(), method)(*args, **kwargs)
+            return getattr(obj.result(), method)(*args, **kwargs)
+
+        return thread.submit(run)
 
     def get(self, calls: list[_Call], timeout_s: float | None, what: str, setting: str | None = None) -> list[Any]:
         """Results of ``calls`` in order, all within ``timeout_s`` seconds in total. ``setting``: the recipe key
@@ -144,6 +202,13 @@ class LocalExecutor:
         except cf.TimeoutError:
             late = next((c for i, c in enumerate(calls) if i not in done), None)
             raise _overran(what, late.role if late else None, late.method if late else None, timeout_s, setting) from None
+
+    def reserve(self, groups: list[Group], timeout_s: float, setting: str | None = None) -> None:
+        """Nothing to reserve in one process (every role runs here)."""
+
+    def node_ips(self, handles: list[Handle], timeout_s: float) -> list[str]:
+        """Every role runs in this process, on this node."""
+        return [host_ip() for _ in handles]
 
     def kill(self, handle: Handle) -> None:
         """Errors: :class:`RoleError`: a role in this process cannot be killed and replaced."""
@@ -179,13 +244,65 @@ class RayExecutor:
             ray.init(**kwargs)
         self._ray = ray
         self._actors: list[Any] = []
+        self._groups: dict[str, Any] = {}
+
+    def nodes(self) -> dict[str, dict[str, float]]:
+        """Alive nodes of the cluster: ``"IP (node id prefix)"`` -> total resources."""
+        return {f"{n['NodeManagerAddress']} ({n['NodeID'][:8]})": dict(n.get("Resources", {}))
+                for n in self._ray.nodes() if n.get("Alive")}  # fmt: skip
+
+    def reserve(self, groups: list[Group], timeout_s: float, setting: str | None = None) -> None:
+        """Create one placement group per :class:`Group` and wait (within ``timeout_s``) until all are placed.
+
+        Checked first against the cluster's nodes (:func:`fit_bundles`): a recipe asking for more than the cluster
+        has fails here, naming each bundle without room and what every node has, instead of waiting forever.
+        Errors: :class:`RoleError` (does not fit; or not placed in time: resources held by other jobs)."""
+        from ray.util.placement_group import placement_group, remove_placement_group
+
+        nodes = self.nodes()
+        missing = fit_bundles(groups, nodes)
+        if missing:
+            have = "; ".join(f"{n}: " + ", ".join(f"{k} {v:g}" for k, v in sorted(res.items())
+                                                  if not k.startswith("node:") and "memory" not in k)
+                             for n, res in nodes.items())  # fmt: skip
+            raise RoleError(
+                "the recipe asks for more than the Ray cluster has: " + "; ".join(missing) + f". The cluster: {have}. "
+                "Lower trainer.num_workers / rollout.num_engines / rollout.tensor_parallel_size / *.num_gpus, add "
+                "nodes, or start nodes with the custom resources the recipe names (ray start --resources)"
+            )
+        deadline = _deadline(timeout_s)
+        for g in groups:
+            self._groups[g.name] = placement_group(list(g.bundles), strategy=g.strategy, name="")
+        for name, pg in self._groups.items():
+            ready, _ = self._ray.wait([pg.ready()], timeout=_left(deadline))
+            if not ready:
+                for p in self._groups.values():
+                    remove_placement_group(p)
+                self._groups.clear()
+                raise _overran(f"reserving the placement group {name!r} (resources held by other jobs? `ray status`)",
+                               None, None, timeout_s, setting)  # fmt: skip
+
+    def node_ips(self, handles: list[Handle], timeout_s: float) -> list[str]:
+        """The IP of the node each role's actor runs on (asked inside the actor)."""
+        calls = [_Call(h.name, "node_ip", h._target.__ray_call__.remote(lambda _self: host_ip())) for h in handles]
+        return self.get(calls, timeout_s, "asking the roles where they run")
 
     def spawn(self, name: str, cls: type, *args: Any, resources: Resources = Resources(), **kwargs: Any) -> Handle:
+        options: dict[str, Any] = {}
+        if resources.group is not None and resources.group in self._groups:
+            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+            options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                placement_group=self._groups[resources.group], placement_group_bundle_index=resources.bundle
+            )
+        elif resources.custom:
+            options["resources"] = dict(resources.custom)
         actor_cls = self._ray.remote(cls).options(
             num_cpus=resources.num_cpus,
             num_gpus=resources.num_gpus,
             runtime_env={"env_vars": resources.env} if resources.env else None,
             max_restarts=0,
+            **options,
         )
         actor = actor_cls.remote(*args, **kwargs)
         self._actors.append(actor)
@@ -238,5 +355,14 @@ class RayExecutor:
             except Exception:
                 pass
         self._actors.clear()
+        from ray.util.placement_group import remove_placement_group
+
+        for pg in self._groups.values():
+            try:
+                remove_placement_group(pg)
+            except Exception:
+                pass
+        self._groups.clear()
         if self._started:
             self._ray.shutdown()
+

@@ -19,7 +19,7 @@ from rlvr.metrics import names as mn
 from rlvr.reward.pool import Scored
 from rlvr.rollout import engine_class
 from rlvr.runtime.advantage_stage import uses_critic
-from rlvr.runtime.executors import Handle, LocalExecutor, RayExecutor, Resources, RoleError, free_port, host_ip
+from rlvr.runtime.executors import Group, Handle, LocalExecutor, RayExecutor, Resources, RoleError
 from rlvr.seeding import engine_seed
 from rlvr.sync.weights import WeightSpec, WeightSyncError, check_specs, checksums_match
 from rlvr.types import Completion, Prompt, SamplingConfig
@@ -47,8 +47,41 @@ def role_env(recipe: Recipe, run_dir: Path, threads: int) -> dict[str, str]:
     return env
 
 
+def role_resources(recipe: Recipe, env: dict[str, str]) -> dict[str, list[Resources]]:
+    """What each role asks of the cluster, by placement group: ``trainer`` (one bundle per rank, packed onto as
+    few nodes as hold them), ``engines`` (one bundle per engine: all its tensor-parallel workers, so on one node),
+    ``reward`` and, when the recipe trains a critic, ``critic``. CPUs are nominal (0.1 per role: the roles' threads
+    are set by ``*.threads``); GPUs and custom resources come from the recipe (``*.num_gpus``, ``*.resources``)."""
+    r = recipe
+    tenv = dict(env, OMP_NUM_THREADS=str(max(1, r.trainer.threads)))
+    tp = r.rollout.tensor_parallel_size
+    out = {
+        "trainer": [Resources(num_cpus=0.1, num_gpus=r.trainer.num_gpus, env=tenv, custom=dict(r.trainer.resources),
+                              group="trainer", bundle=k) for k in range(r.trainer.num_workers)],  # fmt: skip
+        "engines": [Resources(num_cpus=0.1 * tp, num_gpus=r.rollout.num_gpus * tp, env=env,
+                              custom=dict(r.rollout.resources), group="engines", bundle=i)
+                    for i in range(r.rollout.num_engines)],  # fmt: skip
+        "reward": [Resources(num_cpus=0.1, env=env, custom=dict(r.reward.resources), group="reward")],
+    }
+    if uses_critic(r):
+        cenv = dict(env, OMP_NUM_THREADS=str(max(1, r.critic.threads)))
+        out["critic"] = [Resources(num_cpus=0.1, num_gpus=r.critic.num_gpus, env=cenv, custom=dict(r.critic.resources),
+                                   group="critic")]  # fmt: skip
+    return out
+
+
+def placement_groups(resources: dict[str, list[Resources]]) -> list[Group]:
+    """One :class:`Group` per role group of :func:`role_resources` (``PACK``: as few nodes as hold them)."""
+    return [Group(name, tuple(x.bundle_dict() for x in res), "PACK") for name, res in resources.items()]
+
+
 class Roles:
-    """Spawns the roles of a run and owns the weight-sync group between trainer rank 0 and the engines."""
+    """Spawns the roles of a run and owns the weight-sync group between trainer rank 0 and the engines.
+
+    Start-up: the placement groups are reserved (the Ray executor; a recipe asking for more than the cluster has
+    fails here), the roles spawned into them, the trainer ranks set up on the address trainer rank 0 picked on
+    its own node (``rendezvous["trainer"]``), then the weight-sync group formed, its master again trainer rank 0
+    (``rendezvous["sync"]``): with W trainer ranks and E engines of tensor parallel N, ``1 + E x N`` ranks."""
 
     def __init__(self, recipe: Recipe, model_dir: str, run_dir: Path, executor: Any | None = None):
         from rlvr.reward.pool import RewardWorker
@@ -62,6 +95,10 @@ class Roles:
             executor = LocalExecutor() if r.run.executor == "local" else RayExecutor(r.run.ray_address, r.run.num_cpus, env)
         self.ex = executor
         self.model_dir, self.env, self.version, self.restarts = model_dir, env, 0, 0
+        self.step = 0  # the step the loop is on (named in timeout errors); set by train()
+        self.res = role_resources(r, env)
+        self.ex.reserve(placement_groups(self.res), r.timeouts.startup_s, "timeouts.startup_s")
+        self.rendezvous: dict[str, tuple[str, int]] = {}
         self.engines: list[Handle] = [self._spawn_engine(i) for i in range(r.rollout.num_engines)]
         self.reward = self.ex.spawn(
             "reward",
@@ -70,39 +107,37 @@ class Roles:
             r.reward.num_workers,
             r.reward.timeout_s,
             r.reward.memory_mb,
-            resources=Resources(num_cpus=0.1, env=env),
+            resources=self.res["reward"][0],
         )
-        dp_addr, dp_port = host_ip(), free_port()
-        tenv = dict(env, OMP_NUM_THREADS=str(max(1, r.trainer.threads)))
+        # two phases: the ranks start empty, rank 0 picks the data-parallel group's address on its own node, then
+        # every rank loads its model and joins the group there
         self.trainers: list[Handle] = [
-            self.ex.spawn(
-                f"trainer{k}",
-                PolicyWorker,
-                r,
-                model_dir,
-                k,
-                r.trainer.num_workers,
-                dp_addr,
-                dp_port,
-                resources=Resources(num_cpus=0.1, num_gpus=r.trainer.num_gpus, env=tenv),
-            )
+            self.ex.spawn(f"trainer{k}", PolicyWorker, r, model_dir, k, r.trainer.num_workers, resources=self.res["trainer"][k])
             for k in range(r.trainer.num_workers)
         ]
+        self.rendezvous["trainer"] = self._rank0_address("the trainer's data-parallel group")
+        setups = [t.call("setup", *self.rendezvous["trainer"]) for t in self.trainers]
         self.critic: Handle | None = None
         if uses_critic(r):
             from rlvr.train.critic import CriticWorker
 
-            cenv = dict(env, OMP_NUM_THREADS=str(max(1, r.critic.threads)))
-            self.critic = self.ex.spawn(
-                "critic", CriticWorker, r, model_dir, resources=Resources(num_cpus=0.1, num_gpus=r.critic.num_gpus, env=cenv)
-            )
-        self.step = 0  # the step the loop is on (named in timeout errors); set by train()
+            self.critic = self.ex.spawn("critic", CriticWorker, r, model_dir, resources=self.res["critic"][0])
         from rlvr.sync.probe import PROBE_NEW_TOKENS, probe_prompt
 
         # the fixed prompt of the sync probe (rlvr.sync.probe), as long as the engines' context allows; built once
         self.probe_ids = probe_prompt(model_dir, r.data.max_prompt_tokens + r.rollout.max_new_tokens - PROBE_NEW_TOKENS)
-        self.get([h.call("ping") for h in self.all], r.timeouts.startup_s, "starting the roles", "timeouts.startup_s")
+        self.get(setups + [h.call("ping") for h in self.all], r.timeouts.startup_s, "starting the roles",
+                 "timeouts.startup_s")
+        where = self.ex.node_ips(self.all, r.timeouts.startup_s)
+        log.info("roles placed: %s", ", ".join(f"{h.name} on {ip}" for h, ip in zip(self.all, where)))
         self._init_sync()
+
+    def _rank0_address(self, what: str) -> tuple[str, int]:
+        """(node IP, free port) chosen inside trainer rank 0's process, on its node: the master of ``what``."""
+        host, port = self.get([self.trainers[0].call("rendezvous_address")], self.recipe.timeouts.startup_s,
+                              f"asking trainer rank 0 for an address for {what}", "timeouts.startup_s")[0]
+        log.info("%s: master at %s:%d (trainer rank 0's node)", what, host, port)
+        return str(host), int(port)
 
     @property
     def all(self) -> list[Handle]:
@@ -122,7 +157,8 @@ class Roles:
             gpu_memory_utilization=r.rollout.gpu_memory_utilization,
             enforce_eager=r.rollout.enforce_eager,
             threads=r.rollout.threads,
-            resources=Resources(num_cpus=0.1, num_gpus=r.rollout.num_gpus, env=self.env),
+            **({"tensor_parallel_size": r.rollout.tensor_parallel_size} if r.rollout.tensor_parallel_size > 1 else {}),
+            resources=self.res["engines"][i],
         )
 
     def restart_dead_engines(self, known_dead: tuple[int, ...] = ()) -> list[int]:
@@ -170,11 +206,14 @@ class Roles:
         if backend == "auto":
             # NCCL needs each rank on its own GPU: whole GPUs on both sides; a shared GPU (fractions) or CPU: gloo
             backend = "nccl" if r.trainer.num_gpus >= 1 and r.rollout.num_gpus >= 1 else "gloo"
-        host, port, world = host_ip(), free_port(), 1 + len(self.engines)
+        # group rank 0: trainer rank 0 (the sender, the TCPStore master, on its node); then each engine's workers
+        tp = r.rollout.tensor_parallel_size
+        host, port = self.rendezvous["sync"] = self._rank0_address("the weight-sync group")
+        world = 1 + len(self.engines) * tp
         name = f"rlvr-sync-{port}"
         calls = [t.call("init_weight_sync", host, port, world, backend, r.sync.timeout_s, name) for t in self.trainers]
         calls += [
-            e.call("init_weight_sync", host, port, 1 + i, world, backend, r.sync.timeout_s, name)
+            e.call("init_weight_sync", host, port, 1 + i * tp, world, backend, r.sync.timeout_s, name)
             for i, e in enumerate(self.engines)
         ]
         self.get(calls, r.sync.timeout_s + 30, "forming the weight-sync group")
@@ -196,11 +235,13 @@ class Roles:
             raise WeightSyncError(f"{e}. The run stops: an engine with unknown weights cannot be trusted.") from e
         seconds = time.perf_counter() - t0
         if r.sync.check:
-            for i, c in enumerate(got):
-                if not checksums_match(c, sent["checksum"]):
-                    raise WeightSyncError(
-                        f"weight sync to engine{i}: checksum {c!r} != trainer's {sent['checksum']!r} (corrupted transfer)"
-                    )
+            for i, c in enumerate(got):  # one checksum per engine worker (a tensor-parallel engine has several)
+                for j, cj in enumerate(c if isinstance(c, (list, tuple)) else [c]):
+                    if not checksums_match(cj, sent["checksum"]):
+                        raise WeightSyncError(
+                            f"weight sync to engine{i} (worker {j}): checksum {cj!r} != trainer's "
+                            f"{sent['checksum']!r} (corrupted transfer)"
+                        )
         probe: dict[str, float] = {}
         if r.sync.probe_every > 0 and version % r.sync.probe_every == 0:
             from rlvr.sync.probe import run_probe, tolerance as probe_tolerance

@@ -72,8 +72,10 @@ class WeightSyncExtension:
         return True
 
     def rlvr_init_sync(self, host: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float, name: str) -> bool:
+        """Join the weight-sync group as group rank ``rank + `` this worker's rank in its engine (tensor parallel)."""
         self._rlvr_pg = create_group(
-            host=host, port=port, rank=rank, world_size=world_size, backend=backend, timeout_s=timeout_s, name=name
+            host=host, port=port, rank=rank + int(getattr(self, "rank", 0)), world_size=world_size, backend=backend,
+            timeout_s=timeout_s, name=name,
         )
         self._rlvr_timeout = timeout_s
         return True

@@ -89,13 +89,32 @@ class PolicyWorker:
     the torch backend runs fp16 autocast with a ``GradScaler``.
     """
 
-    def __init__(self, recipe: Recipe, model_dir: str, rank: int, world_size: int, master_addr: str, master_port: int):
+    def __init__(self, recipe: Recipe, model_dir: str, rank: int, world_size: int, master_addr: str | None = None,
+                 master_port: int | None = None):
+        """Without ``master_addr`` the rank only records its place: ask rank 0 for :meth:`rendezvous_address` (its
+        node, a port free there), then call :meth:`setup` on every rank with it. With one, it sets up at once."""
+        self.recipe, self.model_dir, self.rank, self.world_size = recipe, model_dir, rank, world_size
+        self.ready = False
+        if master_addr is not None:
+            self.setup(master_addr, int(master_port or 0))
+
+    def rendezvous_address(self) -> tuple[str, int]:
+        """(this node's IP as other nodes reach it, a TCP port free on it now): the master address of a group whose
+        rank 0 lives in this process (the trainer's data-parallel group, the weight-sync group). Chosen here, not
+        on the driver, because on a cluster the driver's node is rarely rank 0's (a KubeRay head has no GPUs)."""
+        from rlvr.runtime.executors import free_port, host_ip
+
+        return host_ip(), free_port()
+
+    def setup(self, master_addr: str, master_port: int) -> bool:
+        """Load the policy (and the reference model), join the data-parallel group at ``master_addr:master_port``
+        (rank 0's :meth:`rendezvous_address`) and build the optimizer. Every rank calls it, concurrently."""
         from transformers import AutoModelForCausalLM
 
+        recipe, model_dir, rank, world_size = self.recipe, self.model_dir, self.rank, self.world_size
         tr = recipe.trainer
         set_threads(tr.threads)
         torch.manual_seed(trainer_seed(recipe.run.seed, rank))
-        self.recipe, self.model_dir, self.rank, self.world_size = recipe, model_dir, rank, world_size
         self.master_addr, self.master_port = master_addr, master_port
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
         self.dtype = DTYPES[recipe.model.dtype]
@@ -132,6 +151,8 @@ class PolicyWorker:
             self.ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=ref_dtype).to(self.device).eval()
             self.ref.requires_grad_(False)
         self.version = 0
+        self.ready = True
+        return True
 
     def _init_deepspeed(self, model: torch.nn.Module) -> None:
         import deepspeed
@@ -222,18 +243,37 @@ class PolicyWorker:
     @torch.no_grad()
     def compute_logprobs(self, batch: TrainBatch, reference: bool = False, temperature: float | None = None) -> torch.Tensor:
         """Log-probabilities [B, S-1] of every target token under the policy (or the reference), no grad, at
-        ``temperature`` (None: the rollout temperature)."""
+        ``temperature`` (None: the rollout temperature).
+
+        With W data-parallel ranks each rank computes rows ``rank, rank + W, ...`` only (ceil(B / W) rows, the
+        last repeated where B is not a multiple of W, so that every rank runs the same number of forwards: ZeRO-3
+        gathers parameters collectively in each) and the ranks all-gather the results: every rank returns the
+        whole [B, S-1], for 1/W of the forward work. Every rank must call it."""
         model = self.ref if reference else self.module
         was_training = model.training
         model.eval()
-        out = torch.zeros_like(batch.loss_mask)
+        world = self.world_size if self.ds else 1
+        rows = list(range(self.rank, len(batch), world)) if world > 1 else list(range(len(batch)))
+        per = -(-len(batch) // world)
+        rows = (rows + rows[-1:] * per)[:per] if rows else [0] * per  # padded to ceil(B / W): same forwards per rank
+        mine = torch.zeros((len(rows), batch.loss_mask.shape[1]), dtype=batch.loss_mask.dtype)
         mbs = self.recipe.trainer.micro_batch_size
-        for i in range(0, len(batch), mbs):
-            idx = list(range(i, min(i + mbs, len(batch))))
-            mb = batch.select(idx)
+        for i in range(0, len(rows), mbs):
+            mb = batch.select(rows[i : i + mbs])
             lp, _ = self._forward(model, mb, need_entropy=False, temperature=temperature)
-            out[idx, : lp.shape[1]] = lp.float().cpu()
+            mine[i : i + len(mb), : lp.shape[1]] = lp.float().cpu()
+        self.logprob_rows = getattr(self, "logprob_rows", 0) + len(rows)  # tests: the forward work this rank did
         model.train(was_training)
+        if world == 1:
+            return mine
+        import torch.distributed as dist
+
+        parts = [torch.empty_like(mine, device=self.device) for _ in range(world)]
+        dist.all_gather(parts, mine.to(self.device))
+        out = torch.zeros_like(batch.loss_mask)
+        for k, part in enumerate(parts):
+            idx = list(range(k, len(batch), world))
+            out[idx] = part[: len(idx)].cpu()
         return out
 
     # -- the update -----------------------------------------------------------------------------------------------

@@ -93,6 +93,13 @@ class FakeTrainer:
     def __init__(self, recipe, model_dir, rank, world_size, *_: Any, log: CallLog, role: str, **__: Any) -> None:
         self.log, self.role, self.updates = log, role, []
 
+    def rendezvous_address(self):
+        return "127.0.0.1", 0
+
+    def setup(self, master_addr, master_port):
+        self.log.add(self.role, "setup")
+        return True
+
     def weight_specs(self):
         return SPECS
 

@@ -1,0 +1,136 @@
+"""Scale-out on a simulated two-node Ray cluster: two raylets on this machine, the head at this machine's address
+and a second node at 127.0.0.2 offering a custom resource ``node_b``. The driver (this process) joins from the
+head's side; the trainer ranks are pinned to the second node (``trainer.resources``), so trainer rank 0, the
+master of the data-parallel group and of the weight-sync group, lives on a node other than the driver's. The
+groups' addresses must be rank 0's node (127.0.0.2), chosen inside its process (issue 12)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from rlvr.models import resolve_model
+from rlvr.recipe import load_recipe
+from rlvr.runtime.executors import RoleError, free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[2]
+TINY = str(REPO / "recipes" / "tiny_test.yaml")
+BIN = Path(sys.executable).parent
+NODE_B = "127.0.0.2"
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+
+
+def _start(args: list[str], log: Path) -> subprocess.Popen:
+    # its own session: the test ends the raylet and its children by killing the session
+    return subprocess.Popen([str(BIN / "ray"), "start", "--block", "--disable-usage-stats", *args], env=_env(),
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+
+
+def _stop(p: subprocess.Popen) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            p.wait(timeout=20)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    """(GCS address, head node IP): a Ray head (1 CPU) and a second raylet at 127.0.0.2 (1 CPU, ``node_b: 4``)."""
+    import ray
+
+    tmp = Path(tempfile.mkdtemp(prefix="rlvr-2n-", dir="/tmp"))  # short: Ray's socket paths are length-limited
+    gcs = free_port()
+    ports = lambda: [f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",  # noqa: E731
+                     f"--metrics-export-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}"]  # fmt: skip
+    head = _start(["--head", f"--port={gcs}", "--num-cpus=1", "--include-dashboard=false", f"--temp-dir={tmp}",
+                   *ports()], tmp / "head.log")  # fmt: skip
+    procs = [head]
+    try:
+        address = f"127.0.0.1:{gcs}"
+        deadline = time.monotonic() + 120
+        while subprocess.run([str(BIN / "ray"), "status", f"--address={address}"], env=_env(),
+                             capture_output=True).returncode != 0:  # fmt: skip
+            assert head.poll() is None, (tmp / "head.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the Ray head did not start in 120 s"
+            time.sleep(2)
+        procs.append(_start([f"--address={address}", f"--node-ip-address={NODE_B}", "--num-cpus=1",
+                             '--resources={"node_b": 4}', *ports()], tmp / "node_b.log"))  # fmt: skip
+        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+        try:
+            while len([n for n in ray.nodes() if n["Alive"]]) < 2:
+                assert time.monotonic() < deadline, (tmp / "node_b.log").read_text()[-3000:]
+                time.sleep(1)
+            head_ip = next(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"] and "node_b" not in n["Resources"])
+        finally:
+            ray.shutdown()
+        assert head_ip != NODE_B
+        yield address, head_ip
+    finally:
+        for p in reversed(procs):
+            _stop(p)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_trainer_on_another_node_hosts_both_rendezvous(two_nodes, tmp_path):
+    """Two DeepSpeed ranks on node B, the vLLM engine and the reward worker on the head: the data-parallel group
+    and the sync group form at 127.0.0.2 (where trainer rank 0 runs), a rollout and a sync complete, and the
+    engine then serves the trainer's weights (the sync probe)."""
+    from rlvr.runtime.roles import Roles
+    from rlvr.types import Prompt, SamplingConfig
+
+    address, head_ip = two_nodes
+    recipe = load_recipe(TINY, [f"run.output_dir={tmp_path}", "run.executor=ray", f"run.ray_address={address}",
+                                "trainer.backend=deepspeed", "trainer.num_workers=2", "trainer.resources={node_b: 1}",
+                                "trainer.micro_batch_size=2"])  # fmt: skip
+    roles = Roles(recipe, resolve_model("tiny-random"), tmp_path)
+    try:
+        assert roles.rendezvous["trainer"][0] == NODE_B
+        assert roles.rendezvous["sync"][0] == NODE_B
+        assert roles.rendezvous["sync"][1] != roles.rendezvous["trainer"][1]
+        nodes = roles.ex.node_ips(roles.all, 60)
+        assert nodes == [head_ip, head_ip, NODE_B, NODE_B]  # engine0, reward, trainer0, trainer1
+        prompts = [Prompt(index=i, text="", prompt_ids=[1, 10 + i, 11], gold=str(i)) for i in range(2)]
+        comps, scored, _ = roles.generate_and_score(prompts, SamplingConfig(n=2, max_new_tokens=4))
+        assert len(comps) == len(scored) == 4
+        m = roles.sync(version=1)  # probe_every 1: the engine's logprobs checked against the trainer's
+        assert m["sync/policy_version"] == 1.0 and m["sync/probe_gap_mean"] < 2e-4
+    finally:
+        roles.shutdown()
+
+
+def test_recipe_asking_more_than_the_cluster_fails_at_start(two_nodes, tmp_path):
+    """A GPU the cluster does not have, and a custom resource beyond what node B offers: refused before anything
+    is spawned, naming what is missing and what each node has."""
+    address, _ = two_nodes
+    from rlvr.runtime.roles import Roles
+
+    for overrides, missing in (
+        (["trainer.num_gpus=1"], "trainer[0] needs {CPU 0.1, GPU 1} on one node"),
+        (["trainer.num_workers=5", "trainer.resources={node_b: 1}", "trainer.micro_batch_size=1",
+          "rollout.prompts_per_step=5", "rollout.samples_per_prompt=2"], "trainer[4] needs {CPU 0.1, node_b 1}"),
+    ):  # fmt: skip
+        recipe = load_recipe(TINY, [f"run.output_dir={tmp_path}", "run.executor=ray", f"run.ray_address={address}",
+                                    "trainer.backend=deepspeed", *overrides])  # fmt: skip
+        t0 = time.monotonic()
+        with pytest.raises(RoleError) as e:
+            Roles(recipe, resolve_model("tiny-random"), tmp_path)
+        assert time.monotonic() - t0 < 60
+        assert missing in str(e.value) and "node_b 4" in str(e.value) and NODE_B in str(e.value), str(e.value)
