@@ -289,7 +289,8 @@ class PolicyWorker:
         step is taken; with exactly one, the detached logprobs of that step's own forward pass are the same numbers
         and are used instead (one forward pass saved). Returns rank 0's metrics: each ``train/*`` statistic is a
         token mean within a micro-batch (normaliser: its response tokens), averaged over micro-batches (``*_max``:
-        the max); ``train/loss`` is the whole batch's loss per optimizer step.
+        the max); ``train/loss`` is the whole batch's loss per optimizer step. With W ranks every rank returns the
+        statistics of all ranks combined (:meth:`_across_ranks`).
         """
         r = self.recipe
         t0 = time.perf_counter()
@@ -327,6 +328,27 @@ class PolicyWorker:
         out[mn.TRAIN_LOSS] = float(sum(stats.get(mn.TRAIN_LOSS, [0.0]))) / steps
         out[mn.TRAIN_OPTIMIZER_STEPS] = float(steps)
         out[mn.TIMING_TRAIN_INNER_S] = time.perf_counter() - t0
+        return self._across_ranks(out)
+
+    def _across_ranks(self, stats: dict[str, float]) -> dict[str, float]:
+        """Combine every rank's statistics (each rank holds its share of the micro-batches, the same number on
+        each): ``train/loss`` summed (the whole batch's loss), ``*_max`` and timings the max, the rest the mean
+        over the ranks that have the statistic. One rank: ``stats`` as they are. Every rank must call it."""
+        if self.world_size == 1 or not self.ds:
+            return stats
+        import torch.distributed as dist
+
+        parts: list[dict[str, float]] = [{} for _ in range(self.world_size)]
+        dist.all_gather_object(parts, stats)
+        out: dict[str, float] = {}
+        for k in sorted({k for p in parts for k in p}):
+            vals = [p[k] for p in parts if k in p]
+            if k == mn.TRAIN_LOSS:
+                out[k] = float(sum(vals))
+            elif k.endswith("_max") or k.startswith("timing/") or k in (mn.TRAIN_SKIPPED, mn.TRAIN_OPTIMIZER_STEPS):
+                out[k] = float(max(vals))
+            else:
+                out[k] = float(sum(vals) / len(vals))
         return out
 
     def _micro_step(self, mb: TrainBatch, old, ref, idx, num_tokens: float, num_seqs: float, dph: TrainBatch | None) -> dict[str, float]:
