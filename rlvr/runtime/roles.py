@@ -234,9 +234,10 @@ class Roles:
         except RoleError as e:
             raise WeightSyncError(f"{e}. The run stops: an engine with unknown weights cannot be trusted.") from e
         seconds = time.perf_counter() - t0
+        self.worker_checksums = [c if isinstance(c, (list, tuple)) else [c] for c in got]  # [engine][worker]
         if r.sync.check:
             for i, c in enumerate(got):  # one checksum per engine worker (a tensor-parallel engine has several)
-                for j, cj in enumerate(c if isinstance(c, (list, tuple)) else [c]):
+                for j, cj in enumerate(self.worker_checksums[i]):
                     if not checksums_match(cj, sent["checksum"]):
                         raise WeightSyncError(
                             f"weight sync to engine{i} (worker {j}): checksum {cj!r} != trainer's "
