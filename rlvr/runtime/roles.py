@@ -311,7 +311,8 @@ class Roles:
 
     def reference_logprobs(self, batch: Any) -> Any:
         """The reference model's logprobs [B, S-1] (nats, rollout temperature) of ``batch``, a
-        :class:`~rlvr.train.batch.TrainBatch` of B sequences (trainer rank 0's answer; every rank computes)."""
+        :class:`~rlvr.train.batch.TrainBatch` of B sequences: every rank computes its 1/W of the rows and all-gathers
+        (:meth:`rlvr.train.policy.PolicyWorker.compute_logprobs`); rank 0's answer is returned."""
         calls = [t.call("compute_logprobs", batch, True) for t in self.trainers]
         return self.get(calls, self.recipe.timeouts.train_s, "reference logprobs", "timeouts.train_s")[0]
 

@@ -4,7 +4,12 @@ Holds the policy (transformers) under DeepSpeed ZeRO (stage 2 by default, 3 sele
 an optional frozen reference model, and the trainer side of weight sync. Every rank receives the whole rollout
 batch and takes its own slice of each mini-batch; the loss normalisers are the counts of the *whole* mini-batch
 (all ranks, all micro-batches), so the update does not depend on how the batch is split (see
-:mod:`rlvr.algos.losses`).
+:mod:`rlvr.algos.losses`). The no-grad passes (old and reference logprobs) are split over the ranks and
+all-gathered (:meth:`PolicyWorker.compute_logprobs`), and the step's statistics combined over the ranks.
+
+Start-up is two-phase, so that the data-parallel group's master lives where rank 0 does: construct every rank
+(cheap), ask rank 0 for :meth:`PolicyWorker.rendezvous_address` (its node's IP, a port free there), then call
+:meth:`PolicyWorker.setup` on every rank with it (:class:`rlvr.runtime.roles.Roles` does this).
 """
 
 from __future__ import annotations
@@ -300,6 +305,11 @@ class PolicyWorker:
         # KL in the reward (algorithm.kl_penalty=reward) is formed by the controller before the advantages
         ref = self.compute_logprobs(batch, reference=True) if self.kl_in_loss else None
         b, mb_size, world = len(batch), r.mini_batch, self.world_size
+        if self.ds and b != r.samples_per_step:
+            # DeepSpeed steps at its accumulation boundary, fixed from the recipe's batch at start: another size
+            # would leave micro-batches accumulated, or take a step mid-mini-batch
+            raise ValueError(f"train_step got {b} sequences; this DeepSpeed trainer was built for the recipe's "
+                             f"{r.samples_per_step} (prompts_per_step x samples_per_prompt)")
         micro = min(r.trainer.micro_batch_size, mb_size // world)
         stats: dict[str, list[float]] = {}
         g = torch.Generator().manual_seed(policy_order_seed(r.run.seed, self.version))

