@@ -249,10 +249,19 @@ def test_submit_usage_errors():
 
 
 SRUN = """#!/usr/bin/env bash
-# stand-in for SLURM's srun: log the call, drop srun's own options, run the command on this machine
-echo "srun $*" >> "$SRUN_LOG"
+# stand-in for SLURM's srun: log the call (with this process's pid), drop srun's own options, run the command on
+# this machine; like srun, forward SIGTERM and SIGINT to the step's command, and log when one came
+echo "srun[$$] $*" >> "$SRUN_LOG"
 while (($#)); do case "$1" in -w | -N | -n) shift 2 ;; -*) shift ;; *) break ;; esac; done
-exec "$@"
+"$@" &
+child=$!
+forward() { echo "srun[$$] got SIG$1 at $(date +%s.%N)" >> "$SRUN_LOG.signals"; kill -"$1" "$child" 2>/dev/null; }
+trap 'forward TERM' TERM
+trap 'forward INT' INT
+st=0
+wait "$child" || st=$?
+while kill -0 "$child" 2>/dev/null; do st=0; wait "$child" || st=$?; done
+exit "$st"
 """
 SCONTROL = """#!/usr/bin/env bash
 # stand-in for `scontrol show hostnames LIST`: one node
@@ -260,34 +269,69 @@ echo localhost
 """
 
 
-def test_slurm_script_one_node(tmp_path):
-    """The sbatch script under stand-in srun/scontrol on one node: GPUs per node come from
-    SLURM_GPUS_PER_NODE ("h100:2" -> Ray advertises 2 GPUs, a logical count), CPUs from SLURM_CPUS_PER_TASK;
-    the head starts, the node check passes, `rlvr train ... run.ray_address=auto --dry-run` runs, its exit
-    status is the script's, and the EXIT trap stops Ray (nothing left in the script's session)."""
+def _slurm_shims(tmp_path: Path, **more: str) -> Path:
     shims = tmp_path / "bin"
     shims.mkdir()
-    for name, text in (("srun", SRUN), ("scontrol", SCONTROL)):
+    for name, text in (("srun", SRUN), ("scontrol", SCONTROL), *more.items()):
         (shims / name).write_text(text)
         (shims / name).chmod(0o755)
-    job_id = f"rlvrtest{uuid.uuid4().hex[:8]}"
+    return shims
+
+
+def _slurm_env(tmp_path: Path, shims: Path, job_id: str, **extra: str) -> dict[str, str]:
     env = _env(
         SLURM_JOB_ID=job_id, SLURM_JOB_NODELIST="localhost", SLURM_JOB_NUM_NODES="1",
         SLURM_GPUS_PER_NODE="h100:2", SLURM_CPUS_PER_TASK="2", SLURM_SUBMIT_DIR=str(REPO),
         SRUN_LOG=str(tmp_path / "srun.log"), HEAD_IP="127.0.0.1", RAY_PORT=str(free_port()), NODE_WAIT_S="120",
         RAY_HEAD_ARGS=f"--include-dashboard=false --dashboard-port={free_port()} "
         f"--ray-client-server-port={free_port()} --dashboard-agent-listen-port={free_port()}",
+        **extra,
     )  # fmt: skip
     env["PATH"] = f"{shims}{os.pathsep}{env['PATH']}"
+    return env
+
+
+def _srun_pids(tmp_path: Path) -> list[int]:
+    log = tmp_path / "srun.log"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [int(line[len("srun[") : line.index("]")]) for line in lines]
+
+
+def _end_sessions(sids: list[int]) -> list[int]:
+    """SIGKILL what is left in the sessions ``sids`` (the script's setsid'd children: the Ray steps, the driver);
+    return what was left."""
+    deadline = time.monotonic() + 20
+    while (left := [p for sid in sids for p in _session_members(sid)]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return left
+
+
+def test_slurm_script_one_node(tmp_path):
+    """The sbatch script under stand-in srun/scontrol on one node: GPUs per node come from
+    SLURM_GPUS_PER_NODE ("h100:2" -> Ray advertises 2 GPUs, a logical count), CPUs from SLURM_CPUS_PER_TASK;
+    the head starts, the node check passes, `rlvr train ... run.ray_address=auto --dry-run` runs, its exit
+    status is the script's, and the EXIT trap stops Ray (nothing left in the script's session, nor in the
+    sessions of its own that the Ray step and the driver run in)."""
+    shims = _slurm_shims(tmp_path)
+    job_id = f"rlvrtest{uuid.uuid4().hex[:8]}"
+    env = _slurm_env(tmp_path, shims, job_id)
     proc = subprocess.Popen(
         ["bash", str(SBATCH), "recipes/tiny_test.yaml", "--dry-run"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )  # fmt: skip
+    out = ""
     try:
         out, _ = proc.communicate(timeout=240)
         time.sleep(1)
     finally:
         left = _end_session(proc)
+        driver = [int(x.split("(pid ")[1].rstrip(")")) for x in out.splitlines() if "rlvr train started (pid" in x]
+        left += _end_sessions(_srun_pids(tmp_path) + driver)
         shutil.rmtree(f"/tmp/ray-{job_id}", ignore_errors=True)
     assert proc.returncode == 0, out[-4000:]
     assert "slurm_ray: 1 node(s) (localhost), head localhost at 127.0.0.1:" in out
@@ -298,7 +342,144 @@ def test_slurm_script_one_node(tmp_path):
     srun_calls = (tmp_path / "srun.log").read_text().splitlines()
     assert len(srun_calls) == 1 and "--gpus-per-node=2" in srun_calls[0] and "--cpus-per-task=2" in srun_calls[0]
     assert "ray start --head --node-ip-address=127.0.0.1" in srun_calls[0]
-    assert left == [], f"processes left in the script's session after it exited: {left}"
+    assert len(driver) == 1
+    assert left == [], f"processes left after the script exited: {left}"
+
+
+FAKE_RAY = """#!/usr/bin/env bash
+# stand-in for `ray`: `ray status` answers at once; `ray start ... --block` runs until SIGTERM (logged)
+[[ "$1" == status ]] && exit 0
+trap 'echo "ray-step stopped $(date +%s.%N)" >> "$EVENTS"; exit 0' TERM
+echo "ray-step started $(date +%s.%N)" >> "$EVENTS"
+while :; do sleep 0.1; done
+"""
+FAKE_PYTHON = """#!/usr/bin/env bash
+# stand-in for the script's node check (python - N S <<EOF)
+cat > /dev/null
+echo "slurm_ray: $2 Ray node(s) up: (fake)"
+"""
+FAKE_RLVR = """#!/usr/bin/env bash
+# stand-in for `rlvr train`: on the first SIGTERM it "finishes its step" (FAKE_STEP_S) and exits 143, unless
+# FAKE_STUCK=1 (it then waits for a second SIGTERM and exits 130, as rlvr aborts)
+terms=0
+on_term() {
+  terms=$((terms + 1))
+  echo "driver got SIGTERM#$terms $(date +%s.%N)" >> "$EVENTS"
+  if ((terms == 2)); then exit 130; fi
+  if [[ "${FAKE_STUCK:-0}" != 1 ]]; then sleep "${FAKE_STEP_S:-1}"; echo "driver checkpoint $(date +%s.%N)" >> "$EVENTS"; exit 143; fi
+}
+trap on_term TERM
+echo "driver started $(date +%s.%N)" >> "$EVENTS"
+while :; do sleep 0.1; done
+"""
+
+
+def _events(path: Path) -> list[tuple[str, float]]:
+    out = []
+    for line in path.read_text().splitlines():
+        what, _, t = line.rpartition(" ")
+        out.append((what, float(t)))
+    return out
+
+
+def _run_fake_slurm(tmp_path: Path, **extra: str) -> tuple[subprocess.CompletedProcess | None, str, list]:
+    """The sbatch script with stand-ins for srun, scontrol, ray, python and rlvr; SIGTERM to the script's whole
+    process group once the fake driver runs. Returns (exit status, output, events)."""
+    shims = _slurm_shims(tmp_path, ray=FAKE_RAY, python=FAKE_PYTHON, rlvr=FAKE_RLVR)
+    events = tmp_path / "events.log"
+    env = _slurm_env(tmp_path, shims, f"rlvrfake{uuid.uuid4().hex[:8]}", EVENTS=str(events), **extra)
+    proc = subprocess.Popen(
+        ["bash", str(SBATCH), "recipes/tiny_test.yaml"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    out = ""
+    try:
+        deadline = time.monotonic() + 30
+        while not (events.exists() and "driver started" in events.read_text()):
+            assert time.monotonic() < deadline and proc.poll() is None, "the fake driver did not start"
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGTERM)  # the whole group, as Ctrl-C/timeout would (scancel --batch: the shell)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        left = _end_session(proc)
+        left += _end_sessions(_srun_pids(tmp_path))
+    assert left == [], f"processes left after the script exited: {left}"
+    return proc.returncode, out, _events(events)
+
+
+def test_slurm_script_forwards_sigterm_before_stopping_ray(tmp_path):
+    """With stand-ins (no Ray, seconds): SIGTERM to the script's whole process group reaches the driver once, by
+    way of the script (the driver and the Ray step run in sessions of their own); the Ray step is stopped only
+    after the driver has written its checkpoint and exited; the script exits with the driver's status."""
+    rc, out, ev = _run_fake_slurm(tmp_path, FAKE_STEP_S="2")
+    names = [e for e, _ in ev]
+    assert names == ["ray-step started", "driver started", "driver got SIGTERM#1", "driver checkpoint",
+                     "ray-step stopped"], (names, out)  # fmt: skip
+    t = dict(ev)
+    assert t["ray-step stopped"] > t["driver checkpoint"] >= t["driver got SIGTERM#1"] + 1.9
+    assert rc == 143, out
+    assert "slurm_ray: got SIGTERM: sending SIGTERM to rlvr train" in out
+    assert out.index("rlvr train exited with status 143") < out.index("slurm_ray: stopping Ray")
+    signals = (tmp_path / "srun.log.signals").read_text().splitlines()
+    assert len(signals) == 1 and "got SIGTERM" in signals[0]  # from the EXIT trap, not from the group signal
+
+
+def test_slurm_script_stop_grace_then_second_sigterm(tmp_path):
+    """A driver that does not exit within RLVR_STOP_GRACE_S gets a second SIGTERM (rlvr aborts), then Ray stops."""
+    rc, out, ev = _run_fake_slurm(tmp_path, FAKE_STUCK="1", RLVR_STOP_GRACE_S="2")
+    names = [e for e, _ in ev]
+    assert names == ["ray-step started", "driver started", "driver got SIGTERM#1", "driver got SIGTERM#2",
+                     "ray-step stopped"], (names, out)  # fmt: skip
+    t = dict(ev)
+    assert 1.5 <= t["driver got SIGTERM#2"] - t["driver got SIGTERM#1"] <= 6
+    assert rc == 130, out
+    assert "still runs 2 s after SIGTERM: a second SIGTERM" in out
+
+
+@pytest.mark.slow
+def test_slurm_script_sigterm_checkpoints_before_ray_stops(tmp_path):
+    """The real thing on one node (Ray head as the srun step, rlvr train with its roles as Ray actors, the
+    transformers engine): SIGTERM to the script's process group mid-run. The driver gets exactly one SIGTERM (by
+    way of the script), finishes its step and writes the stop checkpoint with its actors alive (COMPLETE, the
+    step of the last metrics line), exits 143; only after that does the Ray step get its SIGTERM."""
+    shims = _slurm_shims(tmp_path)
+    job_id = f"rlvrtest{uuid.uuid4().hex[:8]}"
+    env = _slurm_env(tmp_path, shims, job_id)
+    runs = tmp_path / "runs"
+    cmd = ["bash", str(SBATCH), "recipes/tiny_test.yaml", "run.steps=50", "rollout.engine=hf", "run.name=sig",
+           f"run.output_dir={runs}", "run.save_final=false"]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)  # fmt: skip
+    metrics = runs / "sig" / "metrics.jsonl"
+    out = ""
+    try:
+        deadline = time.monotonic() + 300
+        while not (metrics.exists() and metrics.read_text().strip()):
+            assert proc.poll() is None, proc.communicate()[0][-4000:]
+            assert time.monotonic() < deadline, "no training step within 300 s"
+            time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        left = _end_session(proc)
+        driver = [int(x.split("(pid ")[1].rstrip(")")) for x in out.splitlines() if "rlvr train started (pid" in x]
+        left += _end_sessions(_srun_pids(tmp_path) + driver)
+        shutil.rmtree(f"/tmp/ray-{job_id}", ignore_errors=True)
+    assert proc.returncode == 143, out[-4000:]
+    assert out.count("SIGTERM received: stopping after this step") == 1, out[-4000:]  # once: no abort
+    last = json.loads(metrics.read_text().splitlines()[-1])["step"]
+    ckpt = runs / "sig" / "checkpoints" / f"step_{last:06d}"
+    assert f"rlvr train: stopped by SIGTERM after step {last}; checkpoint {ckpt}" in out, out[-4000:]
+    assert (ckpt / "COMPLETE").exists() and (ckpt / "trainer" / "torch_state.pt").exists()
+    signals = (tmp_path / "srun.log.signals").read_text().splitlines()
+    assert len(signals) == 1 and "got SIGTERM" in signals[0], signals
+    assert float(signals[0].rsplit(" ", 1)[1]) > (ckpt / "COMPLETE").stat().st_mtime  # Ray stopped after the checkpoint
+    order = ["slurm_ray: got SIGTERM: sending SIGTERM to rlvr train", "SIGTERM received: stopping after this step",
+             f"stopped by SIGTERM after step {last}", "slurm_ray: rlvr train exited with status 143",
+             "slurm_ray: stopping Ray"]  # fmt: skip
+    at = [out.index(x) for x in order]
+    assert at == sorted(at), out[-4000:]
+    assert left == [], f"processes left after the script exited: {left}"
 
 
 def test_gpu_recipe_resolves():
