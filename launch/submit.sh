@@ -43,6 +43,8 @@ Options (before the recipe):
 Copied into the job's environment when set here: HF_HOME HF_HUB_CACHE HF_DATASETS_CACHE HF_ENDPOINT
 HF_HUB_OFFLINE HF_DATASETS_OFFLINE TRANSFORMERS_OFFLINE RLVR_CACHE VLLM_CACHE_ROOT TORCH_EXTENSIONS_DIR
 WANDB_PROJECT WANDB_ENTITY WANDB_MODE NCCL_DEBUG NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME.
+The job also gets RAY_OVERRIDE_JOB_RUNTIME_ENV=1, and RAY_JOB_STOP_WAIT_TIME_S=300 (`ray job stop ID` gives the
+driver 300 s after its SIGTERM to write a checkpoint; change with --env RAY_JOB_STOP_WAIT_TIME_S=N).
 RAY_AUTH_MODE defaults to `disabled` for this client (set RAY_AUTH_MODE=token for a cluster with token auth).
 
 Exit status: 0 when the job succeeded; 1 when it failed, was stopped, or (without --no-wait) had not
@@ -107,8 +109,10 @@ fi
 
 # The job's environment: the pass-through list, then --env (later wins). RAY_OVERRIDE_JOB_RUNTIME_ENV=1 lets
 # the driver's own ray.init(runtime_env=...) (rlvr's RayExecutor) set variables the job already sets
-# (e.g. HF_HUB_OFFLINE); without it Ray refuses to merge the two runtime envs.
-job_env=("RAY_OVERRIDE_JOB_RUNTIME_ENV=1")
+# (e.g. HF_HUB_OFFLINE); without it Ray refuses to merge the two runtime envs. RAY_JOB_STOP_WAIT_TIME_S: `ray job
+# stop` sends the driver SIGTERM, then SIGKILL this many seconds later (Ray's default: 3); rlvr needs the time to
+# finish its step and write its checkpoint. --env RAY_JOB_STOP_WAIT_TIME_S=N changes it.
+job_env=("RAY_OVERRIDE_JOB_RUNTIME_ENV=1" "RAY_JOB_STOP_WAIT_TIME_S=300")
 for name in "${PASS_ENV[@]}"; do
   if [[ -n "${!name+set}" ]]; then job_env+=("$name=${!name}"); fi
 done
