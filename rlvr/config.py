@@ -314,7 +314,8 @@ class CriticConfig:
 @dataclass(frozen=True, kw_only=True)
 class SyncConfig:
     backend: Literal["auto", "gloo", "nccl"] = "auto"
-    """Process-group backend for weight sync (auto: nccl when trainer and engines each hold whole GPUs, else gloo)."""
+    """Process-group backend for weight sync (auto: nccl when trainer and engines each hold whole GPUs in their own
+    Ray actors, else gloo; the local executor, every role in one process, always gloo)."""
     timeout_s: float = 300.0
     """A sync that has not completed within this many seconds fails the run with a clear error."""
     check: bool = True

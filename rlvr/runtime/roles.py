@@ -205,7 +205,9 @@ class Roles:
         backend = r.sync.backend
         if backend == "auto":
             # NCCL needs each rank on its own GPU: whole GPUs on both sides; a shared GPU (fractions) or CPU: gloo
-            backend = "nccl" if r.trainer.num_gpus >= 1 and r.rollout.num_gpus >= 1 else "gloo"
+            # (the local executor holds both in one process, on one GPU: gloo)
+            whole = r.trainer.num_gpus >= 1 and r.rollout.num_gpus >= 1 and r.run.executor != "local"
+            backend = "nccl" if whole else "gloo"
         # group rank 0: trainer rank 0 (the sender, the TCPStore master, on its node); then each engine's workers
         tp = r.rollout.tensor_parallel_size
         host, port = self.rendezvous["sync"] = self._rank0_address("the weight-sync group")

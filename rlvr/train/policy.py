@@ -355,7 +355,7 @@ class PolicyWorker:
             vals = [p[k] for p in parts if k in p]
             if k == mn.TRAIN_LOSS:
                 out[k] = float(sum(vals))
-            elif k.endswith("_max") or k.startswith("timing/") or k in (mn.TRAIN_SKIPPED, mn.TRAIN_OPTIMIZER_STEPS):
+            elif k.endswith("_max") or k == mn.TIMING_TRAIN_INNER_S or k in (mn.TRAIN_SKIPPED, mn.TRAIN_OPTIMIZER_STEPS):
                 out[k] = float(max(vals))
             else:
                 out[k] = float(sum(vals) / len(vals))
