@@ -300,6 +300,11 @@ class SyncConfig:
     """Process-group backend for weight sync (auto: nccl when trainer and engines each hold whole GPUs, else gloo)."""
     timeout_s: float = 300.0
     """A sync that has not completed within this many seconds fails the run with a clear error."""
+    bucket_mb: float = 0.0
+    """Packing of a sync, in MB (1e6 bytes, as the ``sync/gb`` metric's GB = 1e9): 0 sends one broadcast per
+    parameter; > 0 packs the tensors, in send order, into flat buckets of at most this many MB (a dtype change
+    starts a new bucket; a tensor larger than a bucket travels alone), one broadcast per bucket, unpacked by the
+    engines into the same named tensors (``rlvr.sync.weights.plan_buckets``). Checksums are per tensor either way."""
     check: bool = True
     """After each sync, compare each engine's weight checksum with the trainer's."""
     probe_every: int = 1

@@ -148,8 +148,8 @@ class VLLMEngine:
         self.llm.collective_rpc("rlvr_init_sync", args=(host, port, rank, world_size, backend, timeout_s, name))
         return True
 
-    def receive_weights(self, specs: list[tuple[str, tuple[int, ...], str]], version: int) -> float:
-        (checksum,) = self.llm.collective_rpc("rlvr_receive", args=(specs,))
+    def receive_weights(self, specs: list[tuple[str, tuple[int, ...], str]], version: int, bucket_mb: float = 0.0) -> float:
+        (checksum,) = self.llm.collective_rpc("rlvr_receive", args=(specs, bucket_mb))
         self.llm.reset_prefix_cache()
         self.policy_version = version
         return float(checksum)
