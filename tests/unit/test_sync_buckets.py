@@ -93,3 +93,14 @@ def test_bucket_mb_is_in_units_of_1e6_bytes():
         with pytest.raises(ValueError, match="bucket_mb must be >= 0"):
             bucket_bytes_of(bad)
 
+
+def test_recipe_takes_bucket_mb_and_refuses_a_negative_one():
+    from pathlib import Path
+
+    from rlvr.config import RecipeError
+    from rlvr.recipe import load_recipe
+
+    tiny = Path(__file__).resolve().parents[2] / "recipes" / "tiny_test.yaml"
+    assert load_recipe(tiny, ["sync.bucket_mb=4"]).sync.bucket_mb == 4.0
+    with pytest.raises(RecipeError, match=r"sync.bucket_mb must be >= 0 MB"):
+        load_recipe(tiny, ["sync.bucket_mb=-1"])
