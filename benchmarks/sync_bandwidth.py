@@ -11,9 +11,10 @@ tensors, the tied head not among them, as the trainer sends them), random values
   with ``IN_FLIGHT`` broadcasts posted at once (``in flight 1`` is the path before packing: post, wait, next);
 - ``packed N MB``: ``bucket_mb=N``.
 
-Rows are interleaved within each repeat, in a shuffled order (drift on a shared machine hits them alike). ``send s`` is the sender's
-wall time without its checksum (``seconds`` of ``send``: what ``sync/send_seconds`` and ``sync/gbps`` report);
-``recv s`` is the receiver's whole ``receive_into``, which also takes the per-tensor checksums (printed apart). Both start after an ``allreduce`` barrier. GB = 1e9 bytes.
+Rows are interleaved within each repeat, in a shuffled order (drift on a shared machine hits them alike).
+``send s`` is the sender's wall time without its checksum (``seconds`` of ``send``: what ``sync/send_seconds``
+and ``sync/gbps`` report); ``recv s`` is the receiver's whole ``receive_into``, which also takes the per-tensor
+checksums (printed apart). Both start after an ``allreduce`` barrier. GB = 1e9 bytes.
 
 Then, separately, the engine-side reload of the transformers engine (``HFEngine.receive_weights``: a ``copy_`` of
 each received tensor into a SmolLM2-135M model in ``--dtype``), from per-tensor and from packed tensors (views).
@@ -211,9 +212,10 @@ def main() -> None:
     nbytes = sum(s.nbytes for s in specs)
     buckets_mb = tuple(float(b) for b in args.buckets_mb.split(","))
     table = rows(buckets_mb)
+    biggest = max(specs, key=lambda s: s.nbytes)
     print(f"SmolLM2-135M shapes: {len(specs)} tensors, dtype {args.dtype} "
           f"({torch.empty((), dtype=DTYPES[args.dtype]).element_size()} bytes/element), {nbytes} bytes "
-          f"({nbytes / 1e9:.3f} GB); largest {max(s.nbytes for s in specs)} bytes ({max(specs, key=lambda s: s.nbytes).name})")
+          f"({nbytes / 1e9:.3f} GB); largest {biggest.nbytes} bytes ({biggest.name})")
     print(f"gloo on 127.0.0.1, 2 processes, torch {torch.__version__}, {args.repeats} repeats (+1 warm-up), "
           f"torch threads 1 per process, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
     with mp.Manager() as m:
@@ -237,8 +239,8 @@ def main() -> None:
         print(f"{label:<28} {n:>10} {s:>8.3f} {nbytes / 1e9 / s:>6.2f} {bare / s:>7.2f} {reused / s:>8.2f} "
               f"{lo:>7.3f} {r:>8.3f}")
     print("(send s, recv s: medians; x bare: bare send s / this send s, so 1.00 = as fast as one broadcast; x reused:\n"
-          " the same against the reused-buffer bare; min s: the fastest send; recv s includes the receiver's checksums,\n"
-          f" {out['checksum_s']:.3f} s of it; load average {os.getloadavg()[0]:.1f} at the end)")
+          " the same against the reused-buffer bare; min s: the fastest send; recv s includes the receiver's\n"
+          f" checksums, {out['checksum_s']:.3f} s of it; load average {os.getloadavg()[0]:.1f} at the end)")
     print("checksums: sender == receiver on every path, and equal across paths")
     print("\nengine-side reload, transformers engine (copy_ into a SmolLM2-135M model, median s):")
     for label, s in out["reload"].items():

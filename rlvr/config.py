@@ -300,18 +300,19 @@ class SyncConfig:
     """Process-group backend for weight sync (auto: nccl when trainer and engines each hold whole GPUs, else gloo)."""
     timeout_s: float = 300.0
     """A sync that has not completed within this many seconds fails the run with a clear error."""
-    bucket_mb: float = 4.0
+    bucket_mb: float = 16.0
     """Packing of a sync, in MB (1e6 bytes, as the ``sync/gb`` metric's GB = 1e9): 0 sends one broadcast per
     parameter; > 0 packs the tensors, in send order, into flat buckets of at most this many MB (a dtype change
     starts a new bucket; a tensor larger than a bucket travels alone), one broadcast per bucket, unpacked by the
     engines into the same named tensors (``rlvr.sync.weights.plan_buckets``). Checksums are per tensor either way.
     The trainer keeps two buckets of packing buffers (2 x bucket_mb).
-    Default 4, measured on CPU (``benchmarks/sync_bandwidth.py``: SmolLM2-135M's 272 bf16 tensors, 0.269 GB, gloo
-    between two processes on a shared 2-core machine, median send seconds of 7): one broadcast of one 0.269 GB
-    tensor 0.29-0.35 s; per tensor 0.28-0.33 s (0.33-0.42 s before two broadcasts were kept in flight); 4 MB
-    (61 broadcasts) 0.17-0.26 s, 1.3-1.7x the one-tensor broadcast; 16 MB 0.17-0.30 s; 64 and 256 MB 0.28-0.46 s
-    (large buffers come fresh from the OS on each sync, and their page faults are paid during the receive).
-    Not measured over NCCL (no machine with two GPUs here)."""
+    Default 16, measured on CPU (``benchmarks/sync_bandwidth.py``: SmolLM2-135M's 272 bf16 tensors, 0.269 GB, gloo
+    between two processes on a shared 2-core machine; medians of 7-15 sends, 4 runs): 16 MB (15 broadcasts) took
+    0.17-0.30 s, 1.2-1.7x faster than one broadcast of one 0.269 GB tensor (0.29-0.39 s: its fresh receive buffer
+    pays its page faults during the receive) and 1.0-1.6x faster than one broadcast per tensor (0.28-0.38 s;
+    0.33-0.42 s with one broadcast in flight, as before packing); 4 MB 0.17-0.32 s; 64 and 256 MB 0.28-0.47 s
+    (buffers that large come fresh from the OS at every sync). A vLLM engine's reload after the transfer adds
+    0.35-0.5 s whatever the packing. Not measured over NCCL (no machine with two GPUs here)."""
     check: bool = True
     """After each sync, compare each engine's weight checksum with the trainer's."""
     probe_every: int = 1
