@@ -307,12 +307,14 @@ class SyncConfig:
     engines into the same named tensors (``rlvr.sync.weights.plan_buckets``). Checksums are per tensor either way.
     The trainer keeps two buckets of packing buffers (2 x bucket_mb).
     Default 16, measured on CPU (``benchmarks/sync_bandwidth.py``: SmolLM2-135M's 272 bf16 tensors, 0.269 GB, gloo
-    between two processes on a shared 2-core machine; medians of 7-15 sends, 4 runs): 16 MB (15 broadcasts) took
-    0.17-0.30 s, 1.2-1.7x faster than one broadcast of one 0.269 GB tensor (0.29-0.39 s: its fresh receive buffer
-    pays its page faults during the receive) and 1.0-1.6x faster than one broadcast per tensor (0.28-0.38 s;
-    0.33-0.42 s with one broadcast in flight, as before packing); 4 MB 0.17-0.32 s; 64 and 256 MB 0.28-0.47 s
-    (buffers that large come fresh from the OS at every sync). A vLLM engine's reload after the transfer adds
-    0.35-0.5 s whatever the packing. Not measured over NCCL (no machine with two GPUs here)."""
+    between two processes on a shared 2-core machine; medians of 7 sends, 3 runs): 16 MB (15 broadcasts) took
+    0.21-0.23 s, 1.3-1.5x faster than one broadcast of one 0.269 GB tensor (0.29-0.34 s: its fresh receive buffer
+    pays its page faults during the receive; 0.11-0.19 s into a reused buffer) and 1.2-1.4x faster than one
+    broadcast per tensor (0.25-0.32 s; 0.31-0.45 s with one broadcast in flight, as before packing). 4 MB tied
+    (0.20-0.22 s, 61 broadcasts; 16 keeps 4x fewer messages for links with more latency per message); 1 MB
+    0.23-0.24 s; 64 MB 0.30-0.32 s and 256 MB 0.41-0.43 s (buffers that large come fresh from the OS at every
+    sync). A vLLM engine's reload after the transfer adds 0.3-0.4 s whatever the packing. Not measured over NCCL
+    (no machine with two GPUs here)."""
     check: bool = True
     """After each sync, compare each engine's weight checksum with the trainer's."""
     probe_every: int = 1

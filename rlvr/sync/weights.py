@@ -13,8 +13,8 @@ Protocol of one sync (``version`` v):
    and the same ``bucket_mb`` (``sync.bucket_mb``). The tensors travel by ``broadcast`` from rank 0, packed in send
    order into flat buckets of at most ``bucket_mb`` MB (:func:`plan_buckets`, which both sides derive from the
    specs), one broadcast per bucket; ``bucket_mb = 0``: one broadcast per tensor. Two broadcasts are kept in flight
-   (:data:`IN_FLIGHT`). On CPU (gloo), 16 MB buckets were 1.0-1.6x faster than one broadcast per tensor (1.4-1.9x
-   than the per-tensor path with one broadcast in flight, as before packing) and 1.2-1.7x faster than a single
+   (:data:`IN_FLIGHT`). On CPU (gloo), 16 MB buckets were 1.2-1.4x faster than one broadcast per tensor (1.4-2.0x
+   than the per-tensor path with one broadcast in flight, as before packing) and 1.3-1.5x faster than a single
    broadcast of the whole model, whose fresh 0.27 GB receive buffer pays its page faults during the receive
    (``benchmarks/sync_bandwidth.py``; numbers in ``SyncConfig.bucket_mb``).
 3. Both sides compute a float64 checksum of what they sent/received (per tensor: the same value whatever the
@@ -193,10 +193,9 @@ def plan_buckets(specs: Sequence[WeightSpec], bucket_bytes: int) -> list[list[in
 
 IN_FLIGHT = 2
 """Broadcasts a side keeps posted at once: the sender packs bucket k+1 while bucket k is on the wire. Measured on
-CPU (``benchmarks/sync_bandwidth.py``, 4 runs, against 1 in flight): 11-26% off a per-tensor sync, 0-17% off at
-16 MB (at 4 MB 9-14% off in 3 runs, 24% slower in one: this shared machine's noise). Kept small: a process
-group's destructor waits for every queued broadcast, and against a stalled peer each one takes ``timeout_s`` to
-fail."""
+CPU (``benchmarks/sync_bandwidth.py``, 3 runs, against 1 in flight): 18-28% off a per-tensor sync, 4-25% off at
+16 MB (at 4 MB -4% to 14%: within this shared machine's noise). Kept small: a process group's destructor waits for
+every queued broadcast, and against a stalled peer each one takes ``timeout_s`` to fail."""
 
 
 class WeightSender:
