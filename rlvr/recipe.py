@@ -225,6 +225,8 @@ def _check(r: Recipe) -> None:
             errs.append(f"timeouts.{f.name} must be > 0 seconds, got {getattr(r.timeouts, f.name)}")
     if r.sync.timeout_s <= 0:
         errs.append("sync.timeout_s must be > 0")
+    if not r.sync.bucket_mb >= 0:
+        errs.append(f"sync.bucket_mb must be >= 0 MB (0: one broadcast per parameter), got {r.sync.bucket_mb}")
     if r.sync.probe_every < 0 or (r.sync.probe_tolerance is not None and not r.sync.probe_tolerance > 0):
         errs.append("sync.probe_every must be >= 0 (0: off) and sync.probe_tolerance > 0 nats (or null: by dtype)")
     errs.extend(registry_errors(r))  # names in registries, and what their entries need (capability flags)

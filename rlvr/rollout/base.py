@@ -36,8 +36,9 @@ class Engine(Protocol):
 
     def init_weight_sync(self, host: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float, name: str) -> bool: ...
 
-    def receive_weights(self, specs: list[tuple[str, tuple[int, ...], str]], version: int) -> float:
+    def receive_weights(self, specs: list[tuple[str, tuple[int, ...], str]], version: int, bucket_mb: float = 0.0) -> float:
         """Receive a full weight set over the sync group, load it, drop cached prefixes, stamp ``version``.
+        ``bucket_mb``: the sender's packing (``sync.bucket_mb``; 0: one broadcast per tensor).
 
         Returns the checksum of the received tensors (see :mod:`rlvr.sync.weights`)."""
         ...

@@ -112,9 +112,9 @@ class HFEngine:
         return True
 
     @torch.no_grad()
-    def receive_weights(self, specs: list[tuple[str, tuple[int, ...], str]], version: int) -> float:
+    def receive_weights(self, specs: list[tuple[str, tuple[int, ...], str]], version: int, bucket_mb: float = 0.0) -> float:
         wspecs = [WeightSpec(n, tuple(s), d) for n, s, d in specs]
-        named, total = receive_into(self._pg, wspecs, self.device, self._timeout)
+        named, total = receive_into(self._pg, wspecs, self.device, self._timeout, bucket_mb)
         params = dict(self.model.named_parameters())
         for n, t in named:
             params[n].copy_(t)

@@ -174,10 +174,11 @@ class VLLMEngine:
         self.llm.collective_rpc("rlvr_init_sync", args=(host, port, rank, world_size, backend, timeout_s, name))
         return True
 
-    def receive_weights(self, specs: list[tuple[str, tuple[int, ...], str]], version: int) -> list[float]:
-        """Every worker receives the full tensors over the sync group and loads them (vLLM's loader keeps each
-        worker's shard). Returns one checksum per worker, in worker order ([tensor_parallel_size])."""
-        checksums = self.llm.collective_rpc("rlvr_receive", args=(specs,))
+    def receive_weights(self, specs: list[tuple[str, tuple[int, ...], str]], version: int, bucket_mb: float = 0.0) -> list[float]:
+        """Every worker receives the full tensors over the sync group (packed in buckets of ``bucket_mb``, 0: one
+        broadcast per tensor) and loads them (vLLM's loader keeps each worker's shard). Returns one checksum per
+        worker, in worker order ([tensor_parallel_size])."""
+        checksums = self.llm.collective_rpc("rlvr_receive", args=(specs, bucket_mb))
         self.llm.reset_prefix_cache()
         self.policy_version = version
         return [float(c) for c in checksums]

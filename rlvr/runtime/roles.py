@@ -228,8 +228,8 @@ class Roles:
         metrics. Errors: :class:`WeightSyncError` on a failed transfer, a checksum or a probe mismatch."""
         r = self.recipe
         t0 = time.perf_counter()
-        recv = [e.call("receive_weights", self.specs, version) for e in self.engines]
-        send = [t.call("send_weights") for t in self.trainers]
+        recv = [e.call("receive_weights", self.specs, version, r.sync.bucket_mb) for e in self.engines]
+        send = [t.call("send_weights", r.sync.bucket_mb) for t in self.trainers]
         try:
             sent = self.get(send, r.sync.timeout_s + 30, f"weight sync to policy version {version}")[0]
             got = self.get(recv, r.sync.timeout_s + 30, f"weight sync to policy version {version}")

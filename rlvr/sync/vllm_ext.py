@@ -80,11 +80,12 @@ class WeightSyncExtension:
         self._rlvr_timeout = timeout_s
         return True
 
-    def rlvr_receive(self, specs: list[tuple[str, tuple[int, ...], str]]) -> float:
-        """Receive one full set of weights and load it. Returns the checksum of what was received."""
+    def rlvr_receive(self, specs: list[tuple[str, tuple[int, ...], str]], bucket_mb: float = 0.0) -> float:
+        """Receive one full set of weights (packed as the sender packs them: ``bucket_mb``, 0 = one broadcast per
+        tensor) and load it. Returns the checksum of what was received."""
         wspecs = [WeightSpec(n, tuple(s), d) for n, s, d in specs]
         device = self.device if hasattr(self, "device") else torch.device("cpu")
-        named, total = receive_into(self._rlvr_pg, wspecs, device, self._rlvr_timeout)
+        named, total = receive_into(self._rlvr_pg, wspecs, device, self._rlvr_timeout, bucket_mb)
         model_dtype = next(self.model_runner.get_model().parameters()).dtype
         named = [(n, t.to(model_dtype)) for n, t in named]
         self.reload_weights(weights_iterator=named, is_checkpoint_format=True)

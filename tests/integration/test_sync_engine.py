@@ -115,9 +115,9 @@ def test_probe_passes_a_good_sync_and_stops_a_reload_that_loads_nothing(tmp_path
         print("probe gap, good sync:", good)
         assert 0 <= good["sync/probe_gap_max"] < 1e-4
 
-        def receive_only(self, specs):  # receives every tensor (so the checksums agree) and loads none of them
+        def receive_only(self, specs, bucket_mb=0.0):  # receives every tensor (so the checksums agree), loads none
             ws = [WeightSpec(n, tuple(s), d) for n, s, d in specs]
-            return receive_into(self._rlvr_pg, ws, torch.device("cpu"), self._rlvr_timeout)[1]
+            return receive_into(self._rlvr_pg, ws, torch.device("cpu"), self._rlvr_timeout, bucket_mb)[1]
 
         monkeypatch.setattr(ext.WeightSyncExtension, "rlvr_receive", receive_only)
         _perturb(trainer, (), 0.01, seed=3)

@@ -61,7 +61,7 @@ class FakeEngine:
     def init_weight_sync(self, *args):
         return True
 
-    def receive_weights(self, specs, version):
+    def receive_weights(self, specs, version, bucket_mb=0.0):
         self.log.add(self.role, "receive_weights")
         self.version = version
         return 1.0
@@ -106,7 +106,7 @@ class FakeTrainer:
     def init_weight_sync(self, *args):
         return True
 
-    def send_weights(self):
+    def send_weights(self, bucket_mb=0.0):
         self.log.add(self.role, "send_weights")
         return {"checksum": 1.0, "bytes": 4.0, "seconds": 0.0}
 
