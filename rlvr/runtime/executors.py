@@ -233,7 +233,9 @@ class RayExecutor:
         self._started = not ray.is_initialized()
         if self._started:
             kwargs: dict[str, Any] = dict(
-                address=address,
+                # None: a Ray of our own. Ray's own None joins the last `ray start` of this machine, even one that
+                # died since (a stale /tmp/ray/ray_current_cluster: the driver then aborted without a word)
+                address=address if address is not None else "local",
                 include_dashboard=False,
                 log_to_driver=True,
                 runtime_env={"env_vars": env},

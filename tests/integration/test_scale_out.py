@@ -58,6 +58,8 @@ def two_nodes():
     ``node_b: 4``)."""
     import ray
 
+    if ray.is_initialized():  # a Ray another test left connected in this process would take our place
+        ray.shutdown()
     tmp = Path(tempfile.mkdtemp(prefix="rlvr-2n-", dir="/tmp"))  # short: Ray's socket paths are length-limited
     gcs = free_port()
     ports = lambda: [f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",  # noqa: E731
