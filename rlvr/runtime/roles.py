@@ -47,25 +47,30 @@ def role_env(recipe: Recipe, run_dir: Path, threads: int) -> dict[str, str]:
     return env
 
 
+ROLE_CPUS = 0.1
+"""Ray CPUs reserved per role (per engine worker): nominal, so that every role fits a 2-core machine; a role's
+real thread count is its ``*.threads`` setting."""
+
+
 def role_resources(recipe: Recipe, env: dict[str, str]) -> dict[str, list[Resources]]:
     """What each role asks of the cluster, by placement group: ``trainer`` (one bundle per rank, packed onto as
     few nodes as hold them), ``engines`` (one bundle per engine: all its tensor-parallel workers, so on one node),
-    ``reward`` and, when the recipe trains a critic, ``critic``. CPUs are nominal (0.1 per role: the roles' threads
+    ``reward`` and, when the recipe trains a critic, ``critic``. CPUs are nominal (:data:`ROLE_CPUS` per role: the roles' threads
     are set by ``*.threads``); GPUs and custom resources come from the recipe (``*.num_gpus``, ``*.resources``)."""
     r = recipe
     tenv = dict(env, OMP_NUM_THREADS=str(max(1, r.trainer.threads)))
     tp = r.rollout.tensor_parallel_size
     out = {
-        "trainer": [Resources(num_cpus=0.1, num_gpus=r.trainer.num_gpus, env=tenv, custom=dict(r.trainer.resources),
+        "trainer": [Resources(num_cpus=ROLE_CPUS, num_gpus=r.trainer.num_gpus, env=tenv, custom=dict(r.trainer.resources),
                               group="trainer", bundle=k) for k in range(r.trainer.num_workers)],  # fmt: skip
-        "engines": [Resources(num_cpus=0.1 * tp, num_gpus=r.rollout.num_gpus * tp, env=env,
+        "engines": [Resources(num_cpus=ROLE_CPUS * tp, num_gpus=r.rollout.num_gpus * tp, env=env,
                               custom=dict(r.rollout.resources), group="engines", bundle=i)
                     for i in range(r.rollout.num_engines)],  # fmt: skip
-        "reward": [Resources(num_cpus=0.1, env=env, custom=dict(r.reward.resources), group="reward")],
+        "reward": [Resources(num_cpus=ROLE_CPUS, env=env, custom=dict(r.reward.resources), group="reward")],
     }
     if uses_critic(r):
         cenv = dict(env, OMP_NUM_THREADS=str(max(1, r.critic.threads)))
-        out["critic"] = [Resources(num_cpus=0.1, num_gpus=r.critic.num_gpus, env=cenv, custom=dict(r.critic.resources),
+        out["critic"] = [Resources(num_cpus=ROLE_CPUS, num_gpus=r.critic.num_gpus, env=cenv, custom=dict(r.critic.resources),
                                    group="critic")]  # fmt: skip
     return out
 

@@ -100,6 +100,7 @@ class PolicyWorker:
         node, a port free there), then call :meth:`setup` on every rank with it. With one, it sets up at once."""
         self.recipe, self.model_dir, self.rank, self.world_size = recipe, model_dir, rank, world_size
         self.ready = False
+        self.logprob_rows = 0  # rows this rank ran through compute_logprobs (tests: the sharded forward work)
         if master_addr is not None:
             self.setup(master_addr, int(master_port or 0))
 
@@ -267,7 +268,7 @@ class PolicyWorker:
             mb = batch.select(rows[i : i + mbs])
             lp, _ = self._forward(model, mb, need_entropy=False, temperature=temperature)
             mine[i : i + len(mb), : lp.shape[1]] = lp.float().cpu()
-        self.logprob_rows = getattr(self, "logprob_rows", 0) + len(rows)  # tests: the forward work this rank did
+        self.logprob_rows += len(rows)
         model.train(was_training)
         if world == 1:
             return mine

@@ -72,14 +72,7 @@ def _end_session(leader: subprocess.Popen, grace_s: float = 20.0) -> list[int]:
     """SIGTERM the session leader, wait for its session to empty, SIGKILL what is left; return the leftovers."""
     if leader.poll() is None:
         leader.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while (left := _session_members(leader.pid)) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    for pid in left:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    left = _kill_sessions([leader.pid], grace_s)
     try:
         leader.wait(timeout=10)
     except subprocess.TimeoutExpired:
@@ -302,7 +295,12 @@ def _srun_pids(tmp_path: Path) -> list[int]:
 def _end_sessions(sids: list[int]) -> list[int]:
     """SIGKILL what is left in the sessions ``sids`` (the script's setsid'd children: the Ray steps, the driver);
     return what was left."""
-    deadline = time.monotonic() + 20
+    return _kill_sessions(sids, 20.0)
+
+
+def _kill_sessions(sids: list[int], grace_s: float) -> list[int]:
+    """Wait up to ``grace_s`` for the sessions ``sids`` to empty, SIGKILL what is left; return the leftovers."""
+    deadline = time.monotonic() + grace_s
     while (left := [p for sid in sids for p in _session_members(sid)]) and time.monotonic() < deadline:
         time.sleep(0.5)
     for pid in left:
