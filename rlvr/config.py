@@ -145,6 +145,18 @@ class RolloutConfig:
     max_restarts: int = 2
     """An engine whose process dies during a rollout is replaced (given the current weights, the rollout retried)
     up to this many times per run (Ray executor); then the run stops with the error."""
+    max_staleness: int = 0
+    """N, the policy lag of asynchronous rollout. 0: on-policy, each step generates with the weights of the step
+    before (generation and training take turns). N >= 1: the engines generate step s + N's batch while the trainer
+    updates on step s's, so step s trains on samples of policy version s - 1 - N (N versions behind the weights
+    it updates; verl's one-step-off pipeline at N = 1). Weights are pushed after every update and the engines take
+    them between batches. A sample older than N versions at its update is dropped and regenerated
+    (``async/dropped_stale``). Correct the lag with ``algorithm.tis_cap`` or ``algorithm.rollout_correction:
+    decoupled`` (AReaL). The batches generated ahead are saved in checkpoints (a resumed run trains on the same)."""
+    cpus: tuple[int, ...] = ()
+    """CPU cores the engines' threads are bound to (``VLLM_CPU_OMP_THREADS_BIND``; with tensor parallel, the
+    workers take consecutive ``rollout.threads`` of them); empty: vLLM's own choice. With ``trainer.cpus`` this
+    splits one machine's cores between generation and training (asynchronous rollout, ``max_staleness`` >= 1)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,7 +221,15 @@ class AlgorithmConfig:
     """Passes over each rollout batch."""
     tis_cap: float = 0.0
     """Truncated importance sampling (every policy loss) between the rollout engine's and the trainer's old logprobs: each
-    token's loss is multiplied by the detached ``min(exp(old - rollout), tis_cap)``; 0: off, else >= 1."""
+    token's loss is multiplied by the detached ``min(exp(old - rollout), tis_cap)``; 0: off, else >= 1. With
+    ``rollout_correction: decoupled``, the cap above which a token is dropped instead (0: no cap, else > 1)."""
+    rollout_correction: Literal["tis", "decoupled"] = "tis"
+    """How the loss corrects for the sampler not being the policy it updates: ``tis`` weights each token by
+    ``min(pi_old / pi_rollout, tis_cap)`` (off at ``tis_cap: 0``); ``decoupled`` is AReaL's decoupled PPO
+    objective (Fu et al. 2025, arXiv 2505.24298, eq. 5): the trainer's pi_old (the weights before this update,
+    recomputed) is the proximal policy the ratio is clipped against, and every token is weighted by
+    ``pi_prox / pi_behav`` (pi_behav: the engine's logprobs, N versions older under ``rollout.max_staleness``),
+    uncapped, or dropped from the loss above ``tis_cap`` (AReaL's ``behav_imp_weight_cap``)."""
     dynamic_sampling: bool = False
     """DAPO dynamic sampling (Yu et al. 2025, arXiv 2503.14476, sec. 3.2): drop the groups whose rewards are all
     equal (``rlvr.algos.dapo.informative_groups``) and generate more prompts until P informative groups are
@@ -284,6 +304,9 @@ class TrainerConfig:
     gradient_checkpointing: bool = False
     threads: int = 1
     """torch threads per trainer rank."""
+    cpus: tuple[int, ...] = ()
+    """CPU cores every trainer rank's process is bound to (``os.sched_setaffinity``; Ray executor: each rank is
+    its own process); empty: no binding. See ``rollout.cpus``."""
     max_nonfinite_in_row: int = 3
     """A NaN/inf loss or gradient norm skips that update (logged as ``train/skipped``); this many in a row
     stop the run with an error."""

@@ -33,3 +33,20 @@ def fast_dtype(num_gpus: float, cpuinfo: str | None = None) -> str:
     issue 10), so this only picks the speed. On a CPU cluster the driver's CPU stands for the workers'.
     """
     return "bfloat16" if num_gpus > 0 or cpu_has_bf16(cpuinfo) else "float32"
+
+
+def bind_cpus(cpus: "tuple[int, ...] | list[int]") -> None:
+    """Bind the calling thread (and the threads it starts later, torch's OpenMP pool among them) to ``cpus``
+    (``rollout.cpus`` / ``trainer.cpus``); nothing when empty. Under the Ray executor each role is its own
+    process, so this binds the role; under the local executor, only the role's thread.
+    Errors: ``ValueError`` naming the cores this machine lacks."""
+    if not cpus:
+        return
+    import os
+
+    have = os.sched_getaffinity(0)
+    missing = sorted(set(cpus) - have)
+    if missing:
+        raise ValueError(f"cores {missing} are not available here (allowed: {sorted(have)}): fix rollout.cpus / "
+                         "trainer.cpus")
+    os.sched_setaffinity(0, set(cpus))

@@ -109,6 +109,11 @@ def _rollout_errors(r: Recipe) -> list[str]:
         )
     if ro.max_new_tokens < 1:
         errs.append("rollout.max_new_tokens must be >= 1")
+    if ro.max_staleness < 0:
+        errs.append(f"rollout.max_staleness={ro.max_staleness} must be >= 0 (0: on-policy; 1: one step off-policy)")
+    for key, cpus in (("rollout.cpus", ro.cpus), ("trainer.cpus", r.trainer.cpus)):
+        if any(c < 0 for c in cpus) or len(set(cpus)) != len(cpus):
+            errs.append(f"{key}={list(cpus)} must list distinct core numbers >= 0 (os.cpu_count() shows how many)")
     if ro.tensor_parallel_size < 1:
         errs.append("rollout.tensor_parallel_size must be >= 1")
     elif ro.tensor_parallel_size > 1 and ro.engine != "vllm":
@@ -189,7 +194,10 @@ def _check(r: Recipe) -> None:
         errs.append("algorithm.ppo_epochs must be >= 1")
     if al.kl_coef < 0:
         errs.append("algorithm.kl_coef must be >= 0")
-    if al.tis_cap != 0 and not al.tis_cap >= 1:
+    if al.rollout_correction == "decoupled" and al.tis_cap != 0 and not al.tis_cap > 1:
+        errs.append(f"algorithm.tis_cap={al.tis_cap} with rollout_correction=decoupled must be 0 (no cap) or > 1 "
+                    "(tokens whose weight pi_prox / pi_behav exceeds it leave the loss; AReaL uses e.g. 5)")
+    elif al.tis_cap != 0 and not al.tis_cap >= 1:
         errs.append(
             f"algorithm.tis_cap={al.tis_cap} must be 0 (off) or >= 1 (a cap below 1 shrinks every token; 2 is common)"
         )

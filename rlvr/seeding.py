@@ -11,6 +11,7 @@ purpose                     seed                                   drawn by
 rollout round r of step s   ``(seed * 1_000_003 + s * 101 + r)``   each engine's sampler, before the call
                             ``mod (2**31 - 1)``
 DPH-RL buffer rollout       rollout seed of step 0, round 999      (no training step is step 0)
+too-stale groups of step s  rollout seed of step s, round 100      regeneration under ``rollout.max_staleness``
 DPH-RL buffer prompts       ``seed * 31 + 5``                      ``random.Random`` choice of the prompts
 DPH-RL batch of step s      ``seed * 1_000_003 + s``               ``random.Random`` draw from the buffer
 engine i                    ``seed + i``                           the engine's own default sampler seed
@@ -32,6 +33,10 @@ SEED_MODULUS = 2**31 - 1
 """Seeds handed to engines stay below 2**31 - 1 (vLLM and NumPy take 32-bit seeds)."""
 DPH_BUFFER_ROUND = 999
 """The DPH-RL buffer's rollout is "step 0, round 999": never a training step's (steps start at 1)."""
+STALE_ROUND = 100
+"""Groups regenerated because their samples were older than ``rollout.max_staleness`` (asynchronous rollout) are
+step s's round 100: above any DAPO refill round (``dynamic_sampling_max_rounds`` is a few) and below the next
+step's round 0 (``(s + 1) * 101``)."""
 
 
 def rollout_seed(seed: int, step: int, round_: int = 0) -> int:

@@ -66,23 +66,36 @@ def _advantages_b1(advantages: Tensor, like: Tensor) -> Tensor:
 
 
 def _rollout_correction(
-    old_logprobs: Tensor, rollout_logprobs: Tensor | None, mask: Tensor, tis_cap: float
+    old_logprobs: Tensor, rollout_logprobs: Tensor | None, mask: Tensor, tis_cap: float, mode: str = "tis"
 ) -> tuple[Tensor | None, dict[str, Tensor]]:
-    """Truncated importance sampling between the rollout engine and the trainer, and mismatch stats.
+    """The weight that corrects for the sampler (pi_rollout, the engine) not being pi_old, and mismatch stats.
 
     Tokens were sampled by the engine (pi_rollout); the trainer's ``old_logprobs`` are pi_old on the same
-    tokens. ``w = min(pi_old / pi_rollout, tis_cap) = min(exp(old - rollout), tis_cap)``, detached
-    (Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training", TIS; the
-    token-level truncated IS of Espeholt et al. 2018, IMPALA, eq. 1 with rho-bar = tis_cap).
-    Returns (w [B, T] or None when ``tis_cap`` is 0, stats). Stats (detached, 0 where masked):
-    ``rollout_gap_abs`` [B, T] ``|old - rollout|`` (nats); ``rollout_gap_abs_max`` 0-dim, the max over this
-    micro-batch's masked tokens; ``rollout_kl_k3`` [B, T] k3 estimate of KL(pi_rollout || pi_old) with
-    ``log r = old - rollout`` (Schulman 2020); with TIS on, ``tis_weight`` [B, T] and ``tis_capped`` [B, T].
-    Errors: ``ValueError`` when ``tis_cap > 0`` without rollout logprobs, or on a shape mismatch.
+    tokens, ``raw = exp(old - rollout)`` (log-ratio clamped at +-``LOG_RATIO_CLAMP``), detached.
+
+    - ``mode="tis"``: ``w = min(raw, tis_cap)`` (Yao et al. 2025, "Your Efficient RL Framework Secretly Brings
+      You Off-Policy RL Training", TIS; the token-level truncated IS of Espeholt et al. 2018, IMPALA, eq. 1 with
+      rho-bar = tis_cap); off (None) at ``tis_cap`` 0.
+    - ``mode="decoupled"``: AReaL's decoupled PPO objective (Fu et al. 2025, arXiv 2505.24298, eq. 5): pi_old is
+      the proximal policy the loss's ratio is clipped against, pi_rollout the behaviour policy, and every token is
+      weighted by ``w = raw = pi_prox / pi_behav``; with ``tis_cap`` > 0 a token whose weight exceeds it gets
+      ``w = 0`` (AReaL's ``behav_imp_weight_cap`` filter; the loss's normaliser still counts it).
+
+    Returns (w [B, T] or None, stats). Stats (detached, 0 where masked): ``rollout_gap_abs`` [B, T]
+    ``|old - rollout|`` (nats); ``rollout_gap_abs_max`` 0-dim, the max over this micro-batch's masked tokens;
+    ``rollout_kl_k3`` [B, T] k3 estimate of KL(pi_rollout || pi_old) with ``log r = old - rollout`` (Schulman
+    2020); with a weight, ``tis_weight`` [B, T], ``tis_weight_max`` 0-dim and ``tis_capped`` [B, T] (tokens at the
+    cap, or dropped over it).
+    Errors: ``ValueError`` when a weight is asked for without rollout logprobs, for an unknown ``mode``, or on a
+    shape mismatch.
     """
+    if mode not in ("tis", "decoupled"):
+        raise ValueError(f"algorithm.rollout_correction={mode!r}: expected 'tis' or 'decoupled'")
+    weighted = tis_cap > 0 or mode == "decoupled"
     if rollout_logprobs is None:
-        if tis_cap > 0:
-            raise ValueError("algorithm.tis_cap > 0 needs rollout_logprobs (the engine's logprobs, [B, T])")
+        if weighted:
+            raise ValueError(f"algorithm.rollout_correction={mode} (tis_cap={tis_cap}) needs rollout_logprobs "
+                             "(the engine's logprobs, [B, T])")
         return None, {}
     _check_bt("rollout_logprobs", rollout_logprobs, old_logprobs)
     with torch.no_grad():
@@ -96,12 +109,16 @@ def _rollout_correction(
             "rollout_gap_abs_max": gap_abs.max() if gap_abs.numel() else gap_abs.new_zeros(()),
             "rollout_kl_k3": torch.where(m, torch.expm1(gap_c) - gap_c, zero),
         }
-        if tis_cap <= 0:
+        if not weighted:
             return None, stats
         raw = torch.exp(gap_c)
-        w = raw.clamp(max=tis_cap)
+        if mode == "tis":
+            w = raw.clamp(max=tis_cap)
+        else:
+            w = torch.where(raw > tis_cap, zero, raw) if tis_cap > 0 else raw
         stats["tis_weight"] = torch.where(m, w, zero)
-        stats["tis_capped"] = ((raw > tis_cap) & m).float()
+        stats["tis_weight_max"] = stats["tis_weight"].max() if w.numel() else w.new_zeros(())
+        stats["tis_capped"] = ((raw > tis_cap) & m).float() if tis_cap > 0 else zero
     return w.to(old_logprobs.dtype), stats
 
 
@@ -158,6 +175,7 @@ def ppo_clip(
     *,
     rollout_logprobs: Tensor | None = None,
     tis_cap: float = 0.0,
+    rollout_correction: str = "tis",
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped surrogate, negated for descent (Schulman et al. 2017, eq. 7), with an asymmetric clip
     range ``[1 - cfg.clip_low, 1 + cfg.clip_high]`` (as in DAPO, Yu et al. 2025, eq. 10).
@@ -184,7 +202,7 @@ def ppo_clip(
     _check_bt("mask", mask, logprobs)
     adv = _advantages_b1(advantages, logprobs).to(logprobs.dtype)
     m = mask.bool()
-    weight, rstats = _rollout_correction(old_logprobs, rollout_logprobs, mask, tis_cap)
+    weight, rstats = _rollout_correction(old_logprobs, rollout_logprobs, mask, tis_cap, rollout_correction)
     log_ratio = _log_ratio(logprobs, old_logprobs)
     ratio = torch.exp(log_ratio)
     lo, hi = 1.0 - cfg.clip_low, 1.0 + cfg.clip_high
@@ -221,6 +239,7 @@ def gspo(
     *,
     rollout_logprobs: Tensor | None = None,
     tis_cap: float = 0.0,
+    rollout_correction: str = "tis",
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO: a clipped surrogate on the SEQUENCE-level importance ratio (Zheng et al. 2025, "Group Sequence
     Policy Optimization", arXiv 2507.18071, sec. 4.1: the objective J_GSPO and the ratio s_i).
@@ -243,7 +262,7 @@ def gspo(
         )
     adv = advantages.to(logprobs.dtype).unsqueeze(-1)  # [B, 1]
     m = mask.bool()
-    weight, rstats = _rollout_correction(old_logprobs, rollout_logprobs, mask, tis_cap)
+    weight, rstats = _rollout_correction(old_logprobs, rollout_logprobs, mask, tis_cap, rollout_correction)
     lengths = m.sum(dim=-1, keepdim=True).clamp(min=1).to(logprobs.dtype)
     tok_log_ratio = torch.where(m, logprobs - old_logprobs, torch.zeros_like(logprobs))
     seq_log_ratio = (tok_log_ratio.sum(dim=-1, keepdim=True) / lengths).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
@@ -284,6 +303,7 @@ def cispo(
     *,
     rollout_logprobs: Tensor | None = None,
     tis_cap: float = 0.0,
+    rollout_correction: str = "tis",
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """CISPO: clipped, stop-gradient importance weight times advantage times log-probability (MiniMax 2025,
     "MiniMax-M1", arXiv 2506.13585, sec. 3.1: the CISPO objective and its clipped IS weight r-hat).
@@ -302,7 +322,7 @@ def cispo(
     _check_bt("mask", mask, logprobs)
     adv = _advantages_b1(advantages, logprobs).to(logprobs.dtype)
     m = mask.bool()
-    weight, rstats = _rollout_correction(old_logprobs, rollout_logprobs, mask, tis_cap)
+    weight, rstats = _rollout_correction(old_logprobs, rollout_logprobs, mask, tis_cap, rollout_correction)
     log_ratio = _log_ratio(logprobs, old_logprobs)
     ratio = torch.exp(log_ratio)
     lo, hi = 1.0 - cfg.clip_low, 1.0 + cfg.clip_high

@@ -66,6 +66,8 @@ def micro_batch_loss(
         logprobs, old_logprobs, advantages, mask, POLICY_LOSSES.settings_of(cfg.policy_loss),
         rollout_logprobs=rollout_logprobs,
         tis_cap=cfg.tis_cap,
+        # passed only when set, so a user's loss written before the option keeps working with the default
+        **({"rollout_correction": cfg.rollout_correction} if cfg.rollout_correction != "tis" else {}),
     )
     stats = dict(stats)
     if ref_logprobs is not None:

@@ -23,6 +23,12 @@ Namespaces (per training step unless said otherwise):
 - ``adv/``: token advantages (with token-level advantages only: gae, KL in the reward).
 - ``timing/``: wall-clock seconds of each stage, ``timing/<stage>_s`` (:func:`timing`), and
   ``timing/engine_restarts`` (a count, the one name here that is not in seconds).
+- ``roles/``: each role's busy and idle seconds within the step (``roles/<role>_busy_s``, ``_idle_s``; busy:
+  the union of the role's calls as it ran them, averaged over the role's processes for ``engines`` and
+  ``trainer``), and ``roles/overlap_frac``, the share of the step in which generation and training ran at once.
+- ``async/``: asynchronous rollout (``rollout.max_staleness``): the policy lag of the samples trained on
+  (versions, and a histogram ``async/staleness/<n>``: fraction of the batch's samples n versions behind) and the
+  samples dropped as too stale.
 - ``sync/``: the weight sync (seconds, GB = 1e9 bytes, GB/s, the engines' policy version) and its probe (nats).
 - ``val/``: validation on held-out prompts (``validation.every_steps``; step 0 = the starting policy):
   ``val/pass@<k>``, ``val/maj@<n>``, ``val/mean@<n>`` (fractions of problems), reward, length, truncation.
@@ -65,9 +71,11 @@ NS_ADV = "adv"
 NS_TIMING = "timing"
 NS_SYNC = "sync"
 NS_VAL = "val"
+NS_ROLES = "roles"
+NS_ASYNC = "async"
 
 NAMESPACES: tuple[str, ...] = (NS_REWARD, NS_PASSK, NS_RESPONSE, NS_GROUPS, NS_ROLLOUT, NS_DYNAMIC_SAMPLING, NS_DATA,
-                               NS_TRAIN, NS_CRITIC, NS_ADV, NS_TIMING, NS_SYNC, NS_VAL)  # fmt: skip
+                               NS_TRAIN, NS_CRITIC, NS_ADV, NS_TIMING, NS_SYNC, NS_VAL, NS_ROLES, NS_ASYNC)  # fmt: skip
 """Every namespace a metric name starts with (before its first ``/``); see the module docstring."""
 
 
@@ -101,6 +109,22 @@ def timing(stage: str) -> str:
     return _name(NS_TIMING, f"{stage}_s")
 
 
+def role_busy(role: str) -> str:
+    """``roles/<role>_busy_s``: seconds of the step the role spent in calls (``engines``, ``reward``, ``trainer``,
+    ``critic``, ``sync``)."""
+    return _name(NS_ROLES, f"{role}_busy_s")
+
+
+def role_idle(role: str) -> str:
+    """``roles/<role>_idle_s``: seconds of the step the role waited (step time minus busy)."""
+    return _name(NS_ROLES, f"{role}_idle_s")
+
+
+def staleness(n: int | str) -> str:
+    """``async/staleness/<n>``: fraction of the trained batch's samples whose policy was n versions behind."""
+    return _name(NS_ASYNC, f"staleness/{n}")
+
+
 def val_pass(k: int | str) -> str:
     """``val/pass@<k>``: validation pass@k, mean over problems (fraction of problems)."""
     return _name(NS_VAL, f"pass@{k}")
@@ -119,6 +143,9 @@ def val_mean(n: int | str) -> str:
 PASSK = passk("<k>")
 REWARD_SCORE = reward_score("<verifier>")
 TIMING = timing("<stage>")  # the plots' family; the catalogue lists each stage (TIMING_ROLLOUT_S ...) on its own
+ROLE_BUSY = role_busy("<role>")
+ROLE_IDLE = role_idle("<role>")
+STALENESS = staleness("<n>")
 VAL_PASS = val_pass("<k>")
 VAL_MAJ = val_maj("<n>")
 VAL_MEAN = val_mean("<n>")
@@ -172,6 +199,7 @@ TRAIN_ROLLOUT_GAP_ABS_MAX = train_stat("rollout_gap_abs_max")
 TRAIN_ROLLOUT_KL_K3 = train_stat("rollout_kl_k3")
 TRAIN_TIS_WEIGHT = train_stat("tis_weight")
 TRAIN_TIS_CAPPED = train_stat("tis_capped")
+TRAIN_TIS_WEIGHT_MAX = train_stat("tis_weight_max")
 
 # critic/ (rlvr.train.critic; value_mean and return_mean from the advantage stage), adv/ (the advantage stage)
 CRITIC_VALUE_LOSS = _name(NS_CRITIC, "value_loss")
@@ -203,6 +231,12 @@ SYNC_POLICY_VERSION = _name(NS_SYNC, "policy_version")
 SYNC_PROBE_GAP_MEAN = _name(NS_SYNC, "probe_gap_mean")
 SYNC_PROBE_GAP_GEN_MEAN = _name(NS_SYNC, "probe_gap_gen_mean")
 SYNC_PROBE_GAP_MAX = _name(NS_SYNC, "probe_gap_max")
+
+# roles/, async/ (rlvr.metrics.timeline, the asynchronous loop of rlvr.runtime.controller)
+ROLES_OVERLAP_FRAC = _name(NS_ROLES, "overlap_frac")
+ASYNC_STALENESS_MEAN = _name(NS_ASYNC, "staleness_mean")
+ASYNC_STALENESS_MAX = _name(NS_ASYNC, "staleness_max")
+ASYNC_DROPPED_STALE = _name(NS_ASYNC, "dropped_stale")
 
 # val/ (rlvr.runtime.validation)
 VAL_REWARD_MEAN = _name(NS_VAL, "reward_mean")
@@ -269,7 +303,8 @@ CATALOGUE: tuple[Metric, ...] = (
     _M(TRAIN_ROLLOUT_GAP_ABS_MAX, "nats", "largest |trainer old logprob - engine logprob| of any token"),
     _M(TRAIN_ROLLOUT_KL_K3, "nats", "k3 estimate of KL(pi_rollout || pi_old) per response token"),
     _M(TRAIN_TIS_WEIGHT, "ratio", "truncated importance-sampling weight per response token (algorithm.tis_cap)"),
-    _M(TRAIN_TIS_CAPPED, "fraction", "response tokens whose TIS weight hit algorithm.tis_cap"),
+    _M(TRAIN_TIS_CAPPED, "fraction", "response tokens whose TIS weight hit algorithm.tis_cap (decoupled: dropped over it)"),
+    _M(TRAIN_TIS_WEIGHT_MAX, "ratio", "largest rollout-correction weight of a response token (max over micro-batches)"),
     # critic/, adv/
     _M(CRITIC_VALUE_LOSS, "loss", "clipped value loss per optimizer step, mean over steps"),
     _M(CRITIC_VALUE_CLIP_FRAC, "fraction", "response tokens where the clipped value term was the larger"),
@@ -298,6 +333,14 @@ CATALOGUE: tuple[Metric, ...] = (
     _M(SYNC_PROBE_GAP_MEAN, "nats", "sync probe: mean |engine - trainer| logprob gap, max over engines"),
     _M(SYNC_PROBE_GAP_GEN_MEAN, "nats", "sync probe: the same over the generated tokens only"),
     _M(SYNC_PROBE_GAP_MAX, "nats", "sync probe: largest single-token gap, max over engines"),
+    # roles/, async/
+    _M(ROLE_BUSY, "seconds", "the step's seconds the role spent in calls (mean over its processes)"),
+    _M(ROLE_IDLE, "seconds", "the step's seconds the role waited: step time minus its busy seconds"),
+    _M(ROLES_OVERLAP_FRAC, "fraction", "share of the step in which an engine generated while a trainer computed"),
+    _M(STALENESS, "fraction", "trained samples whose policy was n versions behind the weights updated"),
+    _M(ASYNC_STALENESS_MEAN, "version", "mean policy lag of the trained samples (rollout.max_staleness bounds it)"),
+    _M(ASYNC_STALENESS_MAX, "version", "largest policy lag of a trained sample"),
+    _M(ASYNC_DROPPED_STALE, "count", "samples dropped as older than rollout.max_staleness and regenerated"),
     # val/
     _M(VAL_PASS, "fraction", "validation pass@k over the n samples per problem, mean over problems"),
     _M(VAL_MAJ, "fraction", "validation majority vote over the n samples (exact maj@n), mean over problems"),
@@ -308,7 +351,7 @@ CATALOGUE: tuple[Metric, ...] = (
 )  # fmt: skip
 """Every name rlvr logs (families by their pattern), in namespace order."""
 
-_PLACEHOLDERS = {"k": r"\d+", "n": r"\d+", "stage": r"\w+", "stat": r"\w+", "suffix": r"\w*", "verifier": r".+"}
+_PLACEHOLDERS = {"k": r"\d+", "n": r"\d+", "stage": r"\w+", "role": r"\w+", "stat": r"\w+", "suffix": r"\w*", "verifier": r".+"}
 _SLOT = re.compile(r"<(\w+)>")
 
 

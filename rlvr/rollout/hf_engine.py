@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from rlvr.hardware import bind_cpus
 from rlvr.rollout.base import checkpoint_shapes, set_threads
 from rlvr.sync.weights import DTYPES, WeightSpec, create_group, receive_into
 from rlvr.types import Completion, Prompt, SamplingConfig
@@ -17,9 +18,11 @@ from rlvr.types import Completion, Prompt, SamplingConfig
 class HFEngine:
     """transformers ``AutoModelForCausalLM`` generation, one prompt's G samples per ``generate`` call."""
 
-    def __init__(self, model_dir: str, *, dtype: str, max_model_len: int, seed: int = 0, threads: int = 1, **_: object):
+    def __init__(self, model_dir: str, *, dtype: str, max_model_len: int, seed: int = 0, threads: int = 1,
+                 cpus: tuple[int, ...] = (), **_: object):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        bind_cpus(cpus)
         set_threads(threads)
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype]).to(self.device).eval()

@@ -42,7 +42,8 @@ class VLLMEngine:
 
     Args: ``model_dir`` a local HF folder; ``dtype`` ``bfloat16``/``float32``/``float16``; ``max_model_len`` tokens
     (prompt + response); ``kv_cache_gib`` KV cache on CPU (per worker); ``gpu_memory_utilization`` share of GPU
-    memory; ``threads`` torch threads per worker on CPU.
+    memory; ``threads`` torch threads per worker on CPU; ``cpus`` the cores they are bound to (``rollout.cpus``;
+    empty: tensor parallel workers take this process's cores in turn, one worker runs unbound).
     """
 
     def __init__(
@@ -57,6 +58,7 @@ class VLLMEngine:
         enforce_eager: bool = True,
         threads: int = 1,
         tensor_parallel_size: int = 1,
+        cpus: tuple[int, ...] = (),
     ) -> None:
         gpu = _on_gpu()
         tp = tensor_parallel_size
@@ -65,7 +67,9 @@ class VLLMEngine:
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
             if threads > 0:
                 os.environ["OMP_NUM_THREADS"] = str(threads)
-            if tp > 1:
+            if cpus:  # rollout.cpus: the recipe's cores for generation (the trainer's are elsewhere)
+                os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_bind(tp, threads, list(cpus))
+            elif tp > 1:
                 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_bind(tp, threads))
             elif threads > 0:
                 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")

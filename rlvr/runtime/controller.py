@@ -14,7 +14,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -29,7 +29,7 @@ from rlvr.reward.pool import Scored
 from rlvr.runtime.advantage_stage import build_dph_buffer, dph_batch, form_advantages, needs_reference, uses_critic
 from rlvr.runtime.roles import Roles
 from rlvr.runtime.validation import run_validation, validation_prompts
-from rlvr.seeding import DPH_BUFFER_ROUND, rollout_seed
+from rlvr.seeding import DPH_BUFFER_ROUND, STALE_ROUND, rollout_seed
 from rlvr.train.batch import TrainBatch, pack
 from rlvr.types import Completion, Prompt, SamplingConfig
 
@@ -169,9 +169,12 @@ def step_sampling(sampling: SamplingConfig, seed: int, step: int, round_: int = 
     return dataclasses.replace(sampling, seed=rollout_seed(seed, step, round_))
 
 
-def save_checkpoint(roles: "Roles", run_dir: Path, step: int, sampler: Any, r: Recipe, data_fp: dict, metrics: dict) -> str:
+def save_checkpoint(roles: "Roles", run_dir: Path, step: int, sampler: Any, r: Recipe, data_fp: dict, metrics: dict,
+                    ahead: dict | None = None) -> str:
     """Write ``RUN/checkpoints/step_N`` (:mod:`rlvr.runtime.checkpoint`: temporary folder, every trainer rank's
-    state, the critic's, the controller's, then an atomic rename) and prune old ones. Returns its path."""
+    state, the critic's, the controller's, then an atomic rename) and prune old ones. Returns its path.
+    ``ahead``: under asynchronous rollout, the batches generated for the next steps (``AHEAD``, a torch file):
+    their weights are gone once the trainer moves on, so a resumed run reads them back instead of regenerating."""
     from rlvr.runtime import checkpoint as ck
 
     t0 = time.perf_counter()
@@ -183,6 +186,8 @@ def save_checkpoint(roles: "Roles", run_dir: Path, step: int, sampler: Any, r: R
         roles.get(calls, r.timeouts.checkpoint_s, f"writing the checkpoint of step {step}", "timeouts.checkpoint_s")
         ck.save_controller(tmp, step=step, policy_version=step, sampler_state=sampler.state_dict(), recipe=r,
                            data_fp=data_fp, metrics=metrics)
+        if ahead:
+            torch.save(ahead, tmp / AHEAD)
         final = ck.commit(tmp)
     except BaseException:
         ck.abandon(tmp)
@@ -266,6 +271,7 @@ def _resume_point(r: Recipe, run_dir: Path, data: _Data) -> tuple[Path | None, A
         log.info("resuming from %s: step %d done, %d to go", resume_from, state.step, r.run.steps - state.step)
         _trim_metrics(run_dir / "metrics.jsonl", state.step)
         _trim_metrics(run_dir / "samples.jsonl", state.step)
+        _trim_metrics(run_dir / "timeline.jsonl", state.step)
     ck.prune(run_dir, r.checkpoint.keep_last, r.checkpoint.best_metric, r.checkpoint.best_mode)  # crash leftovers
     return resume_from, state
 
@@ -334,12 +340,20 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
         if val_every and r.validation.at_start and state is None:
             sink.log(0, {**run_validation(roles.generate_and_score, val_prompts, r, primary), mn.POLICY_VERSION: 0.0})
         nonfinite_in_row = 0
+        rows_of = lambda s: r.metrics.samples_rows if every_s and s % every_s == 0 else 0  # noqa: E731
+        ahead = _generated_ahead(resume_from, first, roles, data.prompts, sampler, sampling, r, primary, rows_of)
+        origin = time.time()
         with _StopFlag() as stop:
             for step in range(first, r.run.steps + 1):
                 roles.step = step
-                n_rows = r.metrics.samples_rows if every_s and step % every_s == 0 else 0
-                metrics, rows = _one_step(step, roles, data.prompts, sampler, sampling, r, primary, data.pad_id,
-                                          dph_buffer, n_rows=n_rows)  # fmt: skip
+                w0 = time.time()
+                if r.rollout.max_staleness:
+                    metrics, rows = _one_step_async(step, roles, data.prompts, sampler, sampling, r, primary,
+                                                    data.pad_id, dph_buffer, ahead, rows_of)  # fmt: skip
+                else:
+                    metrics, rows = _one_step(step, roles, data.prompts, sampler, sampling, r, primary, data.pad_id,
+                                              dph_buffer, n_rows=rows_of(step))  # fmt: skip
+                metrics.update(_role_usage(roles, run_dir, step, w0, time.time(), origin))
                 if rows:  # the table before the step's metrics (W&B steps must not go backwards)
                     sink.log_table(step, rows)
                     print_sample_table(step, rows)
@@ -349,7 +363,7 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
                 progress.update(step, metrics)
                 nonfinite_in_row = _count_nonfinite(nonfinite_in_row, metrics, step, r)
                 if stop.signame or (every_ck and step % every_ck == 0) or step == r.run.steps:
-                    path = save_checkpoint(roles, run_dir, step, sampler, r, data.fingerprint, metrics)
+                    path = save_checkpoint(roles, run_dir, step, sampler, r, data.fingerprint, metrics, ahead)
                     saved_step = step
                     if stop.signame and step < r.run.steps:
                         raise RunInterrupted(stop.signame, step, path)
@@ -364,6 +378,45 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
         roles.shutdown()
     log.info("last checkpoint: step %d", saved_step)
     return RunResult(str(run_dir), final_dir, r.run.steps, metrics)
+
+
+AHEAD = "rollouts_ahead.pt"
+"""In a checkpoint of an asynchronous run: ``{step: _Rollout}``, the batches generated ahead of the trainer."""
+
+
+def _generated_ahead(resume_from: Path | None, first: int, roles: "Roles", prompts: list[Prompt], sampler: Any,
+                     sampling: SamplingConfig, r: Recipe, primary: str, rows_of: Callable[[int], int]) -> dict:
+    """The batches of steps ``first .. first + N - 1`` that asynchronous rollout (``rollout.max_staleness`` = N)
+    has generated before step ``first`` trains: read back from the checkpoint resumed from, or, at a fresh
+    start, generated now with the starting weights (version 0). Empty for the on-policy loop.
+    Errors: :class:`~rlvr.config.RecipeError` when the checkpoint lacks them (it was written by another loop)."""
+    n = r.rollout.max_staleness
+    if not n:
+        return {}
+    if resume_from is not None:
+        path = Path(resume_from) / AHEAD
+        if not path.exists():
+            from rlvr.config import RecipeError
+
+            raise RecipeError(f"{resume_from} holds no batches generated ahead ({AHEAD}): it was not written by a run "
+                              f"with rollout.max_staleness={n}; resume with the checkpoint's own setting")
+        return torch.load(path, weights_only=False)
+    return {j: _rollout(j, roles, prompts, sampler, sampling, r, primary, rows_of(j))
+            for j in range(first, min(first + n, r.run.steps + 1))}  # fmt: skip
+
+
+def _role_usage(roles: "Roles", run_dir: Path, step: int, t0: float, t1: float, origin: float) -> dict[str, float]:
+    """The step's ``roles/*`` metrics (:func:`rlvr.metrics.timeline.role_usage`) from the executor's call spans,
+    and its row of ``RUN/timeline.jsonl``; nothing for an executor without a timeline."""
+    from rlvr.metrics.timeline import append_step, role_usage
+
+    timeline = getattr(roles.ex, "timeline", None)
+    if timeline is None:
+        return {}
+    spans = timeline.since(t0)
+    append_step(run_dir, step, t0, t1, spans, origin)
+    timeline.trim(t1)
+    return role_usage(spans, t0, t1)
 
 
 def _dph_buffer(roles: "Roles", prompts: list[Prompt], sampling: SamplingConfig, r: Recipe, primary: str, run_dir: Path) -> list:
@@ -425,13 +478,110 @@ def _one_step(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sa
     }, roll.rows
 
 
+def _one_step_async(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sampling: SamplingConfig,
+                    r: Recipe, primary: str, pad_id: int, dph_buffer: list, ahead: dict[int, _Rollout],
+                    rows_of: Callable[[int], int]) -> tuple[dict[str, float], list[dict]]:
+    """One step of asynchronous rollout (``rollout.max_staleness`` = N >= 1): the engines generate step s + N's
+    batch while the trainer updates on step s's, generated N steps ago (``ahead`` holds the batches generated
+    ahead, by step; s + N's is added).
+
+    Order: submit generation of s + N (the engines hold the weights of version s - 1) -> take batch s (samples
+    older than N versions dropped and regenerated, :func:`_drop_stale`) -> advantages -> submit the update ->
+    collect and score s + N while it runs -> wait for the update -> sync version s (the engines are idle by then:
+    each engine runs its calls in order, so they take the new weights between batches, and no sample mixes two
+    versions). So batch s was generated by version max(0, s - 1 - N) and is N versions behind the weights it
+    updates (fewer for the first N steps). ``rows_of(step)``: sample-table rows for that step's batch."""
+    t_step = time.perf_counter()
+    n = r.rollout.max_staleness
+    nxt = step + n
+    started = _start_rollout(nxt, roles, prompts, sampler, sampling, r) if nxt <= r.run.steps else None
+    roll, dropped = _drop_stale(ahead.pop(step), step, roles, prompts, sampling, r)
+    batch, critic_inputs, adv_metrics = _advantage_batch(roll, roles, r, pad_id)  # 3a: advantages
+    t0 = time.perf_counter()
+    calls = _submit_update(roles, batch, critic_inputs, dph_batch(dph_buffer, step, r, pad_id))  # 3b: update
+    roles.trainer_version = step
+    if started is not None:  # 1-2 for step s + N, beside the update
+        ahead[nxt] = _finish_rollout(started, roles, prompts, sampler, sampling, r, primary, rows_of(nxt))
+    train_stats = _wait_update(roles, calls, critic_inputs is not None, r)
+    t1 = time.perf_counter()
+    sync_stats = roles.sync(version=step)  # 4: push the new weights to every engine
+    from rlvr.metrics.timeline import staleness_metrics
+
+    lag = staleness_metrics([c.policy_version for c in roll.completions], step - 1, n)
+    return {
+        **roll.metrics,
+        **adv_metrics,
+        **train_stats,
+        **sync_stats,
+        **roll.timings,
+        **lag,
+        mn.ASYNC_DROPPED_STALE: float(dropped),
+        mn.TIMING_TRAIN_S: t1 - t0,
+        mn.TIMING_SYNC_S: time.perf_counter() - t1,
+        mn.TIMING_STEP_S: time.perf_counter() - t_step,
+        mn.ROLLOUT_TOKENS_PER_S: sum(len(c.token_ids) for c in roll.completions)
+        / max(roll.timings[mn.TIMING_ROLLOUT_S], 1e-9),
+        mn.DATA_EPOCH: float(sampler.epoch),
+        mn.POLICY_VERSION: float(step),
+    }, roll.rows
+
+
+def _drop_stale(roll: _Rollout, step: int, roles: "Roles", prompts: list[Prompt], sampling: SamplingConfig,
+                r: Recipe) -> tuple[_Rollout, int]:
+    """Step ``step`` updates the weights of version ``step - 1``: a group holding a sample of a policy version
+    below ``step - 1 - rollout.max_staleness`` is regenerated with the engines' current weights (seeded by the
+    step, round :data:`rlvr.seeding.STALE_ROUND`) and rescored; returns (the rollout, the number of samples dropped).
+    The pipeline of :func:`_one_step_async` never produces such samples; this bounds the lag whatever happens
+    (an engine restarted with other weights, a schedule change)."""
+    g = r.rollout.samples_per_prompt
+    oldest = step - 1 - r.rollout.max_staleness
+    stale = sorted({i // g for i, c in enumerate(roll.completions) if c.policy_version < oldest})
+    if not stale:
+        return roll, 0
+    by_index = {p.index: p for p in prompts}
+    again = [by_index[roll.completions[gi * g].prompt_index] for gi in stale]
+    log.warning("step %d: %d groups hold samples older than policy version %d (rollout.max_staleness=%d): "
+                "dropped and regenerated", step, len(stale), oldest, r.rollout.max_staleness)
+    comps, scs, _ = roles.generate_and_score(again, step_sampling(sampling, r.run.seed, step, STALE_ROUND))
+    completions, scored = list(roll.completions), list(roll.scored)
+    for k, gi in enumerate(stale):
+        completions[gi * g : (gi + 1) * g] = comps[k * g : (k + 1) * g]
+        scored[gi * g : (gi + 1) * g] = scs[k * g : (k + 1) * g]
+    rewards = roll.rewards.clone()
+    rewards[stale] = shaped_rewards(comps, scs, r)
+    return dataclasses.replace(roll, completions=completions, scored=scored, rewards=rewards), len(stale) * g
+
+
 def _rollout(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sampling: SamplingConfig, r: Recipe,
              primary: str, n_rows: int) -> _Rollout:
     """The step's P prompts, G samples each, scored as each engine finishes; rewards shaped (DAPO's overlong
     punishment) and, with DAPO's dynamic sampling, uninformative groups replaced (:func:`refill_groups`). The
     rollout metrics describe what the policy sampled, before any group selection (which reads too high)."""
+    return _finish_rollout(_start_rollout(step, roles, prompts, sampler, sampling, r), roles, prompts, sampler,
+                           sampling, r, primary, n_rows)  # fmt: skip
+
+
+@dataclass
+class _Started:
+    """A step's rollout submitted to the engines (:func:`_start_rollout`): its step, prompts and the pending calls."""
+
+    step: int
+    prompts: list[Prompt]
+    pending: Any
+
+
+def _start_rollout(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sampling: SamplingConfig,
+                   r: Recipe) -> _Started:
+    """Draw the step's P prompts and submit their generation (seeded by the step); returns at once."""
     batch_prompts = [prompts[i] for i in sampler.next_batch()]
-    completions, scored, timings = roles.generate_and_score(batch_prompts, step_sampling(sampling, r.run.seed, step))
+    return _Started(step, batch_prompts, roles.start_rollout(batch_prompts, step_sampling(sampling, r.run.seed, step)))
+
+
+def _finish_rollout(started: _Started, roles: "Roles", prompts: list[Prompt], sampler: Any, sampling: SamplingConfig,
+                    r: Recipe, primary: str, n_rows: int) -> _Rollout:
+    """Collect and score a :func:`_start_rollout`, then shape and (DAPO) refill it: see :func:`_rollout`."""
+    step, batch_prompts = started.step, started.prompts
+    completions, scored, timings = roles.finish_rollout(started.pending)
     metrics = rollout_metrics(completions, scored, r.pass_k, r.rollout.samples_per_prompt, primary=primary)
     rows = sample_rows(batch_prompts, completions, scored, primary, n_rows) if n_rows else []
     rewards = shaped_rewards(completions, scored, r)  # [P, G]
@@ -461,12 +611,22 @@ def _advantage_batch(roll: _Rollout, roles: "Roles", r: Recipe, pad_id: int) -> 
 def _update(roles: "Roles", batch: TrainBatch, critic_inputs: dict | None, dph: TrainBatch | None, r: Recipe) -> dict[str, float]:
     """The policy update on every trainer rank (with the DPH-RL batch, if any) and, beside it, the critic's;
     returns rank 0's statistics with the critic's (their inner timings left out)."""
+    return _wait_update(roles, _submit_update(roles, batch, critic_inputs, dph), critic_inputs is not None, r)
+
+
+def _submit_update(roles: "Roles", batch: TrainBatch, critic_inputs: dict | None, dph: TrainBatch | None) -> list:
+    """Submit the update of :func:`_update` (every trainer rank, and the critic's beside it); returns the calls."""
     calls = [t.call("train_step", batch, dph) for t in roles.trainers]
     if critic_inputs is not None:  # the critic learns beside the policy, in its own process
         calls.append(roles.critic.call("train_step", batch, critic_inputs["values"], critic_inputs["returns"]))
+    return calls
+
+
+def _wait_update(roles: "Roles", calls: list, with_critic: bool, r: Recipe) -> dict[str, float]:
+    """Wait for :func:`_submit_update`'s calls (``timeouts.train_s``); rank 0's statistics with the critic's."""
     updates = roles.get(calls, r.timeouts.train_s, "policy update", "timeouts.train_s")
     stats = {k: v for k, v in updates[0].items() if k != mn.TIMING_TRAIN_INNER_S}
-    if critic_inputs is not None:
+    if with_critic:
         stats.update({k: v for k, v in updates[-1].items() if mn.namespace(k) != mn.NS_TIMING})
     return stats
 

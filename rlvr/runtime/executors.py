@@ -129,6 +129,58 @@ class _Call:
     role: str
     method: str
     future: Any
+    timed: bool = True  # the future yields (result, start, end): see _timed
+
+
+@dataclass(frozen=True)
+class Span:
+    """One call as the role ran it: ``start``/``end`` in wall-clock seconds (``time.time()``, taken inside the
+    role's process: comparable across processes of one machine, and across nodes as far as their clocks agree)."""
+
+    role: str
+    method: str
+    start: float
+    end: float
+
+
+def _timed(obj: Any, method: str, args: tuple, kwargs: dict) -> tuple[Any, float, float]:
+    """Run ``obj.method(*args, **kwargs)`` and return (result, start, end): every call's busy interval, measured
+    where it runs (the controller's view would include queueing behind the role's earlier calls)."""
+    t0 = time.time()
+    out = getattr(obj, method)(*args, **kwargs)
+    return out, t0, time.time()
+
+
+class Timeline:
+    """The :class:`Span` of every call an executor's ``get`` returned, in completion order (thread-safe). The
+    controller reads the spans of each step (:meth:`since`) for the roles' busy and idle seconds
+    (:func:`rlvr.metrics.timeline.role_usage`)."""
+
+    def __init__(self) -> None:
+        self.spans: list[Span] = []
+        self._lock = threading.Lock()
+
+    def add(self, call: "_Call", start: float, end: float) -> None:
+        with self._lock:
+            self.spans.append(Span(call.role, call.method, start, end))
+
+    def since(self, t: float) -> list[Span]:
+        """Spans that ended after wall-clock time ``t``."""
+        with self._lock:
+            return [s for s in self.spans if s.end > t]
+
+    def trim(self, t: float) -> None:
+        """Forget spans that ended before ``t`` (a long run keeps only what the current step reads)."""
+        with self._lock:
+            self.spans = [s for s in self.spans if s.end > t]
+
+
+def _unwrap(call: "_Call", value: Any, timeline: "Timeline") -> Any:
+    if not call.timed:
+        return value
+    out, start, end = value
+    timeline.add(call, start, end)
+    return out
 
 
 class Handle:
@@ -146,6 +198,7 @@ class LocalExecutor:
 
     def __init__(self) -> None:
         self._threads: list[cf.ThreadPoolExecutor] = []
+        self.timeline = Timeline()
 
     def spawn(self, name: str, cls: type, *args: Any, resources: Resources = Resources(), **kwargs: Any) -> Handle:
         for k, v in resources.env.items():
@@ -172,8 +225,8 @@ class LocalExecutor:
         def run():
             if method in self.BUILD_METHODS:
                 with self._BUILD_LOCK:
-                    return getattr(obj.result(), method)(*args, **kwargs)
-            return getattr(obj.result(), method)(*args, **kwargs)
+                    return _timed(obj.result(), method, args, kwargs)
+            return _timed(obj.result(), method, args, kwargs)
 
         return thread.submit(run)
 
@@ -183,7 +236,7 @@ class LocalExecutor:
         out, deadline = [], _deadline(timeout_s)
         for c in calls:
             try:
-                out.append(c.future.result(timeout=_left(deadline)))
+                out.append(_unwrap(c, c.future.result(timeout=_left(deadline)), self.timeline))
             except cf.TimeoutError:
                 raise _overran(what, c.role, c.method, timeout_s, setting) from None
             except Exception as e:
@@ -245,6 +298,7 @@ class RayExecutor:
                 kwargs["num_cpus"] = num_cpus
             ray.init(**kwargs)
         self._ray = ray
+        self.timeline = Timeline()
         self._actors: list[Any] = []
         self._groups: dict[str, Any] = {}
 
@@ -286,7 +340,8 @@ class RayExecutor:
 
     def node_ips(self, handles: list[Handle], timeout_s: float) -> list[str]:
         """The IP of the node each role's actor runs on (asked inside the actor)."""
-        calls = [_Call(h.name, "node_ip", h._target.__ray_call__.remote(lambda _self: host_ip())) for h in handles]
+        calls = [_Call(h.name, "node_ip", h._target.__ray_call__.remote(lambda _self: host_ip()), timed=False)
+                 for h in handles]
         return self.get(calls, timeout_s, "asking the roles where they run")
 
     def spawn(self, name: str, cls: type, *args: Any, resources: Resources = Resources(), **kwargs: Any) -> Handle:
@@ -311,7 +366,9 @@ class RayExecutor:
         return Handle(name, actor, self)
 
     def _submit(self, actor: Any, method: str, args: tuple, kwargs: dict) -> Any:
-        return getattr(actor, method).remote(*args, **kwargs)
+        # through the actor's __ray_call__ (an actor method like the others: same queue, same order) so the call
+        # reports its own start and end
+        return actor.__ray_call__.remote(_timed, method, args, kwargs)
 
     def get(self, calls: list[_Call], timeout_s: float | None, what: str, setting: str | None = None) -> list[Any]:
         """Results of ``calls`` in order, all within ``timeout_s`` seconds in total. ``setting``: the recipe key
@@ -320,7 +377,7 @@ class RayExecutor:
         out, deadline = [], _deadline(timeout_s)
         for c in calls:
             try:
-                out.append(ray.get(c.future, timeout=_left(deadline)))
+                out.append(_unwrap(c, ray.get(c.future, timeout=_left(deadline)), self.timeline))
             except ray.exceptions.GetTimeoutError:
                 raise _overran(what, c.role, c.method, timeout_s, setting) from None
             except ray.exceptions.RayActorError as e:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,18 @@ from rlvr.sync.weights import WeightSpec, WeightSyncError, check_specs, checksum
 from rlvr.types import Completion, Prompt, SamplingConfig
 
 log = logging.getLogger("rlvr")
+
+
+@dataclass
+class PendingRollout:
+    """A rollout submitted to the engines (:meth:`Roles.start_rollout`) and not yet collected: the prompts, the
+    sampling, each engine's share (``chunks``), its generate calls and the submission time (``time.perf_counter``)."""
+
+    prompts: list[Prompt]
+    sampling: SamplingConfig
+    chunks: list[list[Prompt]]
+    calls: list
+    t0: float
 
 
 def role_env(recipe: Recipe, run_dir: Path, threads: int) -> dict[str, str]:
@@ -100,6 +113,9 @@ class Roles:
             executor = LocalExecutor() if r.run.executor == "local" else RayExecutor(r.run.ray_address, r.run.num_cpus, env)
         self.ex = executor
         self.model_dir, self.env, self.version, self.restarts = model_dir, env, 0, 0
+        # the policy version the trainer holds once its submitted calls have run (the controller sets it when it
+        # submits an update; ahead of ``version``, the engines', while an update runs beside generation)
+        self.trainer_version = 0
         self.step = 0  # the step the loop is on (named in timeout errors); set by train()
         self.res = role_resources(r, env)
         self.ex.reserve(placement_groups(self.res), r.timeouts.startup_s, "timeouts.startup_s")
@@ -162,6 +178,7 @@ class Roles:
             gpu_memory_utilization=r.rollout.gpu_memory_utilization,
             enforce_eager=r.rollout.enforce_eager,
             threads=r.rollout.threads,
+            **({"cpus": tuple(r.rollout.cpus)} if r.rollout.cpus else {}),
             **({"tensor_parallel_size": r.rollout.tensor_parallel_size} if r.rollout.tensor_parallel_size > 1 else {}),
             resources=self.res["engines"][i],
         )
@@ -172,6 +189,10 @@ class Roles:
         current weights (policy version ``self.version``). Returns the replaced engines' indices.
         Errors: :class:`RoleError` when a replacement does not start (or the executor cannot restart roles)."""
         dead = list(known_dead)
+        # the new group needs trainer rank 0 free to join it: under asynchronous rollout it may be mid-update (its
+        # queued calls run first; the weights it then sends are those of trainer_version)
+        self.get([t.call("ping") for t in self.trainers], self.recipe.timeouts.train_s,
+                 "waiting for the trainer to re-sync a replaced engine", "timeouts.train_s")
         for i, e in enumerate(self.engines):
             if i in dead:
                 continue
@@ -187,7 +208,7 @@ class Roles:
         self.get([self.engines[i].call("ping") for i in dead], self.recipe.timeouts.startup_s, "restarting engines",
                  "timeouts.startup_s")
         self._init_sync()
-        self.sync(self.version)
+        self.sync(max(self.version, self.trainer_version))
         return dead
 
     def get(self, calls: list, timeout_s: float, what: str, setting: str | None = None) -> list:
@@ -260,6 +281,7 @@ class Roles:
                               timeout_s=r.sync.timeout_s + 30)
         gb = sent["bytes"] / 1e9
         self.version = version
+        self.trainer_version = max(self.trainer_version, version)
         return {
             mn.SYNC_SECONDS: seconds,
             mn.SYNC_SEND_SECONDS: sent["seconds"],
@@ -270,20 +292,34 @@ class Roles:
         }
 
     def generate_and_score(self, prompts: list[Prompt], sampling: SamplingConfig) -> tuple[list[Completion], list[Scored], dict[str, float]]:
-        """Roll out ``prompts`` (split evenly over the engines) and score every completion.
+        """Roll out ``prompts`` (split evenly over the engines) and score every completion: :meth:`start_rollout`
+        then :meth:`finish_rollout`. Returns (completions [B], scored [B], timings), both prompt-major in input
+        order (B = len(prompts) x G)."""
+        return self.finish_rollout(self.start_rollout(prompts, sampling))
+
+    def start_rollout(self, prompts: list[Prompt], sampling: SamplingConfig) -> "PendingRollout":
+        """Submit the generation of ``prompts`` (split evenly over the engines) and return at once. Each engine runs
+        its calls in order, so the rollout uses the weights of the last sync submitted before it."""
+        e = len(self.engines)
+        per = (len(prompts) + e - 1) // e
+        chunks = [prompts[i * per : (i + 1) * per] for i in range(e)]
+        gen = [eng.call("generate", chunk, sampling) for eng, chunk in zip(self.engines, chunks)]
+        return PendingRollout(prompts, sampling, chunks, gen, time.perf_counter())
+
+    def finish_rollout(self, pending: "PendingRollout") -> tuple[list[Completion], list[Scored], dict[str, float]]:
+        """Wait for a :meth:`start_rollout` and score it: each engine's part goes to the reward worker as soon as
+        that engine finishes, so scoring overlaps with the engines still generating.
 
         An engine whose process dies is replaced and given the current weights (:meth:`restart_dead_engines`),
         and the whole rollout is retried (seeded sampling draws the same samples), up to ``rollout.max_restarts``
-        times per run; ``timing/engine_restarts`` counts the restarts so far.
-
-        Each engine's part goes to the reward worker as soon as that engine finishes, so scoring overlaps with the
-        engines still generating. Returns (completions [B], scored [B], timings), both prompt-major in input order
-        (B = len(prompts) x G). Timings: ``timing/rollout_s`` (until the last engine finished) and
-        ``timing/reward_s`` (from then until the last score arrived: the reward time not hidden by rollout).
-        """
+        times per run; ``timing/engine_restarts`` counts the restarts so far. Returns (completions [B], scored
+        [B], timings). Timings: ``timing/rollout_s`` (from the submission until the last engine finished: with
+        asynchronous rollout this includes the wait behind the engines' earlier calls) and ``timing/reward_s``
+        (from then until the last score arrived: the reward time not hidden by rollout).
+        Errors: :class:`RoleError` (a role failed, timed out, or the restarts are spent)."""
         while True:
             try:
-                out = self._generate_and_score(prompts, sampling)
+                out = self._finish_rollout(pending)
                 out[2][mn.TIMING_ENGINE_RESTARTS] = float(self.restarts)
                 return out
             except RoleError as err:
@@ -295,16 +331,14 @@ class Roles:
                 role = err.role or ""
                 replaced = self.restart_dead_engines((int(role[len("engine"):]),) if role[len("engine"):].isdigit() else ())
                 log.warning("engines %s replaced and given policy version %d", replaced, self.version)
+                pending = self.start_rollout(pending.prompts, pending.sampling)
 
-    def _generate_and_score(self, prompts: list[Prompt], sampling: SamplingConfig) -> tuple[list[Completion], list[Scored], dict[str, float]]:
-        t0 = time.perf_counter()
-        e = len(self.engines)
-        per = (len(prompts) + e - 1) // e
-        chunks = [prompts[i * per : (i + 1) * per] for i in range(e)]
-        gen = [eng.call("generate", chunk, sampling) for eng, chunk in zip(self.engines, chunks)]
+    def _finish_rollout(self, pending: "PendingRollout") -> tuple[list[Completion], list[Scored], dict[str, float]]:
+        t0, chunks, e = pending.t0, pending.chunks, len(pending.calls)
         parts: list[list[Completion]] = [[] for _ in range(e)]
         score_calls: list = [None] * e
-        for i, part in self.ex.as_completed(gen, self.recipe.timeouts.rollout_s, self._what("rollout"), "timeouts.rollout_s"):
+        for i, part in self.ex.as_completed(pending.calls, self.recipe.timeouts.rollout_s, self._what("rollout"),
+                                            "timeouts.rollout_s"):  # fmt: skip
             parts[i] = part
             by_index = {p.index: p for p in chunks[i]}
             golds = [by_index[c.prompt_index].gold for c in part]

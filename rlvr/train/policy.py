@@ -119,6 +119,9 @@ class PolicyWorker:
 
         recipe, model_dir, rank, world_size = self.recipe, self.model_dir, self.rank, self.world_size
         tr = recipe.trainer
+        from rlvr.hardware import bind_cpus
+
+        bind_cpus(tr.cpus)  # trainer.cpus: this rank's cores (rollout.cpus holds the engines')
         set_threads(tr.threads)
         torch.manual_seed(trainer_seed(recipe.run.seed, rank))
         self.master_addr, self.master_port = master_addr, master_port
