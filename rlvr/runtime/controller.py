@@ -401,8 +401,7 @@ def _generated_ahead(resume_from: Path | None, first: int, roles: "Roles", promp
             raise RecipeError(f"{resume_from} holds no batches generated ahead ({AHEAD}): it was not written by a run "
                               f"with rollout.max_staleness={n}; resume with the checkpoint's own setting")
         return torch.load(path, weights_only=False)
-    return {j: _rollout(j, roles, prompts, sampler, sampling, r, primary, rows_of(j))
-            for j in range(first, min(first + n, r.run.steps + 1))}  # fmt: skip
+    return {j: _rollout(j, roles, prompts, sampler, sampling, r, primary, rows_of(j)) for j in range(first, first + n)}
 
 
 def _role_usage(roles: "Roles", run_dir: Path, step: int, t0: float, t1: float, origin: float) -> dict[str, float]:
@@ -456,13 +455,18 @@ def _one_step(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sa
     ``n_rows`` > 0, a table of that many sample rollouts (:func:`rlvr.metrics.samples.sample_rows`)."""
     t_step = time.perf_counter()
     roll = _rollout(step, roles, prompts, sampler, sampling, r, primary, n_rows)  # 1-2: generate and score
+    roll, dropped = _drop_stale(roll, step, roles, prompts, sampling, r)
     batch, critic_inputs, adv_metrics = _advantage_batch(roll, roles, r, pad_id)  # 3a: advantages
     t0 = time.perf_counter()
     train_stats = _update(roles, batch, critic_inputs, dph_batch(dph_buffer, step, r, pad_id), r)  # 3b: update
     t1 = time.perf_counter()
     sync_stats = roles.sync(version=step)  # 4: push the new weights to every engine
     t_train, t_sync = t1 - t0, time.perf_counter() - t1
+    from rlvr.metrics.timeline import staleness_metrics
+
     return {  # 5: the step's metrics (logged by the caller)
+        **staleness_metrics([c.policy_version for c in roll.completions], step - 1, 0),
+        mn.ASYNC_DROPPED_STALE: float(dropped),
         **roll.metrics,
         **adv_metrics,
         **train_stats,
@@ -494,14 +498,15 @@ def _one_step_async(step: int, roles: "Roles", prompts: list[Prompt], sampler: A
     t_step = time.perf_counter()
     n = r.rollout.max_staleness
     nxt = step + n
-    started = _start_rollout(nxt, roles, prompts, sampler, sampling, r) if nxt <= r.run.steps else None
+    # also past run.steps: the last N batches go to the final checkpoint, so a run continued for more steps trains
+    # on what an uninterrupted one would (their generation overlaps the last updates)
+    started = _start_rollout(nxt, roles, prompts, sampler, sampling, r)
     roll, dropped = _drop_stale(ahead.pop(step), step, roles, prompts, sampling, r)
     batch, critic_inputs, adv_metrics = _advantage_batch(roll, roles, r, pad_id)  # 3a: advantages
     t0 = time.perf_counter()
     calls = _submit_update(roles, batch, critic_inputs, dph_batch(dph_buffer, step, r, pad_id))  # 3b: update
     roles.trainer_version = step
-    if started is not None:  # 1-2 for step s + N, beside the update
-        ahead[nxt] = _finish_rollout(started, roles, prompts, sampler, sampling, r, primary, rows_of(nxt))
+    ahead[nxt] = _finish_rollout(started, roles, prompts, sampler, sampling, r, primary, rows_of(nxt))  # 1-2, beside
     train_stats = _wait_update(roles, calls, critic_inputs is not None, r)
     t1 = time.perf_counter()
     sync_stats = roles.sync(version=step)  # 4: push the new weights to every engine

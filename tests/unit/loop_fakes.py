@@ -14,6 +14,7 @@ DeepSpeed or verifier processes.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,16 +41,24 @@ class CallLog:
 
 
 class FakeEngine:
-    def __init__(self, model_dir: str, *, log: CallLog, role: str, all_right_calls: int = 0, **_: Any) -> None:
+    def __init__(self, model_dir: str, *, log: CallLog, role: str, all_right_calls: int = 0, delay_s: float = 0.0,
+                 stale_call: int = -1, **_: Any) -> None:
         self.log, self.role, self.version, self.all_right_calls = log, role, 0, all_right_calls
+        self.delay_s, self.stale_call, self.calls = delay_s, stale_call, 0
+        self.versions: list[int] = []  # the policy version each generate call reported
 
     def generate(self, prompts, sampling):
         self.log.add(self.role, "generate")
+        time.sleep(self.delay_s)
         right = self.all_right_calls > 0  # the first ``all_right_calls`` calls answer every sample right
         self.all_right_calls -= 1
+        # call ``stale_call`` (0-based) claims a policy version far in the past (as an engine left behind would)
+        version = self.version - 100 if self.calls == self.stale_call else self.version
+        self.calls += 1
+        self.versions.append(version)
         return [Completion(prompt_index=p.index, sample_index=j, prompt_ids=list(p.prompt_ids),
                            token_ids=[5, 6], logprobs=[-1.0, -1.0], text=p.gold if right or j % 2 == 0 else "wrong",
-                           finish_reason="stop", policy_version=self.version)
+                           finish_reason="stop", policy_version=version)
                 for p in prompts for j in range(sampling.n)]  # fmt: skip
 
     def probe_logprobs(self, prompt_ids, n_tokens):
@@ -90,8 +99,9 @@ class FakeScorer:
 
 
 class FakeTrainer:
-    def __init__(self, recipe, model_dir, rank, world_size, *_: Any, log: CallLog, role: str, **__: Any) -> None:
-        self.log, self.role, self.updates = log, role, []
+    def __init__(self, recipe, model_dir, rank, world_size, *_: Any, log: CallLog, role: str, delay_s: float = 0.0,
+                 **__: Any) -> None:
+        self.log, self.role, self.updates, self.delay_s = log, role, [], delay_s
 
     def rendezvous_address(self):
         return "127.0.0.1", 0
@@ -112,6 +122,7 @@ class FakeTrainer:
 
     def train_step(self, batch, dph=None):
         self.log.add(self.role, "train_step")
+        time.sleep(self.delay_s)
         self.updates.append(len(batch))
         return {"train/loss": 0.0, "train/skipped": 0.0, "train/optimizer_steps": 1.0, "train/grad_norm": 1.0}
 
@@ -151,16 +162,24 @@ class FakeCritic(FakeTrainer):
 
 
 class FakeExecutor(LocalExecutor):
-    """The in-process executor, with each role's class swapped for its fake (by role name)."""
+    """The in-process executor, with each role's class swapped for its fake (by role name). ``generate_s`` /
+    ``train_s``: how long the engine's ``generate`` and the trainer's ``train_step`` sleep (holding no CPU);
+    ``stale_call``: the engine generate call (0-based) that reports a policy version 100 versions old."""
 
-    def __init__(self, all_right_calls: int = 0) -> None:
+    def __init__(self, all_right_calls: int = 0, generate_s: float = 0.0, train_s: float = 0.0, stale_call: int = -1) -> None:
         super().__init__()
         self.log, self.all_right_calls = CallLog(), all_right_calls
+        self.generate_s, self.train_s, self.stale_call = generate_s, train_s, stale_call
+        self.objects: dict[str, Any] = {}
 
     def spawn(self, name, cls, *args, resources=None, **kwargs):
         fake = (FakeEngine if name.startswith("engine") else FakeScorer if name == "reward"
                 else FakeCritic if name == "critic" else FakeTrainer)  # fmt: skip
         kw = dict(kwargs, log=self.log, role=name)
         if fake is FakeEngine:
-            kw["all_right_calls"] = self.all_right_calls
-        return super().spawn(name, fake, *args, resources=resources or Resources(), **kw)
+            kw.update(all_right_calls=self.all_right_calls, delay_s=self.generate_s, stale_call=self.stale_call)
+        elif fake is FakeTrainer:
+            kw["delay_s"] = self.train_s
+        handle = super().spawn(name, fake, *args, resources=resources or Resources(), **kw)
+        self.objects[name] = handle._target[1]  # the future of the role object
+        return handle

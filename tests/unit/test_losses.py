@@ -372,3 +372,45 @@ def test_property_policy_losses(case, name, dual):
         for i, n in enumerate(lengths):
             if n:
                 assert torch.allclose(per_tok[i, :n], per_tok[i, :1].expand(n), rtol=1e-5, atol=1e-6)
+
+
+# -- AReaL's decoupled objective (algorithm.rollout_correction: decoupled), by hand -------------------------------
+# old (pi_prox) [-1.0, -2.0], rollout (pi_behav) [-1.5, -1.0]: weights exp(old - rollout) = [e^0.5, e^-1]
+# = [1.6487, 0.3679]. At the first step logprobs = old (ratio 1, no clipping), so the PPO token loss is -A = -1
+# and the decoupled loss is -w; its gradient in logprobs is -A * w * ratio = -w.
+_OLD, _ROLL = torch.tensor([[-1.0, -2.0]]), torch.tensor([[-1.5, -1.0]])
+_W = [math.exp(0.5), math.exp(-1.0)]
+
+
+@pytest.mark.parametrize(("mode", "cap", "weights", "capped"), [
+    ("decoupled", 0.0, _W, [0.0, 0.0]),          # uncapped: the full behaviour weight
+    ("decoupled", 1.5, [0.0, _W[1]], [1.0, 0.0]),  # AReaL's cap: the token over it leaves the loss
+    ("tis", 1.5, [1.5, _W[1]], [1.0, 0.0]),        # TIS clamps it at the cap instead
+])  # fmt: skip
+def test_decoupled_weights_by_hand(mode, cap, weights, capped):
+    lp = _OLD.clone().requires_grad_(True)
+    loss, stats = POLICY_LOSSES.get("ppo_clip")(lp, _OLD, torch.tensor([1.0]), torch.ones(1, 2), CFG,
+                                                rollout_logprobs=_ROLL, tis_cap=cap, rollout_correction=mode)  # fmt: skip
+    assert loss.detach().squeeze(0).tolist() == pytest.approx([-w for w in weights], abs=1e-6)
+    loss.sum().backward()
+    assert lp.grad.squeeze(0).tolist() == pytest.approx([-w for w in weights], abs=1e-6)
+    assert stats["tis_weight"].squeeze(0).tolist() == pytest.approx(weights, abs=1e-6)
+    assert stats["tis_capped"].squeeze(0).tolist() == capped
+    assert float(stats["tis_weight_max"]) == pytest.approx(max(weights), abs=1e-6)
+
+
+def test_decoupled_clips_against_the_proximal_policy():
+    """The ratio is pi_theta / pi_prox, not pi_theta / pi_behav: logprobs 0.5 above old (ratio e^0.5 = 1.65 >
+    1.2) with A > 0 is clipped (no gradient), whatever the behaviour logprobs."""
+    lp = (_OLD + 0.5).requires_grad_(True)
+    loss, _ = POLICY_LOSSES.get("ppo_clip")(lp, _OLD, torch.tensor([1.0]), torch.ones(1, 2), CFG,
+                                            rollout_logprobs=_ROLL, rollout_correction="decoupled")  # fmt: skip
+    assert loss.detach().squeeze(0).tolist() == pytest.approx([-1.2 * _W[0], -1.2 * _W[1]], abs=1e-6)
+    loss.sum().backward()
+    assert lp.grad.abs().max() == 0.0
+
+
+def test_unknown_rollout_correction_is_refused():
+    with pytest.raises(ValueError, match="rollout_correction"):
+        POLICY_LOSSES.get("ppo_clip")(_OLD, _OLD, torch.tensor([1.0]), torch.ones(1, 2), CFG, rollout_logprobs=_ROLL,
+                                      rollout_correction="areal")  # fmt: skip

@@ -1,0 +1,50 @@
+"""Role busy/idle accounting and the staleness histogram (rlvr.metrics.timeline), on spans worked out by hand."""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import pytest
+
+from rlvr.metrics import names as mn
+from rlvr.metrics.timeline import role_group, role_usage, staleness_metrics
+
+S = namedtuple("S", "role method start end")
+
+
+def test_busy_idle_and_overlap_by_hand():
+    # a 10 s step: engine0 generates 0-4 and 6-9 (7 s), engine1 0-2 (2 s): engines mean 4.5 s; the trainer
+    # trains 3-8 (5 s) and sends 9-10 while the engines receive 9-10 (sync 1 s, also busy for both groups);
+    # reward scores 4-5; generation and training overlap at 3-4 and 6-8: 3 s of 10
+    spans = [S("engine0", "generate", 0, 4), S("engine0", "generate", 6, 9), S("engine1", "generate", 0, 2),
+             S("trainer0", "train_step", 3, 8), S("trainer0", "send_weights", 9, 10),
+             S("engine0", "receive_weights", 9, 10), S("engine1", "receive_weights", 9, 10),
+             S("reward", "score", 4, 5)]  # fmt: skip
+    m = role_usage(spans, 0.0, 10.0)
+    assert m[mn.role_busy("engines")] == pytest.approx((8 + 3) / 2)  # engine0 7 + 1 receive, engine1 2 + 1
+    assert m[mn.role_idle("engines")] == pytest.approx(10 - 5.5)
+    assert m[mn.role_busy("trainer")] == pytest.approx(6.0)
+    assert m[mn.role_busy("reward")] == pytest.approx(1.0)
+    assert m[mn.role_busy("sync")] == pytest.approx(1.0) and m[mn.role_idle("sync")] == pytest.approx(9.0)
+    assert m[mn.ROLES_OVERLAP_FRAC] == pytest.approx(0.3)
+    assert mn.role_busy("critic") not in m  # no critic span: no critic metrics
+
+
+def test_spans_are_clipped_to_the_window():
+    m = role_usage([S("engine0", "generate", -5, 2), S("trainer0", "train_step", 8, 20)], 0.0, 10.0)
+    assert m[mn.role_busy("engines")] == pytest.approx(2.0) and m[mn.role_busy("trainer")] == pytest.approx(2.0)
+    assert m[mn.ROLES_OVERLAP_FRAC] == 0.0
+    with pytest.raises(ValueError):
+        role_usage([], 2.0, 1.0)
+
+
+def test_role_groups():
+    assert [role_group(x) for x in ("engine0", "engine12", "trainer3", "reward", "critic", "engineX")] == [
+        "engines", "engines", "trainer", "reward", "critic", "engineX"]
+
+
+def test_staleness_histogram_by_hand():
+    # trainer at version 5; samples of versions 5, 4, 4, 3: lags 0, 1, 1, 2
+    m = staleness_metrics([5, 4, 4, 3], 5, 2)
+    assert m[mn.ASYNC_STALENESS_MEAN] == pytest.approx(1.0) and m[mn.ASYNC_STALENESS_MAX] == 2.0
+    assert [m[mn.staleness(k)] for k in range(3)] == [0.25, 0.5, 0.25]
