@@ -1,7 +1,8 @@
 """``rlvr plot RUN_DIR [--out DIR]``: PNG figures of a run's ``RUN/metrics.jsonl``.
 
 One PNG per panel (``reward.png``, ``passk.png`` ...; see :data:`PANELS`) and ``overview.png`` with every panel
-in a grid, written to ``--out`` (default ``RUN/plots``). A panel none of whose metrics are in the file is
+in a grid, written to ``--out`` (default ``RUN/plots``); with ``RUN/timeline.jsonl``, ``timeline.png``: each
+role's calls over the last ``--timeline-steps`` steps (:func:`plot_timeline`). A panel none of whose metrics are in the file is
 skipped (the console says so); the paths written are printed. x is the training step (validation at step 0 is
 the starting policy). Rendering uses matplotlib's Agg canvas (no display, no ``pyplot`` state).
 
@@ -57,6 +58,8 @@ PANELS: tuple[Panel, ...] = (
           _any(mn.TRAIN_ROLLOUT_GAP_ABS, mn.TRAIN_ROLLOUT_GAP_ABS_MAX), "nats"),
     Panel("timing", "time per stage", _any(mn.TIMING), "seconds"),
     Panel("sync", "weight sync", _any(mn.SYNC_GBPS), "GB/s"),
+    Panel("idle", "idle seconds per role", _any(mn.ROLE_IDLE), "seconds"),
+    Panel("staleness", "policy lag of the trained samples", _any(mn.ASYNC_STALENESS_MEAN, mn.ASYNC_STALENESS_MAX), "versions"),
 )  # fmt: skip
 """The panels, in the order of the overview grid; patterns built from :mod:`rlvr.metrics.names`."""
 
@@ -161,11 +164,61 @@ def plot_run(metrics_path: str | Path, out_dir: str | Path) -> tuple[list[Path],
     return written, skipped
 
 
+TIMELINE_STEPS = 4
+"""Steps the timeline figure shows by default (the last ones of the run)."""
+_METHOD_COLOURS = {"generate": "tab:blue", "score": "tab:orange", "train_step": "tab:green",
+                   "compute_logprobs": "tab:olive", "compute_values": "tab:cyan", "send_weights": "tab:red",
+                   "receive_weights": "tab:red", "probe_logprobs": "tab:purple"}  # fmt: skip
+
+
+def plot_timeline(timeline_path: str | Path, out_dir: str | Path, steps: int = TIMELINE_STEPS) -> Path | None:
+    """``timeline.png``: a row per role (engines, reward, trainer ranks, critic), a bar per call the role ran
+    over the run's last ``steps`` steps (colour: the method; sync in red), dashed lines at step boundaries: the
+    pipeline picture that shows where each role waits. Returns the path, or None when the file has no step.
+    Errors: ``OSError`` for an unreadable file; ``ImportError`` without matplotlib."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    from rlvr.metrics.timeline import GROUPS, read_timeline, role_group
+
+    rows = read_timeline(timeline_path)[-steps:]
+    if not rows:
+        return None
+    spans = [s for r in rows for s in r["spans"]]
+    order = lambda role: (GROUPS.index(role_group(role)) if role_group(role) in GROUPS else len(GROUPS), role)  # noqa: E731
+    roles = sorted({s[0] for s in spans}, key=order)
+    fig = Figure(figsize=(10.0, 0.6 * len(roles) + 1.6), layout="constrained")
+    ax = fig.add_subplot()
+    for y, role in enumerate(roles):
+        for _, method, a, b in (s for s in spans if s[0] == role):
+            ax.broken_barh([(a, max(b - a, 1e-3))], (y - 0.35, 0.7), color=_METHOD_COLOURS.get(method, "tab:gray"))
+    for r in rows:
+        ax.axvline(r["start"], color="black", linestyle="--", linewidth=0.6)
+        ax.text(r["start"], len(roles) - 0.4, f" step {r['step']}", fontsize=7, va="bottom")
+    ax.set_yticks(range(len(roles)), roles, fontsize=8)
+    ax.set_xlabel("seconds since the first step began", fontsize=8)
+    ax.set_ylim(-0.6, len(roles) + 0.2)
+    ax.invert_yaxis()
+    ax.tick_params(labelsize=7)
+    shown = sorted({s[1] for s in spans}, key=lambda m: list(_METHOD_COLOURS).index(m) if m in _METHOD_COLOURS else 99)
+    ax.legend(handles=[Patch(color=_METHOD_COLOURS.get(m, "tab:gray"), label=m) for m in shown], fontsize=7,
+              loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=min(len(shown), 7))  # fmt: skip
+    ax.set_title(f"{Path(timeline_path).parent.name}: what each role did, steps {rows[0]['step']}-{rows[-1]['step']}",
+                 fontsize=10)  # fmt: skip
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "timeline.png"
+    _save(fig, path)
+    return path
+
+
 def add_plot_parser(sub: Any) -> None:
     """Register the ``plot`` subcommand on an ``argparse`` subparsers object (see :func:`cmd_plot`)."""
     p = sub.add_parser("plot", help="plot a run's metrics.jsonl to PNG files")
     p.add_argument("run_dir", help="run folder (holding metrics.jsonl), or a metrics.jsonl file")
     p.add_argument("--out", default=None, help="folder for the PNGs (default: RUN_DIR/plots)")
+    p.add_argument("--timeline-steps", type=int, default=TIMELINE_STEPS,
+                   help=f"steps timeline.png shows, the run's last (default {TIMELINE_STEPS})")
     p.set_defaults(fn=cmd_plot)
 
 
@@ -182,7 +235,11 @@ def cmd_plot(args: argparse.Namespace, stream: TextIO | None = None) -> int:
     try:
         _, bad = read_metrics(metrics_path)
         written, skipped = plot_run(metrics_path, out_dir)
-    except (OSError, UnicodeDecodeError, ImportError) as e:
+        timeline = metrics_path.parent / "timeline.jsonl"
+        if written and timeline.is_file():
+            t = plot_timeline(timeline, out_dir, getattr(args, "timeline_steps", TIMELINE_STEPS))
+            written += [t] if t is not None else []
+    except (OSError, UnicodeDecodeError, ImportError, ValueError) as e:  # ValueError: a damaged timeline.jsonl
         print(f"rlvr plot: {e}", file=sys.stderr)
         return 2
     if bad:

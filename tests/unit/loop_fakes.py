@@ -42,9 +42,9 @@ class CallLog:
 
 class FakeEngine:
     def __init__(self, model_dir: str, *, log: CallLog, role: str, all_right_calls: int = 0, delay_s: float = 0.0,
-                 stale_call: int = -1, **_: Any) -> None:
+                 stale_call: int = -1, sync_s: float = 0.0, **_: Any) -> None:
         self.log, self.role, self.version, self.all_right_calls = log, role, 0, all_right_calls
-        self.delay_s, self.stale_call, self.calls = delay_s, stale_call, 0
+        self.delay_s, self.stale_call, self.calls, self.sync_s = delay_s, stale_call, 0, sync_s
         self.versions: list[int] = []  # the policy version each generate call reported
 
     def generate(self, prompts, sampling):
@@ -72,6 +72,7 @@ class FakeEngine:
 
     def receive_weights(self, specs, version, bucket_mb=0.0):
         self.log.add(self.role, "receive_weights")
+        time.sleep(self.sync_s)
         self.version = version
         return 1.0
 
@@ -164,12 +165,14 @@ class FakeCritic(FakeTrainer):
 class FakeExecutor(LocalExecutor):
     """The in-process executor, with each role's class swapped for its fake (by role name). ``generate_s`` /
     ``train_s``: how long the engine's ``generate`` and the trainer's ``train_step`` sleep (holding no CPU);
-    ``stale_call``: the engine generate call (0-based) that reports a policy version 100 versions old."""
+    ``sync_s``: how long the engine's ``receive_weights`` sleeps; ``stale_call``: the engine generate call (0-based)
+    that reports a policy version 100 versions old."""
 
-    def __init__(self, all_right_calls: int = 0, generate_s: float = 0.0, train_s: float = 0.0, stale_call: int = -1) -> None:
+    def __init__(self, all_right_calls: int = 0, generate_s: float = 0.0, train_s: float = 0.0, stale_call: int = -1,
+                 sync_s: float = 0.0) -> None:
         super().__init__()
         self.log, self.all_right_calls = CallLog(), all_right_calls
-        self.generate_s, self.train_s, self.stale_call = generate_s, train_s, stale_call
+        self.generate_s, self.train_s, self.stale_call, self.sync_s = generate_s, train_s, stale_call, sync_s
         self.objects: dict[str, Any] = {}
 
     def spawn(self, name, cls, *args, resources=None, **kwargs):
@@ -177,7 +180,8 @@ class FakeExecutor(LocalExecutor):
                 else FakeCritic if name == "critic" else FakeTrainer)  # fmt: skip
         kw = dict(kwargs, log=self.log, role=name)
         if fake is FakeEngine:
-            kw.update(all_right_calls=self.all_right_calls, delay_s=self.generate_s, stale_call=self.stale_call)
+            kw.update(all_right_calls=self.all_right_calls, delay_s=self.generate_s, stale_call=self.stale_call,
+                      sync_s=self.sync_s)
         elif fake is FakeTrainer:
             kw["delay_s"] = self.train_s
         handle = super().spawn(name, fake, *args, resources=resources or Resources(), **kw)

@@ -60,7 +60,8 @@ def test_plot_run_writes_sized_nonblank_pngs(tmp_path):
     written, skipped = plot_run(path, tmp_path / "out")
     slugs = ["reward", "passk", "val", "length", "entropy", "timing", "sync"]
     assert [p.name for p in written] == [f"{s}.png" for s in slugs] + ["overview.png"]
-    assert skipped == ["KL", "clip fraction", "rollout vs trainer logprobs |old - rollout|"]
+    assert skipped == ["KL", "clip fraction", "rollout vs trainer logprobs |old - rollout|", "idle seconds per role",
+                       "policy lag of the trained samples"]
     for p in written[:-1]:
         img = mpimg.imread(p)
         assert img.shape[:2] == (350, 600)  # 6 x 3.5 inches at 100 dpi
@@ -102,3 +103,25 @@ def test_plot_without_matplotlib(tmp_path, monkeypatch, capsys):
     _write(tmp_path / "metrics.jsonl", ROWS)
     assert main(["plot", str(tmp_path)]) == 2
     assert "pip install matplotlib" in capsys.readouterr().err
+
+
+def test_cli_plot_draws_the_role_timeline(tmp_path, capsys):
+    """A run's timeline.jsonl (here: 2 steps, an engine generating beside the trainer's update) becomes
+    timeline.png: one row per role, bars where it ran calls."""
+    mpimg = pytest.importorskip("matplotlib.image")
+    run = tmp_path / "run"
+    _write(run / "metrics.jsonl", [{"step": s, "reward/mean": 0.5, "roles/engines_idle_s": 1.0} for s in (1, 2)])
+    _write(run / "timeline.jsonl", [
+        {"step": 1, "start": 0.0, "end": 2.0, "spans": [["engine0", "generate", 0.0, 1.5], ["reward", "score", 1.5, 1.6],
+                                                       ["trainer0", "train_step", 0.1, 1.8], ["trainer0", "send_weights", 1.8, 2.0],
+                                                       ["engine0", "receive_weights", 1.8, 2.0]]},
+        {"step": 2, "start": 2.0, "end": 4.0, "spans": [["engine0", "generate", 2.0, 3.5], ["trainer0", "train_step", 2.1, 3.9]]},
+    ])  # fmt: skip
+    assert main(["plot", str(run)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert f"wrote {run / 'plots' / 'timeline.png'}" in out and f"wrote {run / 'plots' / 'idle.png'}" in out
+    img = mpimg.imread(run / "plots" / "timeline.png")
+    assert img.shape[1] == 1000 and img[..., :3].std() > 0.05
+    (run / "timeline.jsonl").write_text("{not json\n")
+    assert main(["plot", str(run)]) == 2  # a damaged timeline is an error, named
+    assert "rlvr plot:" in capsys.readouterr().err

@@ -1,0 +1,133 @@
+"""What asynchronous rollout (``rollout.max_staleness``) buys: the pipeline alone, then the real loop (issue 13).
+
+Part 1, the pipeline alone: the real controller (:func:`rlvr.runtime.controller.train`, the real in-process
+executor and :class:`rlvr.runtime.roles.Roles`) drives fake roles that hold no CPU -- the engine's ``generate``,
+the trainer's ``train_step`` and the engine's ``receive_weights`` sleep for given stage times
+(``tests/unit/loop_fakes.py``). Two profiles: this machine's measured smoke step (rollout 9 s, train 35 s, sync
+1.3 s) and a GPU-like one where generation is 80% of the step (8 s, 2 s, 0.2 s), both scaled by ``--scale``.
+The goal: the N = 1 step at most max(rollout, train) + sync + 5%, against rollout + train + sync for N = 0.
+Medians over the steps after the first.
+
+Part 2, the real loop on this machine (``--real-steps K``, 0 skips it): ``recipes/smoke_cpu.yaml`` for K steps
+(validation and sample tables off) with N = 0, with N = 1 on the same threads, and with N = 1 and the two cores
+split (engine on core 0, trainer on core 1, one thread each: ``rollout.cpus``, ``trainer.cpus``). Per run: the
+medians of step, rollout, train and sync seconds, each role's idle share and the overlap share
+(``roles/*``, ``rlvr.metrics.timeline``), the reward per step, and the step-time ratio to N = 0.
+
+    .venv/bin/python benchmarks/async_speedup.py --real-steps 5      # ~25 min on 2 cores; --real-steps 0: ~1 min
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "unit"))  # the fake roles
+
+PROFILES = {  # name -> (rollout, train, sync) seconds
+    "this CPU (smoke step)": (9.0, 35.0, 1.3),
+    "GPU-like (rollout 80%)": (8.0, 2.0, 0.2),
+}
+REAL = {  # name -> overrides
+    "N=0": ["rollout.max_staleness=0"],
+    "N=1": ["rollout.max_staleness=1"],
+    "N=1, cores split": ["rollout.max_staleness=1", "rollout.cpus=[0]", "trainer.cpus=[1]", "rollout.threads=1",
+                         "trainer.threads=1"],
+}  # fmt: skip
+
+
+def _rows(run_dir: str | Path) -> list[dict]:
+    return [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if x.strip()]
+
+
+def _median(rows: list[dict], key: str) -> float:
+    vals = [r[key] for r in rows if key in r]
+    return statistics.median(vals) if vals else float("nan")
+
+
+def pipeline(scale: float, steps: int, out: Path) -> None:
+    from loop_fakes import FakeExecutor
+
+    from rlvr.metrics import names as mn
+    from rlvr.recipe import load_recipe
+    from rlvr.runtime.controller import train
+
+    print(f"## Part 1: the pipeline alone (fake roles that sleep; stage times x {scale}; {steps} steps; "
+          "medians of steps 2..)\n")
+    print("| profile | N | step s | rollout + train + sync | max(rollout, train) + sync | step / bound | "
+          "engine idle | trainer idle | overlap |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, (ro, tr, sy) in PROFILES.items():
+        ro, tr, sy = ro * scale, tr * scale, sy * scale
+        for n in (0, 1):
+            ex = FakeExecutor(generate_s=ro, train_s=tr, sync_s=sy)
+            r = load_recipe(str(REPO / "recipes" / "tiny_test.yaml"), [
+                f"run.output_dir={out}", f"run.name=pipe-{n}-{ro}", "run.executor=local", f"run.steps={steps}",
+                "run.save_final=false", "checkpoint.every_steps=0", "sync.probe_every=0", "metrics.progress=false",
+                f"rollout.max_staleness={n}"])  # fmt: skip
+            rows = _rows(train(r, executor=ex).run_dir)[1:]
+            step = _median(rows, mn.TIMING_STEP_S)
+            serial, bound = ro + tr + sy, max(ro, tr) + sy
+            idle = lambda g: _median(rows, mn.role_idle(g)) / step  # noqa: E731
+            print(f"| {name} | {n} | {step:.3f} | {serial:.3f} | {bound:.3f} | {step / bound:.3f} | "
+                  f"{idle('engines'):.0%} | {idle('trainer'):.0%} | {_median(rows, mn.ROLES_OVERLAP_FRAC):.0%} |")
+    print()
+
+
+def real(steps: int, out: Path) -> None:
+    from rlvr.metrics import names as mn
+
+    print(f"## Part 2: the real loop (recipes/smoke_cpu.yaml, {steps} steps, medians of steps 2..)\n")
+    results = {}
+    for name, extra in REAL.items():
+        tag = name.replace(" ", "").replace(",", "_").replace("=", "")
+        cmd = [sys.executable, "-m", "rlvr.cli", "train", str(REPO / "recipes" / "smoke_cpu.yaml"), f"run.steps={steps}",
+               f"run.output_dir={out}", f"run.name={tag}", "validation.every_steps=0", "metrics.samples_every=0",
+               "metrics.progress=false", "checkpoint.every_steps=0", *extra]  # fmt: skip
+        print(f"running {name}: {' '.join(cmd[3:])}", file=sys.stderr, flush=True)
+        p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+        if p.returncode:
+            print(f"{name} failed (rc {p.returncode}):\n{p.stderr[-3000:]}", file=sys.stderr)
+            continue
+        results[name] = _rows(out / tag)
+    if not results:
+        return
+    base = _median(results.get("N=0", [])[1:], mn.TIMING_STEP_S) if "N=0" in results else float("nan")
+    print("| run | step s | rollout s | train s | sync s | engine idle | trainer idle | reward idle | overlap | "
+          "step / N=0 |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, rows in results.items():
+        rr = rows[1:]
+        step = _median(rr, mn.TIMING_STEP_S)
+        idle = lambda g: _median(rr, mn.role_idle(g)) / step  # noqa: E731
+        print(f"| {name} | {step:.1f} | {_median(rr, mn.TIMING_ROLLOUT_S):.1f} | {_median(rr, mn.TIMING_TRAIN_S):.1f} | "
+              f"{_median(rr, mn.TIMING_SYNC_S):.1f} | {idle('engines'):.0%} | {idle('trainer'):.0%} | "
+              f"{idle('reward'):.0%} | {_median(rr, mn.ROLES_OVERLAP_FRAC):.0%} | {step / base:.2f} |")
+    print("\nreward/mean per step (same seed):\n")
+    for name, rows in results.items():
+        print(f"- {name}: " + " ".join(f"{r[mn.REWARD_MEAN]:.3f}" for r in rows) +
+              f"  (lag {' '.join(str(int(r[mn.ASYNC_STALENESS_MAX])) for r in rows)})")
+    print(f"\nrun folders: {out}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scale", type=float, default=0.1, help="multiplies the fake stage times (default 0.1)")
+    ap.add_argument("--steps", type=int, default=6, help="steps per pipeline run (default 6)")
+    ap.add_argument("--real-steps", type=int, default=5, help="steps per real smoke run (0: skip part 2)")
+    ap.add_argument("--out", type=Path, default=None, help="where the runs go (default: a temporary folder)")
+    a = ap.parse_args()
+    out = a.out or Path(tempfile.mkdtemp(prefix="rlvr-async-"))
+    pipeline(a.scale, a.steps, out)
+    if a.real_steps:
+        real(a.real_steps, out)
+
+
+if __name__ == "__main__":
+    main()
