@@ -17,7 +17,8 @@ from rlvr.metrics.sinks import to_float
 
 
 def headline(metrics: Mapping[str, Any]) -> str:
-    """``"reward/mean=0.4500 passk/8=0.7500 step_s=12.3"`` from the metrics present (others are skipped)."""
+    """``"reward/mean=0.4500 passk/8=0.7500 step_s=12.3 idle engines=62% trainer=4%"`` from the metrics present
+    (others are skipped); idle: ``roles/<role>_idle_s`` over the step's seconds, for the engines and the trainer."""
     parts = []
     if mn.REWARD_MEAN in metrics:
         parts.append(f"{mn.REWARD_MEAN}={_fmt(metrics[mn.REWARD_MEAN], '.4f')}")
@@ -27,6 +28,10 @@ def headline(metrics: Mapping[str, Any]) -> str:
         parts.append(f"{name}={_fmt(metrics[name], '.4f')}")
     if mn.TIMING_STEP_S in metrics:
         parts.append(f"step_s={_fmt(metrics[mn.TIMING_STEP_S], '.1f')}")
+        step = to_float(metrics[mn.TIMING_STEP_S])
+        idle = [(g, to_float(metrics[mn.role_idle(g)])) for g in ("engines", "trainer") if mn.role_idle(g) in metrics]
+        if idle and step and step > 0:
+            parts.append("idle " + " ".join(f"{g}={v / step:.0%}" for g, v in idle if v is not None))
     return " ".join(parts)
 
 

@@ -53,6 +53,9 @@ def test_headline_picks_largest_passk():
     text = headline({"reward/mean": 0.45, "passk/1": 0.3, "passk/16": 0.9, "passk/8": 0.8, "timing/step_s": 12.34})
     assert text == "reward/mean=0.4500 passk/16=0.9000 step_s=12.3"
     assert headline({"loss/policy": 1.0}) == ""
+    # idle shares: 6.2 of 10 s for the engines, 0.4 for the trainer
+    idle = headline({"timing/step_s": 10.0, "roles/engines_idle_s": 6.2, "roles/trainer_idle_s": 0.4})
+    assert idle == "step_s=10.0 idle engines=62% trainer=4%"
 
 
 def test_progress_plain_lines_with_eta():
