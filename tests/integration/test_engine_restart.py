@@ -1,4 +1,6 @@
-"""A rollout engine whose process dies is replaced, given the current weights, and the rollout retried (Ray)."""
+"""A rollout engine whose process dies is replaced, given the current weights, and the rollout retried (Ray); also
+mid-overlap, as under asynchronous rollout: while the trainer updates, the replacement waits for the update and
+takes the weights it produced."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ def test_killed_engine_is_replaced_with_current_weights(tmp_path):
     from rlvr.types import Prompt, SamplingConfig
 
     recipe = load_recipe(TINY, [f"run.output_dir={tmp_path}", "run.executor=ray", "run.num_cpus=2",
-                                "trainer.backend=torch", "trainer.lr=0.01", "rollout.max_restarts=1"])  # fmt: skip
+                                "trainer.backend=torch", "trainer.lr=0.01", "rollout.max_restarts=2"])  # fmt: skip
     model_dir = resolve_model("tiny-random")
     tok = AutoTokenizer.from_pretrained(model_dir)
     roles = Roles(recipe, model_dir, tmp_path)
@@ -52,7 +54,21 @@ def test_killed_engine_is_replaced_with_current_weights(tmp_path):
         assert torch.allclose(torch.tensor(fresh[lp - 1 : lp - 1 + n]), after[0, lp - 1 : lp - 1 + n], atol=1e-4)
         # the sync group was formed anew with the replacement: the next sync works
         assert roles.sync(version=2)["sync/policy_version"] == 2.0
-        # the restart budget (1) is spent: the next death stops the run with the error
+        # mid-overlap (rollout.max_staleness >= 1): an update is submitted (the engines hold version 2, the trainer
+        # will hold 3), the engine dies, a rollout is submitted; the replacement waits for the update and is given
+        # its weights, labelled 3 (not the engines' last version, 2)
+        update = roles.trainers[0].call("train_step", batch)
+        roles.trainer_version = 3
+        ray.kill(roles.engines[0]._target, no_restart=True)
+        comps3, _, timing3 = roles.finish_rollout(roles.start_rollout([prompt], sampling))
+        roles.get([update], 120, "update")
+        assert timing3["timing/engine_restarts"] == 2.0
+        assert {c.policy_version for c in comps3} == {3} and roles.version == 3
+        after3 = roles.get([roles.trainers[0].call("compute_logprobs", batch)], 60, "t")[0]
+        fresh3 = roles.get([roles.engines[0].call("sequence_logprobs", [seq])], 60, "e")[0][0]
+        assert torch.allclose(torch.tensor(fresh3[lp - 1 : lp - 1 + n]), after3[0, lp - 1 : lp - 1 + n], atol=1e-4)
+        assert not torch.allclose(after3, after, atol=1e-4)  # the update did move the weights
+        # the restart budget (2) is spent: the next death stops the run with the error
         ray.kill(roles.engines[0]._target, no_restart=True)
         with pytest.raises(RoleError, match="engine0 actor died"):
             roles.generate_and_score([prompt], sampling)

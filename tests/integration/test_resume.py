@@ -67,6 +67,8 @@ def test_n_steps_equal_half_plus_resumed_half(tmp_path, backend, lag):
     # epochs completed after each step (asynchronous: the sampler is one batch ahead)
     assert [r["data/epoch"] for r in b] == [r["data/epoch"] for r in a] == ([0.0, 1.0, 1.0, 2.0] if not lag else [1.0, 1.0, 2.0, 2.0])
     assert [r["async/staleness_max"] for r in b] == [r["async/staleness_max"] for r in a] == [0.0] + [float(lag)] * 3
+    # the engines compute what the trainer does after every sync, with generation running beside the updates
+    assert all(r["sync/probe_gap_mean"] < 2e-4 for r in a + b)
     for ra, rb in zip(a, b):  # same rollouts: same rewards and lengths, step by step
         for k in ("reward/mean", "response/length_mean", "passk/1", "response/truncated_frac"):
             assert ra[k] == rb[k], (ra["step"], k)
