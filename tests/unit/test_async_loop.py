@@ -10,6 +10,7 @@ s - 1, so its lag is s - 1 - max(0, s - 1 - N) = min(s - 1, N).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,26 @@ def test_the_timeline_file_holds_each_steps_calls(tmp_path):
         assert all(r["start"] <= a <= b <= r["end"] for _, _, a, b in r["spans"])
     methods = {m for _, m, _, _ in rows[0]["spans"]}
     assert {"generate", "score", "train_step", "send_weights", "receive_weights"} <= methods
+
+
+@pytest.mark.parametrize(("override", "fragment"), [
+    ("rollout.max_staleness=-1", "rollout.max_staleness=-1 must be >= 0"),
+    ("rollout.cpus=[0,0]", "rollout.cpus=[0, 0] must list distinct core numbers"),
+    ("trainer.cpus=[-1]", "trainer.cpus=[-1] must list distinct core numbers"),
+])  # fmt: skip
+def test_bad_async_settings_are_refused_at_load(tmp_path, override, fragment):
+    from rlvr.config import RecipeError
+
+    with pytest.raises(RecipeError, match=re.escape(fragment)):
+        _recipe(tmp_path, override)
+
+
+def test_cores_this_machine_lacks_are_named():
+    import os
+
+    from rlvr.hardware import bind_cpus
+
+    before = os.sched_getaffinity(0)
+    with pytest.raises(ValueError, match=r"cores \[4096\] are not available"):
+        bind_cpus((4096,))
+    assert os.sched_getaffinity(0) == before

@@ -152,10 +152,12 @@ def test_every_registered_policy_loss_statistic_is_in_the_catalogue():
     lp, old, rollout, ref = (torch.randn(4, 5) - 2.0 for _ in range(4))
     mask = torch.ones(4, 5)
     for loss in POLICY_LOSSES.names():
-        r = load_recipe(TINY, [*SMALL, f"algorithm.policy_loss={loss}", "algorithm.tis_cap=2.0"])
-        out = micro_batch_loss(r.algorithm, lp, old, torch.tensor([1.0, -1.0, 0.5, -0.5]), mask,
-                               rollout_logprobs=rollout, num_tokens=20.0, num_seqs=4.0, max_len=5, ref_logprobs=ref)
-        assert sorted(mn.train_stat(k) for k in out.stats if not mn.known(mn.train_stat(k))) == [], loss
+        for mode in ("tis", "decoupled"):
+            r = load_recipe(TINY, [*SMALL, f"algorithm.policy_loss={loss}", "algorithm.tis_cap=2.0",
+                                   f"algorithm.rollout_correction={mode}"])  # fmt: skip
+            out = micro_batch_loss(r.algorithm, lp, old, torch.tensor([1.0, -1.0, 0.5, -0.5]), mask,
+                                   rollout_logprobs=rollout, num_tokens=20.0, num_seqs=4.0, max_len=5, ref_logprobs=ref)
+            assert sorted(mn.train_stat(k) for k in out.stats if not mn.known(mn.train_stat(k))) == [], (loss, mode)
 
 
 # -- 3. the module itself ------------------------------------------------------------------------------------

@@ -293,6 +293,8 @@ def _recipe(g: int, **algo) -> Recipe:
         (4, dict(policy_loss=Spec("ppo_clip", PPOClipSettings(dual_clip_c=0.5))),
          "algorithm.policy_loss.dual_clip_c=0.5 must be 0 (off) or > 1"),
         (4, dict(tis_cap=0.5), "algorithm.tis_cap=0.5 must be 0 (off) or >= 1"),
+        (4, dict(tis_cap=1.0, rollout_correction="decoupled"),
+         "algorithm.tis_cap=1.0 with rollout_correction=decoupled must be 0 (no cap) or > 1"),
         (4, dict(policy_loss=Spec("gspo", GSPOSettings(clip_low=-1.0))),
          "algorithm.policy_loss.clip_low and algorithm.policy_loss.clip_high must be >= 0"),
         (1, dict(advantage=Spec("passk", _passk(1))), "compares samples within a group"),
