@@ -113,13 +113,8 @@ def test_smollm2_download_convert_and_answer(tmp_path, monkeypatch, vllm_env):
     assert diff < 1e-5
     del gguf_model
 
-    # Greedy, default chat template (with SmolLM's system message): measured here, "12" first appears at
-    # token 87 of 120 ("So, 7 + 5 equals 12."), so 32 new tokens are too few; 128 leave room.
-    out = model.generate(**enc, max_new_tokens=128, do_sample=False)
-    answer = tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-    assert "12" in answer, answer
-
-    # A one-line system message makes the answer short: "7 + 5 = 12" within 32 tokens.
+    # Greedy: with the default chat template "12" first appears at token 87 of 120 (measured); a one-line system
+    # message makes the answer short: "7 + 5 = 12" within 32 tokens.
     msgs = [{"role": "system", "content": "You are a helpful assistant."}] + msgs
     enc = tok.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     out = model.generate(**enc, max_new_tokens=32, do_sample=False)

@@ -568,22 +568,6 @@ def test_gpu_recipe_resolves():
     )
 
 
-def test_submit_training_job_runs_on_the_cluster(ray_head, tmp_path):
-    """A real 2-step training run of tiny_test through `ray job submit`: the driver joins the cluster, the roles run
-    as actors there, and the run folder gets its 2 metrics lines and the final policy."""
-    url, _ = ray_head
-    job_id = f"rlvr-train-{uuid.uuid4().hex[:8]}"
-    p = _submit(url, "--submission-id", job_id, "recipes/tiny_test.yaml", "run.steps=2", f"run.output_dir={tmp_path}",
-                timeout=600)  # fmt: skip
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    status, logs = _job(url, job_id)
-    assert status == "SUCCEEDED", logs[-3000:]
-    (run_dir,) = list(tmp_path.iterdir())
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(x)["policy_version"] for x in lines] == [1.0, 2.0]
-    assert (run_dir / "final" / "config.json").exists()
-
-
 KUBERAY = REPO / "launch" / "kuberay" / "rayjob.yaml"
 
 

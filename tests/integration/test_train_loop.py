@@ -28,7 +28,9 @@ def _weights(folder: str) -> dict[str, torch.Tensor]:
 
 
 def test_ray_vllm_deepspeed_gloo_three_steps(tmp_path):
-    """`train()` through Ray: 3 steps; weights change; versions advance; metrics hold pass@k and sync figures."""
+    """`train()` through Ray: 3 steps; weights change; versions advance; metrics hold pass@k and sync figures; the
+    engine generates and receives the weights at every step (RUN/timeline.jsonl). Two engines sharing the prompts:
+    tests/unit/test_loop_order.py (fakes); a sync group of 3 ranks: tests/integration/test_scale_out.py (TP = 2)."""
     from rlvr.runtime.controller import train
 
     recipe = load_recipe(
@@ -58,6 +60,13 @@ def test_ray_vllm_deepspeed_gloo_three_steps(tmp_path):
         assert r["sync/gb"] == pytest.approx(1364480 / 1e9)
         assert r["sync/gbps"] > 0 and r["sync/seconds"] > 0
         assert r["timing/rollout_s"] > 0 and r["timing/train_s"] > 0
+    from rlvr.metrics.timeline import read_timeline
+
+    for row in read_timeline(Path(result.run_dir, "timeline.jsonl")):  # the calls as the roles ran them, each step
+        methods = {(role, m) for role, m, _, _ in row["spans"]}
+        assert {("engine0", "generate"), ("engine0", "receive_weights"), ("reward", "score"),
+                ("trainer0", "train_step"), ("trainer0", "send_weights")} <= methods, row["step"]
+    assert all(r["roles/overlap_frac"] < 0.05 for r in rows)  # on-policy: generation and training take turns
     # the final policy is saved in HF format and differs from the start
     start = _weights(resolve_model("tiny-random"))
     final = _weights(result.final_dir)
@@ -205,26 +214,6 @@ def test_update_independent_of_micro_batch_split(tmp_path):
             # Adam moves each weight by ~lr = 1e-2 (~sign of its gradient): float noise can only flip the sign of
             # near-zero gradients, so compare to a tenth of the step
             assert torch.allclose(got[n], ref[n], atol=1e-3), (backend, micro, n, float((got[n] - ref[n]).abs().max()))
-
-
-def test_two_engines_share_the_prompts_and_both_receive_weights(tmp_path):
-    """Two engines: prompts split between them (scored as each finishes), one sync group of 3 ranks, both updated."""
-    from rlvr.runtime.roles import Roles
-    from rlvr.types import Prompt, SamplingConfig
-
-    recipe = load_recipe(TINY, [f"run.output_dir={tmp_path}", "run.executor=ray", "run.num_cpus=2",
-                                "rollout.num_engines=2", "trainer.backend=torch"])  # fmt: skip
-    roles = Roles(recipe, resolve_model("tiny-random"), tmp_path)  # Ray: vLLM allows one engine per process
-    try:
-        prompts = [Prompt(index=i, text="", prompt_ids=[1, 10 + i, 11], gold=str(i)) for i in range(4)]
-        comps, scored, timing = roles.generate_and_score(prompts, SamplingConfig(n=3, max_new_tokens=4))
-        assert [(c.prompt_index, c.sample_index) for c in comps] == [(i, j) for i in range(4) for j in range(3)]
-        assert len(scored) == 12 and timing["timing/rollout_s"] > 0
-        roles.sync(version=1)
-        versions = roles.get([e.call("get_policy_version") for e in roles.engines], 10, "versions")
-        assert versions == [1, 1]
-    finally:
-        roles.shutdown()
 
 
 def test_dynamic_sampling_refills_and_overlong_filter(tmp_path):

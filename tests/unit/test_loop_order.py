@@ -48,3 +48,30 @@ def test_a_critic_values_the_batch_before_both_updates(tmp_path):
     for step in (calls[:6], calls[6:]):
         assert step[:3] == ["generate", "score", "compute_values"] and step[5] == "send_weights"
         assert sorted(step[3:5]) == ["critic_step", "train_step"]
+
+
+def test_two_engines_share_the_prompts_in_order_and_both_receive_weights(tmp_path):
+    """Two engines (fakes; the recipe check that asks Ray for them is bypassed): the prompts are split between
+    them, the completions come back prompt-major in input order whichever engine finishes first, and one sync
+    reaches both."""
+    import dataclasses
+
+    from rlvr.runtime.roles import Roles
+    from rlvr.types import Prompt, SamplingConfig
+
+    r = load_recipe(TINY, [f"run.output_dir={tmp_path}", "run.executor=local", "sync.probe_every=0"])
+    r = dataclasses.replace(r, rollout=dataclasses.replace(r.rollout, num_engines=2))
+    ex = FakeExecutor()
+    from rlvr.models import resolve_model
+
+    roles = Roles(r, resolve_model("tiny-random"), tmp_path, ex)  # its tokenizer builds the sync probe's prompt
+    try:
+        prompts = [Prompt(index=i, text="", prompt_ids=[1, 10 + i, 11], gold=str(i)) for i in range(4)]
+        comps, scored, timing = roles.generate_and_score(prompts, SamplingConfig(n=3, max_new_tokens=4))
+        assert [(c.prompt_index, c.sample_index) for c in comps] == [(i, j) for i in range(4) for j in range(3)]
+        assert len(scored) == 12 and [s.reward for s in scored[:3]] == [1.0, 0.0, 1.0]  # gold, wrong, gold
+        assert [role for role, m in ex.log.calls if m == "generate"].count("engine1") == 1
+        roles.sync(version=1)
+        assert roles.get([e.call("get_policy_version") for e in roles.engines], 10, "versions") == [1, 1]
+    finally:
+        roles.shutdown()
