@@ -24,6 +24,7 @@ from rlvr.metrics import names as mn
 from rlvr.metrics.passk import pass_at_k
 from rlvr.metrics.progress import Progress
 from rlvr.metrics.samples import print_sample_table, sample_rows
+from rlvr.metrics.timeline import append_step, role_usage, staleness_metrics
 from rlvr.metrics.sinks import make_sinks
 from rlvr.reward.pool import Scored
 from rlvr.runtime.advantage_stage import build_dph_buffer, dph_batch, form_advantages, needs_reference, uses_critic
@@ -407,8 +408,6 @@ def _generated_ahead(resume_from: Path | None, first: int, roles: "Roles", promp
 def _role_usage(roles: "Roles", run_dir: Path, step: int, t0: float, t1: float, origin: float) -> dict[str, float]:
     """The step's ``roles/*`` metrics (:func:`rlvr.metrics.timeline.role_usage`) from the executor's call spans,
     and its row of ``RUN/timeline.jsonl``; nothing for an executor without a timeline."""
-    from rlvr.metrics.timeline import append_step, role_usage
-
     timeline = getattr(roles.ex, "timeline", None)
     if timeline is None:
         return {}
@@ -461,25 +460,29 @@ def _one_step(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sa
     train_stats = _update(roles, batch, critic_inputs, dph_batch(dph_buffer, step, r, pad_id), r)  # 3b: update
     t1 = time.perf_counter()
     sync_stats = roles.sync(version=step)  # 4: push the new weights to every engine
-    t_train, t_sync = t1 - t0, time.perf_counter() - t1
-    from rlvr.metrics.timeline import staleness_metrics
+    return _step_metrics(step, roll, adv_metrics, train_stats, sync_stats, dropped, sampler, r, t_step, t0, t1), roll.rows
 
-    return {  # 5: the step's metrics (logged by the caller)
-        **staleness_metrics([c.policy_version for c in roll.completions], step - 1, 0),
+
+def _step_metrics(step: int, roll: _Rollout, adv_metrics: dict, train_stats: dict, sync_stats: dict, dropped: int,
+                  sampler: Any, r: Recipe, t_step: float, t0: float, t1: float) -> dict[str, float]:
+    """Step 5 of :func:`_one_step` and :func:`_one_step_async`: the step's metrics (logged by the caller).
+    ``t_step``, ``t0``, ``t1``: ``time.perf_counter()`` at the step's start, the update's submission, its end."""
+    return {
+        **staleness_metrics([c.policy_version for c in roll.completions], step - 1, r.rollout.max_staleness),
         mn.ASYNC_DROPPED_STALE: float(dropped),
         **roll.metrics,
         **adv_metrics,
         **train_stats,
         **sync_stats,
         **roll.timings,
-        mn.TIMING_TRAIN_S: t_train,
-        mn.TIMING_SYNC_S: t_sync,
+        mn.TIMING_TRAIN_S: t1 - t0,
+        mn.TIMING_SYNC_S: time.perf_counter() - t1,
         mn.TIMING_STEP_S: time.perf_counter() - t_step,
         mn.ROLLOUT_TOKENS_PER_S: sum(len(c.token_ids) for c in roll.completions)
         / max(roll.timings[mn.TIMING_ROLLOUT_S], 1e-9),
         mn.DATA_EPOCH: float(sampler.epoch),
         mn.POLICY_VERSION: float(step),
-    }, roll.rows
+    }
 
 
 def _one_step_async(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sampling: SamplingConfig,
@@ -510,25 +513,7 @@ def _one_step_async(step: int, roles: "Roles", prompts: list[Prompt], sampler: A
     train_stats = _wait_update(roles, calls, critic_inputs is not None, r)
     t1 = time.perf_counter()
     sync_stats = roles.sync(version=step)  # 4: push the new weights to every engine
-    from rlvr.metrics.timeline import staleness_metrics
-
-    lag = staleness_metrics([c.policy_version for c in roll.completions], step - 1, n)
-    return {
-        **roll.metrics,
-        **adv_metrics,
-        **train_stats,
-        **sync_stats,
-        **roll.timings,
-        **lag,
-        mn.ASYNC_DROPPED_STALE: float(dropped),
-        mn.TIMING_TRAIN_S: t1 - t0,
-        mn.TIMING_SYNC_S: time.perf_counter() - t1,
-        mn.TIMING_STEP_S: time.perf_counter() - t_step,
-        mn.ROLLOUT_TOKENS_PER_S: sum(len(c.token_ids) for c in roll.completions)
-        / max(roll.timings[mn.TIMING_ROLLOUT_S], 1e-9),
-        mn.DATA_EPOCH: float(sampler.epoch),
-        mn.POLICY_VERSION: float(step),
-    }, roll.rows
+    return _step_metrics(step, roll, adv_metrics, train_stats, sync_stats, dropped, sampler, r, t_step, t0, t1), roll.rows
 
 
 def _drop_stale(roll: _Rollout, step: int, roles: "Roles", prompts: list[Prompt], sampling: SamplingConfig,
