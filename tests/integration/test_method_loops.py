@@ -62,6 +62,9 @@ def test_method_recipe_runs_two_steps(path, tmp_path):
         assert all(math.isfinite(r["critic/value_loss"]) for r in rows)
     if base.algorithm.dynamic_sampling:
         assert all("dynamic_sampling/rounds" in r for r in rows)
+    if base.rollout.max_staleness:  # asynchronous (areal): step 2 trains on samples one version behind, weighted
+        assert [r["async/staleness_max"] for r in rows] == [0.0, 1.0]
+        assert all(0.0 < r["train/tis_weight"] and math.isfinite(r["train/tis_weight_max"]) for r in rows)
     if base.algorithm.dph_divergence != "none":
         assert Path(result.run_dir, "dph_buffer.pt").exists()
         assert all(math.isfinite(r["train/dph_div"]) for r in rows)  # the buffer held samples: the term ran

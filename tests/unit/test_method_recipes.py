@@ -6,6 +6,7 @@ after its method, and sets the values its header promises (listed here by hand f
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -32,6 +33,7 @@ ARXIV = {
     "pkpo": "2505.15201",  # Walder & Karkhanis 2025
     "ppo": "1707.06347",  # Schulman et al. 2017
     "dph": "2509.07430",  # Li et al. 2025, DPH-RL
+    "areal": "2505.24298",  # Fu et al. 2025, AReaL (asynchronous rollout, decoupled PPO)
 }
 
 # (advantage, policy_loss, loss_agg, kl_coef, optimizer steps per rollout batch)
@@ -47,6 +49,7 @@ OBJECTIVE = {
     "pkpo": ("pkpo", "ppo_clip", "token_mean", 0.0, 1),
     "ppo": ("gae", "ppo_clip", "token_mean", 0.01, 1),
     "dph": ("grpo", "ppo_clip", "token_mean", 0.0, 1),
+    "areal": ("grpo", "ppo_clip", "token_mean", 0.0, 1),
 }
 
 
@@ -95,7 +98,8 @@ def test_recipe_is_the_smoke_task(path):
     r = load_recipe(path)
     assert r.model == smoke.model and r.model.path == "smollm2-135m-instruct"
     assert r.data == smoke.data and r.data.generated.digits == 1 and r.data.generated.ops == ("plus",)
-    assert r.rollout == smoke.rollout
+    assert dataclasses.replace(r.rollout, max_staleness=0) == smoke.rollout  # areal: asynchronous
+    assert (r.rollout.max_staleness > 0) == (path.stem == "areal")
     assert r.reward == smoke.reward
     assert (r.trainer.lr, r.trainer.micro_batch_size) == (smoke.trainer.lr, smoke.trainer.micro_batch_size)
     assert (r.run.seed, r.run.steps, r.run.output_dir) == (smoke.run.seed, smoke.run.steps, "runs/methods")
@@ -131,6 +135,12 @@ def test_other_method_values():
     assert (adv("pkpo").k, adv("pkpo").baseline) == (4, "loo_minus_one")
     for n in ("grpo", "dr_grpo", "rloo", "reinforce_pp", "passk", "pkpo"):
         assert (loss(n).clip_low, loss(n).clip_high) == (0.2, 0.2)
+
+
+def test_areal_values():
+    r = load_recipe(METHODS / "areal.yaml")
+    assert (r.rollout.max_staleness, r.algorithm.rollout_correction, r.algorithm.tis_cap) == (1, "decoupled", 5.0)
+    assert (r.algorithm.policy_loss.settings.clip_low, r.algorithm.policy_loss.settings.clip_high) == (0.2, 0.2)
 
 
 def test_ppo_values():
