@@ -102,6 +102,12 @@ def preflight(recipe: Recipe) -> None:
         log.warning("this CPU has no bf16 instructions (AVX512-BF16 / AMX): bf16 matmuls run ~100x slower than fp32 "
                     "here (measured on an AVX2-only EPYC: 1.06 s against 0.011 s for a 640x576 @ 576x1536 matmul); "
                     "set model.dtype=auto (the default: float32 here) or float32 for a run many times faster")
+    ro, tr = recipe.rollout, recipe.trainer
+    if ro.max_staleness and ro.num_gpus == 0 and tr.num_gpus == 0 and not (ro.cpus and tr.cpus):
+        log.warning("rollout.max_staleness=%d on CPU with the engines and the trainer on the same cores: the overlapped "
+                    "stages compete for them (measured on 2 cores: steps 1.25x slower than max_staleness=0, "
+                    "benchmarks/async_speedup.py); overlap pays where they have hardware of their own (GPUs, or "
+                    "rollout.cpus / trainer.cpus on a machine with cores to spare)", ro.max_staleness)
     import importlib.util
 
     packages = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}

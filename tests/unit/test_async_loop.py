@@ -69,15 +69,17 @@ def test_generation_overlaps_the_update_only_when_asynchronous(tmp_path):
     out = {}
     for n in (0, 1):
         ex = FakeExecutor(generate_s=0.3, train_s=0.3)
-        res = train(_recipe(tmp_path / str(n), "run.steps=3", f"rollout.max_staleness={n}"), executor=ex)
+        res = train(_recipe(tmp_path / str(n), "run.steps=4", f"rollout.max_staleness={n}"), executor=ex)
         out[n] = _metrics(res.run_dir)
     sync_rows, async_rows = out[0][1:], out[1][1:]  # steady-state steps
+    # bounds loose enough for a loaded machine: the sleeps are exact, the controller's own work is not
     assert all(r[mn.ROLES_OVERLAP_FRAC] < 0.05 for r in sync_rows)
-    assert all(r[mn.ROLES_OVERLAP_FRAC] > 0.5 for r in async_rows)
-    assert all(r[mn.TIMING_STEP_S] > 0.55 for r in sync_rows)
-    assert all(r[mn.TIMING_STEP_S] < 0.5 for r in async_rows)
+    assert all(r[mn.ROLES_OVERLAP_FRAC] > 0.35 for r in async_rows)
+    assert all(r[mn.TIMING_STEP_S] > 0.58 for r in sync_rows)  # at least generate + train, in turn
+    med = lambda rows: sorted(r[mn.TIMING_STEP_S] for r in rows)[len(rows) // 2]  # noqa: E731
+    assert med(async_rows) < 0.8 * med(sync_rows)  # ~0.3 against ~0.6
     for r in sync_rows:  # busy + idle = the step, per role
-        assert r[mn.role_busy("engines")] == pytest.approx(0.3, abs=0.08)
+        assert r[mn.role_busy("engines")] == pytest.approx(0.3, abs=0.1)
         assert r[mn.role_busy("trainer")] + r[mn.role_idle("trainer")] == pytest.approx(r[mn.TIMING_STEP_S], abs=0.05)
 
 
@@ -163,3 +165,18 @@ def test_cores_this_machine_lacks_are_named():
     with pytest.raises(ValueError, match=r"cores \[4096\] are not available"):
         bind_cpus((4096,))
     assert os.sched_getaffinity(0) == before
+
+
+def test_async_on_shared_cpu_cores_warns(tmp_path, caplog):
+    """On CPU, overlap with the engines and the trainer on the same cores made steps slower (measured): say so."""
+    import logging
+
+    from rlvr.runtime.controller import preflight
+
+    with caplog.at_level(logging.WARNING, logger="rlvr"):
+        preflight(_recipe(tmp_path, "rollout.max_staleness=1"))
+        assert "compete for them" in caplog.text
+        caplog.clear()
+        preflight(_recipe(tmp_path, "rollout.max_staleness=1", "rollout.cpus=[0]", "trainer.cpus=[0]"))
+        preflight(_recipe(tmp_path))
+        assert "compete" not in caplog.text
