@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -42,8 +43,6 @@ def bind_cpus(cpus: "tuple[int, ...] | list[int]") -> None:
     Errors: ``ValueError`` naming the cores this machine lacks."""
     if not cpus:
         return
-    import os
-
     have = os.sched_getaffinity(0)
     missing = sorted(set(cpus) - have)
     if missing:

@@ -179,14 +179,13 @@ def plot_timeline(timeline_path: str | Path, out_dir: str | Path, steps: int = T
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
-    from rlvr.metrics.timeline import GROUPS, read_timeline, role_group
+    from rlvr.metrics.timeline import group_order, read_timeline
 
     rows = read_timeline(timeline_path)[-steps:]
     if not rows:
         return None
     spans = [s for r in rows for s in r["spans"]]
-    order = lambda role: (GROUPS.index(role_group(role)) if role_group(role) in GROUPS else len(GROUPS), role)  # noqa: E731
-    roles = sorted({s[0] for s in spans}, key=order)
+    roles = sorted({s[0] for s in spans}, key=group_order)
     fig = Figure(figsize=(10.0, 0.6 * len(roles) + 1.6), layout="constrained")
     ax = fig.add_subplot()
     for y, role in enumerate(roles):

@@ -39,6 +39,12 @@ def role_group(role: str) -> str:
     return role
 
 
+def group_order(role: str) -> tuple[int, str]:
+    """Sort key of a role or group name: the order of :data:`GROUPS` (unknown groups last), then the name."""
+    g = role_group(role)
+    return (GROUPS.index(g) if g in GROUPS else len(GROUPS), role)
+
+
 def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
     """Merged, sorted, non-overlapping intervals."""
     out: list[list[float]] = []
@@ -100,7 +106,7 @@ def role_usage(spans: Iterable[Any], t0: float, t1: float) -> dict[str, float]:
     if sync:
         busy["sync"] = [_length(_union(_clip(sync, t0, t1)))]
     out: dict[str, float] = {}
-    for group in sorted(busy, key=lambda g: (GROUPS.index(g) if g in GROUPS else len(GROUPS), g)):
+    for group in sorted(busy, key=group_order):
         vals = busy[group]
         b = sum(vals) / len(vals) if vals else 0.0
         out[mn.role_busy(group)] = b
@@ -111,9 +117,10 @@ def role_usage(spans: Iterable[Any], t0: float, t1: float) -> dict[str, float]:
 
 
 def staleness_metrics(versions: Sequence[int], trainer_version: int, max_staleness: int) -> dict[str, float]:
-    """``async/*`` of a trained batch: the lag ``trainer_version - v`` of each sample's policy version ``v``
+    """``async/*`` of a trained batch, ``versions`` [B] (each sample's policy version): the lag
+    ``trainer_version - v`` of each sample's version ``v``
     (the trainer updates weights of version ``trainer_version``, the step number minus one), its mean and max, and
-    the histogram ``async/staleness/<n>`` for n = 0..max_staleness (fractions of the samples)."""
+    the histogram ``async/staleness/<n>`` for n = 0..max_staleness; mean and fractions over the B samples."""
     lags = [trainer_version - int(v) for v in versions]
     n = max(1, len(lags))
     out = {mn.ASYNC_STALENESS_MEAN: sum(lags) / n, mn.ASYNC_STALENESS_MAX: float(max(lags, default=0))}
@@ -130,8 +137,8 @@ with times in seconds since the run's first step began (:func:`append_step`)."""
 def append_step(run_dir: str | Path, step: int, t0: float, t1: float, spans: Iterable[Any], origin: float) -> None:
     """Add the step's window [t0, t1] and the spans that overlap it (clipped) to ``RUN/timeline.jsonl``; times are
     written relative to ``origin`` (wall-clock seconds), rounded to milliseconds."""
-    rows = [[s.role, s.method, round(max(s.start, t0) - origin, 3), round(min(s.end, t1) - origin, 3)]
-            for s in spans if s.end > t0 and s.start < t1]  # fmt: skip
+    rows = [[s.role, s.method, round(a - origin, 3), round(b - origin, 3)]
+            for s in spans for a, b in _clip([(s.start, s.end)], t0, t1)]  # fmt: skip
     rec = {"step": step, "start": round(t0 - origin, 3), "end": round(t1 - origin, 3), "spans": rows}
     with open(Path(run_dir) / TIMELINE_FILE, "a") as f:
         f.write(json.dumps(rec) + "\n")

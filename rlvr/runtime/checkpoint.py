@@ -4,6 +4,8 @@ Layout of one checkpoint, ``RUN/checkpoints/step_000010/``::
 
     trainer/          the trainer ranks' state (``PolicyWorker.save_state``: HF policy, optimizer, scheduler)
     critic/           the critic's state (optional)
+    rollouts_ahead.pt asynchronous rollout (``rollout.max_staleness`` >= 1) only: the batches generated for the
+                      next steps, ``{step: rollout}`` (torch); their weights are gone, so a resumed run reads them
     controller.json   step, policy version, sampler position, controller RNG states, the step's metrics
     recipe.yaml       the resolved recipe the checkpoint was trained with
     fingerprint.json  hashes of the training data (prompt texts, golds, rows, in order; and their count) and of
@@ -50,6 +52,7 @@ CHECKPOINTS = "checkpoints"
 TRAINER = "trainer"
 CRITIC = "critic"
 CONTROLLER = "controller.json"
+AHEAD = "rollouts_ahead.pt"
 RECIPE = "recipe.yaml"
 FINGERPRINT = "fingerprint.json"
 COMPLETE = "COMPLETE"

@@ -180,7 +180,7 @@ def save_checkpoint(roles: "Roles", run_dir: Path, step: int, sampler: Any, r: R
                     ahead: dict | None = None) -> str:
     """Write ``RUN/checkpoints/step_N`` (:mod:`rlvr.runtime.checkpoint`: temporary folder, every trainer rank's
     state, the critic's, the controller's, then an atomic rename) and prune old ones. Returns its path.
-    ``ahead``: under asynchronous rollout, the batches generated for the next steps (``AHEAD``, a torch file):
+    ``ahead``: under asynchronous rollout, the batches generated for the next steps (``checkpoint.AHEAD``):
     their weights are gone once the trainer moves on, so a resumed run reads them back instead of regenerating."""
     from rlvr.runtime import checkpoint as ck
 
@@ -194,7 +194,7 @@ def save_checkpoint(roles: "Roles", run_dir: Path, step: int, sampler: Any, r: R
         ck.save_controller(tmp, step=step, policy_version=step, sampler_state=sampler.state_dict(), recipe=r,
                            data_fp=data_fp, metrics=metrics)
         if ahead:
-            torch.save(ahead, tmp / AHEAD)
+            torch.save(ahead, tmp / ck.AHEAD)
         final = ck.commit(tmp)
     except BaseException:
         ck.abandon(tmp)
@@ -354,12 +354,8 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
             for step in range(first, r.run.steps + 1):
                 roles.step = step
                 w0 = time.time()
-                if r.rollout.max_staleness:
-                    metrics, rows = _one_step_async(step, roles, data.prompts, sampler, sampling, r, primary,
-                                                    data.pad_id, dph_buffer, ahead, rows_of)  # fmt: skip
-                else:
-                    metrics, rows = _one_step(step, roles, data.prompts, sampler, sampling, r, primary, data.pad_id,
-                                              dph_buffer, n_rows=rows_of(step))  # fmt: skip
+                metrics, rows = _one_step(step, roles, data.prompts, sampler, sampling, r, primary, data.pad_id,
+                                          dph_buffer, ahead, rows_of)  # fmt: skip
                 metrics.update(_role_usage(roles, run_dir, step, w0, time.time(), origin))
                 if rows:  # the table before the step's metrics (W&B steps must not go backwards)
                     sink.log_table(step, rows)
@@ -387,25 +383,23 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
     return RunResult(str(run_dir), final_dir, r.run.steps, metrics)
 
 
-AHEAD = "rollouts_ahead.pt"
-"""In a checkpoint of an asynchronous run: ``{step: _Rollout}``, the batches generated ahead of the trainer."""
-
-
 def _generated_ahead(resume_from: Path | None, first: int, roles: "Roles", prompts: list[Prompt], sampler: Any,
                      sampling: SamplingConfig, r: Recipe, primary: str, rows_of: Callable[[int], int]) -> dict:
     """The batches of steps ``first .. first + N - 1`` that asynchronous rollout (``rollout.max_staleness`` = N)
     has generated before step ``first`` trains: read back from the checkpoint resumed from, or, at a fresh
     start, generated now with the starting weights (version 0). Empty for the on-policy loop.
     Errors: :class:`~rlvr.config.RecipeError` when the checkpoint lacks them (it was written by another loop)."""
+    from rlvr.runtime import checkpoint as ck
+
     n = r.rollout.max_staleness
     if not n:
         return {}
     if resume_from is not None:
-        path = Path(resume_from) / AHEAD
+        path = Path(resume_from) / ck.AHEAD
         if not path.exists():
             from rlvr.config import RecipeError
 
-            raise RecipeError(f"{resume_from} holds no batches generated ahead ({AHEAD}): it was not written by a run "
+            raise RecipeError(f"{resume_from} holds no batches generated ahead ({ck.AHEAD}): it was not written by a run "
                               f"with rollout.max_staleness={n}; resume with the checkpoint's own setting")
         return torch.load(path, weights_only=False)
     return {j: _rollout(j, roles, prompts, sampler, sampling, r, primary, rows_of(j)) for j in range(first, first + n)}
@@ -454,16 +448,35 @@ class _Rollout:
 
 
 def _one_step(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sampling: SamplingConfig, r: Recipe,
-              primary: str, pad_id: int, dph_buffer: list, n_rows: int = 0) -> tuple[dict[str, float], list[dict]]:
+              primary: str, pad_id: int, dph_buffer: list, ahead: dict[int, _Rollout],
+              rows_of: Callable[[int], int]) -> tuple[dict[str, float], list[dict]]:
     """One training step, the five steps of the design guide: prompts -> rollouts scored by the verifiers ->
-    advantages -> policy (and critic) update -> weight sync, then the step's metrics. Returns the metrics and, when
-    ``n_rows`` > 0, a table of that many sample rollouts (:func:`rlvr.metrics.samples.sample_rows`)."""
+    advantages -> policy (and critic) update -> weight sync, then the step's metrics. Returns the metrics and the
+    rows of the step's sample table (``rows_of(step)`` of them, :func:`rlvr.metrics.samples.sample_rows`).
+
+    With ``rollout.max_staleness`` = N >= 1 (asynchronous rollout) the engines generate step s + N's batch while
+    the trainer updates on step s's, generated N steps ago (``ahead`` holds the batches generated ahead, by step;
+    s + N's is added). Order: submit generation of s + N (the engines hold the weights of version s - 1) -> take
+    batch s -> advantages -> submit the update -> collect and score s + N while it runs -> wait for the update ->
+    sync version s (the engines are idle by then: each engine runs its calls in order, so they take the new
+    weights between batches, and no sample mixes two versions). So batch s was generated by version
+    max(0, s - 1 - N) and is N versions behind the weights it updates (fewer for the first N steps). At N = 0 the
+    batch is generated and collected first: generation and training take turns. Either way samples older than N
+    versions are dropped and regenerated (:func:`_drop_stale`)."""
     t_step = time.perf_counter()
-    roll = _rollout(step, roles, prompts, sampler, sampling, r, primary, n_rows)  # 1-2: generate and score
-    roll, dropped = _drop_stale(roll, step, roles, prompts, sampling, r)
+    n = r.rollout.max_staleness
+    # also past run.steps when N >= 1: the last N batches go to the final checkpoint, so a run continued for more
+    # steps trains on what an uninterrupted one would (their generation overlaps the last updates)
+    started = _start_rollout(step + n, roles, prompts, sampler, sampling, r)
+    if not n:  # 1-2: generate and score, before the update
+        ahead[step] = _finish_rollout(started, roles, prompts, sampler, sampling, r, primary, rows_of(step))
+    roll, dropped = _drop_stale(ahead.pop(step), step, roles, prompts, sampling, r)
     batch, critic_inputs, adv_metrics = _advantage_batch(roll, roles, r, pad_id)  # 3a: advantages
     t0 = time.perf_counter()
-    train_stats = _update(roles, batch, critic_inputs, dph_batch(dph_buffer, step, r, pad_id), r)  # 3b: update
+    calls = _submit_update(roles, batch, critic_inputs, dph_batch(dph_buffer, step, r, pad_id), step)  # 3b: update
+    if n:  # 1-2 for step s + N, beside the update
+        ahead[step + n] = _finish_rollout(started, roles, prompts, sampler, sampling, r, primary, rows_of(step + n))
+    train_stats = _wait_update(roles, calls, critic_inputs is not None, r)
     t1 = time.perf_counter()
     sync_stats = roles.sync(version=step)  # 4: push the new weights to every engine
     return _step_metrics(step, roll, adv_metrics, train_stats, sync_stats, dropped, sampler, r, t_step, t0, t1), roll.rows
@@ -471,7 +484,7 @@ def _one_step(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sa
 
 def _step_metrics(step: int, roll: _Rollout, adv_metrics: dict, train_stats: dict, sync_stats: dict, dropped: int,
                   sampler: Any, r: Recipe, t_step: float, t0: float, t1: float) -> dict[str, float]:
-    """Step 5 of :func:`_one_step` and :func:`_one_step_async`: the step's metrics (logged by the caller).
+    """Step 5 of :func:`_one_step`: the step's metrics (logged by the caller).
     ``t_step``, ``t0``, ``t1``: ``time.perf_counter()`` at the step's start, the update's submission, its end."""
     return {
         **staleness_metrics([c.policy_version for c in roll.completions], step - 1, r.rollout.max_staleness),
@@ -491,43 +504,13 @@ def _step_metrics(step: int, roll: _Rollout, adv_metrics: dict, train_stats: dic
     }
 
 
-def _one_step_async(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sampling: SamplingConfig,
-                    r: Recipe, primary: str, pad_id: int, dph_buffer: list, ahead: dict[int, _Rollout],
-                    rows_of: Callable[[int], int]) -> tuple[dict[str, float], list[dict]]:
-    """One step of asynchronous rollout (``rollout.max_staleness`` = N >= 1): the engines generate step s + N's
-    batch while the trainer updates on step s's, generated N steps ago (``ahead`` holds the batches generated
-    ahead, by step; s + N's is added).
-
-    Order: submit generation of s + N (the engines hold the weights of version s - 1) -> take batch s (samples
-    older than N versions dropped and regenerated, :func:`_drop_stale`) -> advantages -> submit the update ->
-    collect and score s + N while it runs -> wait for the update -> sync version s (the engines are idle by then:
-    each engine runs its calls in order, so they take the new weights between batches, and no sample mixes two
-    versions). So batch s was generated by version max(0, s - 1 - N) and is N versions behind the weights it
-    updates (fewer for the first N steps). ``rows_of(step)``: sample-table rows for that step's batch."""
-    t_step = time.perf_counter()
-    n = r.rollout.max_staleness
-    nxt = step + n
-    # also past run.steps: the last N batches go to the final checkpoint, so a run continued for more steps trains
-    # on what an uninterrupted one would (their generation overlaps the last updates)
-    started = _start_rollout(nxt, roles, prompts, sampler, sampling, r)
-    roll, dropped = _drop_stale(ahead.pop(step), step, roles, prompts, sampling, r)
-    batch, critic_inputs, adv_metrics = _advantage_batch(roll, roles, r, pad_id)  # 3a: advantages
-    t0 = time.perf_counter()
-    calls = _submit_update(roles, batch, critic_inputs, dph_batch(dph_buffer, step, r, pad_id))  # 3b: update
-    roles.trainer_version = step
-    ahead[nxt] = _finish_rollout(started, roles, prompts, sampler, sampling, r, primary, rows_of(nxt))  # 1-2, beside
-    train_stats = _wait_update(roles, calls, critic_inputs is not None, r)
-    t1 = time.perf_counter()
-    sync_stats = roles.sync(version=step)  # 4: push the new weights to every engine
-    return _step_metrics(step, roll, adv_metrics, train_stats, sync_stats, dropped, sampler, r, t_step, t0, t1), roll.rows
-
-
 def _drop_stale(roll: _Rollout, step: int, roles: "Roles", prompts: list[Prompt], sampling: SamplingConfig,
                 r: Recipe) -> tuple[_Rollout, int]:
     """Step ``step`` updates the weights of version ``step - 1``: a group holding a sample of a policy version
     below ``step - 1 - rollout.max_staleness`` is regenerated with the engines' current weights (seeded by the
-    step, round :data:`rlvr.seeding.STALE_ROUND`) and rescored; returns (the rollout, the number of samples dropped).
-    The pipeline of :func:`_one_step_async` never produces such samples; this bounds the lag whatever happens
+    step, round :data:`rlvr.seeding.STALE_ROUND`) and rescored, its rows of ``roll.rewards`` [P, G] shaped anew;
+    returns (the rollout, the number of samples dropped: G per regenerated group).
+    The pipeline of :func:`_one_step` never produces such samples; this bounds the lag whatever happens
     (an engine restarted with other weights, a schedule change)."""
     g = r.rollout.samples_per_prompt
     oldest = step - 1 - r.rollout.max_staleness
@@ -604,22 +587,21 @@ def _advantage_batch(roll: _Rollout, roles: "Roles", r: Recipe, pad_id: int) -> 
     return batch, critic_inputs, {**metrics, **adv_metrics}
 
 
-def _update(roles: "Roles", batch: TrainBatch, critic_inputs: dict | None, dph: TrainBatch | None, r: Recipe) -> dict[str, float]:
-    """The policy update on every trainer rank (with the DPH-RL batch, if any) and, beside it, the critic's;
-    returns rank 0's statistics with the critic's (their inner timings left out)."""
-    return _wait_update(roles, _submit_update(roles, batch, critic_inputs, dph), critic_inputs is not None, r)
-
-
-def _submit_update(roles: "Roles", batch: TrainBatch, critic_inputs: dict | None, dph: TrainBatch | None) -> list:
-    """Submit the update of :func:`_update` (every trainer rank, and the critic's beside it); returns the calls."""
+def _submit_update(roles: "Roles", batch: TrainBatch, critic_inputs: dict | None, dph: TrainBatch | None,
+                   version: int) -> list:
+    """Submit the policy update on every trainer rank (with the DPH-RL batch, if any) and, beside it, the critic's;
+    returns the calls. Once they have run the trainer holds policy version ``version`` (``Roles.trainer_version``:
+    an engine replaced meanwhile is given those weights)."""
     calls = [t.call("train_step", batch, dph) for t in roles.trainers]
     if critic_inputs is not None:  # the critic learns beside the policy, in its own process
         calls.append(roles.critic.call("train_step", batch, critic_inputs["values"], critic_inputs["returns"]))
+    roles.trainer_version = version
     return calls
 
 
 def _wait_update(roles: "Roles", calls: list, with_critic: bool, r: Recipe) -> dict[str, float]:
-    """Wait for :func:`_submit_update`'s calls (``timeouts.train_s``); rank 0's statistics with the critic's."""
+    """Wait for :func:`_submit_update`'s calls (``timeouts.train_s``); rank 0's statistics with the critic's
+    (their inner timings left out)."""
     updates = roles.get(calls, r.timeouts.train_s, "policy update", "timeouts.train_s")
     stats = {k: v for k, v in updates[0].items() if k != mn.TIMING_TRAIN_INNER_S}
     if with_critic:

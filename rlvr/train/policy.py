@@ -28,6 +28,7 @@ from rlvr.algos.kl import dph_forward_kl, dph_js
 from rlvr.algos.objective import dph_term, micro_batch_loss
 from rlvr.algos.logprobs import entropy_from_logits, token_logprobs
 from rlvr.config import Recipe
+from rlvr.hardware import bind_cpus
 from rlvr.metrics import names as mn
 from rlvr.rollout.base import set_threads
 from rlvr.seeding import policy_order_seed, trainer_seed
@@ -119,8 +120,6 @@ class PolicyWorker:
 
         recipe, model_dir, rank, world_size = self.recipe, self.model_dir, self.rank, self.world_size
         tr = recipe.trainer
-        from rlvr.hardware import bind_cpus
-
         bind_cpus(tr.cpus)  # trainer.cpus: this rank's cores (rollout.cpus holds the engines')
         set_threads(tr.threads)
         torch.manual_seed(trainer_seed(recipe.run.seed, rank))
