@@ -266,10 +266,14 @@ class PolicyWorker:
         rows = (rows + rows[-1:] * per)[:per] if rows else [0] * per  # padded to ceil(B / W): same forwards per rank
         mine = torch.zeros((len(rows), batch.loss_mask.shape[1]), dtype=batch.loss_mask.dtype)
         mbs = self.recipe.trainer.micro_batch_size
+        lengths = batch.attention_mask.sum(1)
+        # length-sorted micro-batches (less padding); each row's logprobs go back to its own place
+        by_len = sorted(range(len(rows)), key=lambda j: -int(lengths[rows[j]]))
         for i in range(0, len(rows), mbs):
-            mb = batch.select(rows[i : i + mbs])
+            pos = by_len[i : i + mbs]
+            mb = batch.select([rows[j] for j in pos])
             lp, _ = self._forward(model, mb, need_entropy=False, temperature=temperature)
-            mine[i : i + len(mb), : lp.shape[1]] = lp.float().cpu()
+            mine[pos, : lp.shape[1]] = lp.float().cpu()
         self.logprob_rows += len(rows)
         model.train(was_training)
         if world == 1:
@@ -316,12 +320,17 @@ class PolicyWorker:
         micro = min(r.trainer.micro_batch_size, mb_size // world)
         stats: dict[str, list[float]] = {}
         g = torch.Generator().manual_seed(policy_order_seed(r.run.seed, self.version))
+        lengths = batch.attention_mask.sum(1)  # [B] tokens of each sequence
         for _epoch in range(r.algorithm.ppo_epochs):
             order = torch.randperm(b, generator=g) if b > mb_size else torch.arange(b)
             for m0 in range(0, b, mb_size):
                 mini = order[m0 : m0 + mb_size]
                 num_tokens = float(batch.loss_mask[mini].sum().clamp(min=1.0))
                 num_seqs = float(len(mini))
+                # length-sorted packing: longest first, dealt to the ranks in turn, so that each micro-batch holds
+                # sequences of similar length (less padding; the update is a sum over the mini-batch whatever its
+                # split) and the ranks get similar work
+                mini = mini[torch.sort(lengths[mini], descending=True, stable=True).indices]
                 mine = mini[self.rank :: world]  # this rank's share of the mini-batch
                 for k in range(0, len(mine), micro):
                     idx = mine[k : k + micro]
