@@ -236,18 +236,20 @@ def best_checkpoint(run_dir: str | Path, metric: str, mode: str = "max") -> Path
 def prune(run_dir: str | Path, keep_last: int, best_metric: str | None = None, best_mode: str = "max") -> list[Path]:
     """Delete old and broken checkpoint folders of a run; returns the deleted paths.
 
-    Kept: the newest ``max(keep_last, 1)`` complete checkpoints (the newest one is never deleted) and, when
+    Kept: the newest ``keep_last`` complete checkpoints (``checkpoint.keep_last``; 0: every one) and, when
     ``best_metric`` is set, the best one by :func:`best_checkpoint`. Deleted: every other complete checkpoint,
     every ``step_*`` folder without ``COMPLETE``, and every leftover ``*.tmp-*`` / ``*.old-*`` folder of a crashed
-    write, except the temporary folders this process has begun and not yet committed.
+    write (also with ``keep_last`` 0), except the temporary folders this process has begun and not yet committed.
 
-    Errors: ``ValueError`` for a bad ``best_mode``.
+    Errors: ``ValueError`` for a bad ``best_mode`` or a negative ``keep_last``.
     """
+    if keep_last < 0:
+        raise ValueError(f"keep_last={keep_last}: keep the newest K >= 1 checkpoints, or 0 to keep every one")
     root = Path(run_dir) / CHECKPOINTS
     if not root.is_dir():
         return []
     done = list_complete(run_dir)
-    keep = set(done[-max(keep_last, 1) :])
+    keep = set(done if keep_last == 0 else done[-keep_last:])
     if best_metric:
         best = best_checkpoint(run_dir, best_metric, best_mode)
         if best is not None:

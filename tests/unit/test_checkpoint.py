@@ -97,14 +97,16 @@ def test_crash_leftovers_are_ignored_and_pruned(tmp_path):
 
 # steps 10..50 with val/acc 0.2, 0.7, NaN (not measured), 0.7, 0.4; keep_last=2 keeps 40 and 50.
 # max: best 0.7 at 20 and 40, the earliest (20) wins -> {20, 40, 50}; min: best 0.2 at 10 -> {10, 40, 50};
-# no metric -> {40, 50}; keep_last=0 still keeps the newest (50) and the best (20).
+# no metric -> {40, 50}; keep_last=1 keeps the newest (50) and the best (20); keep_last=0 keeps all five.
 @pytest.mark.parametrize(
     "keep_last, metric, mode, remaining",
     [
         (2, "val/acc", "max", [20, 40, 50]),
         (2, "val/acc", "min", [10, 40, 50]),
         (2, None, "max", [40, 50]),
-        (0, "val/acc", "max", [20, 50]),
+        (1, "val/acc", "max", [20, 50]),
+        (0, "val/acc", "max", [10, 20, 30, 40, 50]),
+        (0, None, "max", [10, 20, 30, 40, 50]),
         (2, "val/unlogged", "max", [40, 50]),
     ],
 )
@@ -113,6 +115,18 @@ def test_prune_keeps_last_and_best(tmp_path, keep_last, metric, mode, remaining)
         _write(tmp_path, step, metrics={"val/acc": value, "reward/mean": 0.1})
     ck.prune(tmp_path, keep_last=keep_last, best_metric=metric, best_mode=mode)
     assert _names(tmp_path) == [f"step_{s:06d}" for s in remaining]
+
+
+def test_keep_all_still_deletes_crash_leftovers_and_negative_is_refused(tmp_path):
+    for step in (10, 20, 30):
+        _write(tmp_path, step)
+    crashed = tmp_path / "checkpoints" / "step_000040.tmp-99999-deadbeef"
+    crashed.mkdir()
+    assert ck.prune(tmp_path, keep_last=0) == [crashed]  # 0 keeps every whole checkpoint, not a broken write
+    assert _names(tmp_path) == ["step_000010", "step_000020", "step_000030"]
+    with pytest.raises(ValueError, match="keep_last=-1: keep the newest K >= 1 checkpoints, or 0 to keep every one"):
+        ck.prune(tmp_path, keep_last=-1)
+    assert _names(tmp_path) == ["step_000010", "step_000020", "step_000030"]
 
 
 def test_best_checkpoint_and_bad_mode(tmp_path):
