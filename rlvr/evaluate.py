@@ -168,11 +168,13 @@ def resolve_sets(cfg: EvalConfig) -> list[EvalSet]:
     ``question``, ``answer``, ``raw``, ``math``) and labelled by its file name (``folder/test`` for ``test.jsonl``).
 
     Errors: ``FileNotFoundError`` for a path-like entry (``.jsonl``, ``.json``, ``.parquet``, or starting with
-    ``.``, ``/``, ``~``) that exists nowhere; the message names the presets.
+    ``.``, ``/``, ``~``) that exists nowhere; ``ValueError`` for a bare name (no ``/``) that is no file or folder
+    and is near a preset (``gsm8kk``: a typo, not a ``datasets`` name). Both messages name the nearest preset or
+    file (:func:`rlvr.data.datasets.near_source`) and the presets.
     """
-    from rlvr.data.datasets import resolve_data_path
+    from rlvr.data.datasets import did_you_mean, near_source, resolve_data_path
 
-    sets, seen = [], Counter()
+    sets, seen, names = [], Counter(), list(PRESETS)
     for entry in cfg.data:
         if entry in PRESETS:
             es = PRESETS[entry]
@@ -181,7 +183,14 @@ def resolve_sets(cfg: EvalConfig) -> list[EvalSet]:
             if path is None and (entry.endswith((".jsonl", ".json", ".parquet")) or entry.startswith((".", "/", "~"))):
                 raise FileNotFoundError(
                     f"--data {entry!r}: no such file (relative paths are tried from the working directory, then "
-                    f"from the rlvr repository); presets: {', '.join(PRESETS)}"
+                    f"from the rlvr repository); presets: {', '.join(PRESETS)}.{did_you_mean(entry, names, 'test')}"
+                )
+            near = near_source(entry, names, "test") if path is None and "/" not in entry else None
+            if near in PRESETS:
+                raise ValueError(
+                    f"--data {entry!r}: not a preset, nor a file or folder; did you mean {near!r}? (presets: "
+                    f"{', '.join(PRESETS)}; a `datasets` name this close to a preset is taken for a typo: give it as "
+                    "org/name)"
                 )
             label = Path(entry).stem if path is not None else entry
             if path is not None and path.is_file() and label in ("test", "train", "validation", "dev"):

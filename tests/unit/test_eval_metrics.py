@@ -179,6 +179,22 @@ def test_presets_and_file_sets(tmp_path):
         resolve_sets(_cfg("--data", "nowhere.jsonl"))
 
 
+def test_a_set_name_near_a_preset_is_a_typo():
+    # difflib ratios (2M/T, cutoff 0.6): 'gsm8kk' ~ 'gsm8k' 10/11; 'math50' ~ 'math500' 12/13; 'aime2025' ~
+    # 'aime25' 12/14 against 'aime24' 10/14
+    for typo, preset in (("gsm8kk", "gsm8k"), ("math50", "math500"), ("aime2025", "aime25")):
+        with pytest.raises(ValueError, match=f"--data '{typo}': not a preset, nor a file or folder; did you mean "
+                                             f"'{preset}'\\? \\(presets: gsm8k, svamp"):
+            resolve_sets(_cfg("--data", typo))
+    # a path-like entry: the nearest file beside it ('tset.jsonl' ~ 'test.jsonl' 18/20), or the nearest preset
+    with pytest.raises(FileNotFoundError, match=r"Did you mean 'data/gsm8k/test\.jsonl'\?"):
+        resolve_sets(_cfg("--data", "data/gsm8k/tset.jsonl"))
+    with pytest.raises(FileNotFoundError, match=r"Did you mean 'svamp'\?"):  # 'svamp.jsonl' ~ 'svamp' 10/16
+        resolve_sets(_cfg("--data", "svamp.jsonl"))
+    # org/name and names near no preset stay `datasets` names (loaded, or refused, later)
+    assert [s.name for s in resolve_sets(_cfg("--data", "openai/gsm8kk", "zzzz"))] == ["openai/gsm8kk", "zzzz"]
+
+
 def test_model_label():
     assert model_label("smollm2-135m-instruct") == "smollm2-135m-instruct"
     assert model_label("HuggingFaceTB/SmolLM2-135M-Instruct") == "SmolLM2-135M-Instruct"
