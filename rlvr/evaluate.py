@@ -9,7 +9,8 @@ exactly as in training. No Ray.
 Data sets: a preset name (:data:`PRESETS`: the copies in ``data/``, test split), a local ``.jsonl`` / ``.json`` /
 ``.parquet`` file, or a ``datasets`` name (``--split``). ``--limit N`` keeps the first N rows in file order (a fixed,
 reproducible subset); rows whose gold the verifier cannot parse are then dropped and counted (case V15), as are
-prompts longer than ``--max-prompt-tokens`` (or than the model's context minus ``--max-new-tokens``).
+prompts longer than ``--max-prompt-tokens`` (or than the model's context minus ``--max-new-tokens``). Without
+``--max-new-tokens`` the default 512 is lowered where the model's context is too short for it (:func:`token_budgets`).
 
 Metrics (:mod:`rlvr.runtime.validation`, shared with validation during training): for every k in 1..n, ``pass@k``
 (Chen et al. 2021, eq. 1), ``maj@k`` (the exact expected majority vote over k-subsets, random tie break) and
@@ -91,7 +92,8 @@ EVAL_PROMPTS = DataConfig(source="", prompt_template=BOXED_TEMPLATE, max_prompt_
                           shuffle=False)  # fmt: skip
 """``rlvr eval``'s prompt section without a recipe: the boxed instruction, 1024 prompt tokens, the test split."""
 EVAL_ROLLOUT = RolloutConfig(samples_per_prompt=8, max_new_tokens=512, kv_cache_gib=2.0)
-"""``rlvr eval``'s sampling without a recipe: n = 8 samples per problem at temperature 1.0, 512 new tokens."""
+"""``rlvr eval``'s sampling without a recipe: n = 8 samples per problem at temperature 1.0, 512 new tokens (fewer
+where the model's context is shorter: :func:`token_budgets`)."""
 EVAL_REWARD = RewardConfig(timeout_s=10.0, memory_mb=SCORER_MEMORY_MB)
 """``rlvr eval``'s scoring without a recipe: the ``math`` verifier for file sets, 2 workers, 10 s per sample."""
 
@@ -124,6 +126,9 @@ class EvalConfig:
     """Prompts per engine call (progress is logged and samples are written after each)."""
     bootstrap_resamples: int = BOOTSTRAP_RESAMPLES
     bootstrap_seed: int = BOOTSTRAP_SEED
+    fit_new_tokens: bool = False
+    """Lower ``rollout.max_new_tokens`` to fit the model's context (:func:`token_budgets`) instead of refusing a
+    value that does not fit. ``rlvr eval`` sets it when neither ``--max-new-tokens`` nor ``--recipe`` gives one."""
 
     @property
     def n(self) -> int:
@@ -245,12 +250,41 @@ def load_set(es: EvalSet, cfg: EvalConfig, tokenizer: Any, prompt_limit: int) ->
     try:
         prompts, too_long = build_prompts(kept, tokenizer, dc)
     except ValueError as e:
+        why = (f"; the limit {prompt_limit} is the model's context minus {cfg.rollout.max_new_tokens} new tokens: "
+               "lower --max-new-tokens" if prompt_limit < cfg.prompts.max_prompt_tokens else "")
         raise ValueError(f"--data {es.source}: {e} (here data.max_prompt_tokens is --max-prompt-tokens, "
-                         "or the recipe's data.max_prompt_tokens with --recipe)") from e
+                         f"or the recipe's data.max_prompt_tokens with --recipe{why})") from e
     file_rows = [kept[p.index]["file_row"] for p in prompts]
     prompts = [dataclasses.replace(p, index=i) for i, p in enumerate(prompts)]
     counts = {"rows": len(rows), "bad_gold": len(report.bad), "too_long": too_long, "problems": len(prompts)}
     return LoadedSet(spec=es, prompts=prompts, file_rows=file_rows, counts=counts)
+
+
+def token_budgets(ctx: int | None, max_prompt_tokens: int, max_new_tokens: int, fit: bool) -> tuple[int, int]:
+    """(prompt token limit, new tokens) for a model of ``ctx`` positions (``max_position_embeddings``; None: no
+    limit known, both as given). Prompt and response share the context: prompts longer than the limit are dropped
+    (counted as ``too_long``), so every kept prompt plus its response fits.
+
+    - ``fit`` (the eval default, no flag): new tokens = ``min(max_new_tokens, ctx - budget)``, the prompt budget
+      being ``min(max_prompt_tokens, ctx // 2)`` (SmolLM2, 8192 positions: 512 new tokens, prompts up to 1024;
+      ``tiny-random``, 512 positions: 256 and 256);
+    - given: ``max_new_tokens`` as it is.
+
+    The prompt limit is then ``min(max_prompt_tokens, ctx - new tokens)``.
+    Errors: ``ValueError`` when the new tokens leave no position for a prompt (given >= ``ctx``, or ``ctx`` < 2),
+    naming the most that fits and the fix.
+    """
+    if ctx is None:
+        return max_prompt_tokens, max_new_tokens
+    budget = min(max_prompt_tokens, ctx // 2)
+    new = min(max_new_tokens, ctx - budget) if fit else max_new_tokens
+    limit = min(max_prompt_tokens, ctx - new)
+    if limit < 1:
+        most = f"at most {ctx - 1}, e.g. {ctx - budget} to keep {budget} tokens for the prompt" if ctx > 1 else "none"
+        raise ValueError(f"{new} new tokens (--max-new-tokens, or rollout.max_new_tokens of --recipe) leave no room "
+                         f"for a prompt in the model's {ctx}-token context (max_position_embeddings of its "
+                         f"config.json): lower it ({most}), or leave --max-new-tokens out to fit it to the context")  # fmt: skip
+    return limit, new
 
 
 def context_limit(model_dir: str) -> int | None:
@@ -444,7 +478,8 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     """Run ``rlvr eval`` (module docstring): load the sets, sample, score, write ``results.json`` and
     ``samples.jsonl`` into the output folder; return the results (``results["files"]`` names the files).
 
-    Errors: ``ValueError`` for bad settings, a context too short for ``--max-new-tokens`` or data errors;
+    Errors: ``ValueError`` for bad settings, a given ``--max-new-tokens`` the context cannot hold
+    (:func:`token_budgets`) or data errors;
     ``FileNotFoundError`` for a missing data file; ``KeyError`` / ``ImportError`` for a verifier name that does not
     resolve; :class:`~rlvr.config.RecipeError` when a set has no usable gold; ``FileExistsError`` (output taken);
     ``RuntimeError`` when the scoring workers cannot start.
@@ -466,11 +501,12 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     model_dir = resolve_model(cfg.model.path)
     tok = AutoTokenizer.from_pretrained(model_dir)
     ctx = context_limit(model_dir)
-    new_tokens, prompt_max = cfg.rollout.max_new_tokens, cfg.prompts.max_prompt_tokens
-    prompt_limit = prompt_max if ctx is None else min(prompt_max, ctx - new_tokens)
-    if prompt_limit < 1:
-        raise ValueError(f"--max-new-tokens {new_tokens} leaves no room for a prompt in the model's "
-                         f"{ctx}-token context: lower it")  # fmt: skip
+    prompt_limit, new_tokens = token_budgets(ctx, cfg.prompts.max_prompt_tokens, cfg.rollout.max_new_tokens,
+                                             cfg.fit_new_tokens)  # fmt: skip
+    if new_tokens != cfg.rollout.max_new_tokens:
+        log.info("max new tokens %d: the default %d lowered to fit the model's %d-token context with prompts up to "
+                 "%d tokens (--max-new-tokens to choose)", new_tokens, cfg.rollout.max_new_tokens, ctx, prompt_limit)
+        cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, max_new_tokens=new_tokens))
     loaded = [load_set(es, cfg, tok, prompt_limit) for es in sets]
     max_model_len = max(len(p.prompt_ids) for ls in loaded for p in ls.prompts) + new_tokens
     out_dir = make_output_dir(cfg)
@@ -579,7 +615,9 @@ def add_eval_parser(sub: Any) -> None:
                    help="sampling temperature (default 1.0: the policy's own distribution, as in training "
                    "validation; 0: greedy)")
     p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--max-new-tokens", type=int, default=None, help=f"(default {ro.max_new_tokens})")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help=f"(default {ro.max_new_tokens}, or what the model's context leaves beside prompts of up to "
+                   "--max-prompt-tokens or half the context, if less)")
     p.add_argument("--limit", type=int, default=None, help="the first N rows of each set, in file order")
     p.add_argument("--seed", type=int, default=None, help="engine seed (default 0)")
     p.add_argument("--engine", choices=["vllm", "hf"], default=None)
@@ -665,6 +703,7 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         model=ModelConfig(path=args.model, dtype=args.dtype or base["dtype"]), data=tuple(args.data),
         prompts=prompts, rollout=rollout, reward=reward, seed=args.seed if args.seed is not None else base["seed"],
         output=args.output, **_given(batch_prompts=args.batch_prompts, bootstrap_resamples=args.bootstrap_resamples),
+        fit_new_tokens=args.max_new_tokens is None and args.recipe is None,
     )  # fmt: skip
 
 

@@ -216,6 +216,9 @@ def test_config_checks():
 def test_eval_defaults_without_a_recipe():
     cfg = _cfg("--data", "gsm8k")
     assert (cfg.n, cfg.rollout.temperature, cfg.rollout.max_new_tokens, cfg.seed) == (8, 1.0, 512, 0)
+    assert cfg.fit_new_tokens  # the default 512 is fitted to the model's context; a flag or a recipe is not
+    assert not _cfg("--data", "gsm8k", "--max-new-tokens", "512").fit_new_tokens
+    assert not _cfg("--data", "gsm8k", "--recipe", "recipes/smoke_cpu.yaml").fit_new_tokens
     assert cfg.prompts == EVAL_PROMPTS and cfg.prompts.prompt_template.endswith("within \\boxed{}.")
     assert (cfg.model.path, cfg.model.dtype, cfg.reward.timeout_s, cfg.reward.verifiers[0].name) == ("m", "auto", 10.0, "math")
 
@@ -234,6 +237,35 @@ def test_eval_takes_the_recipe_sections_and_flags_override():
                "--seed", "7", "--verifier", "numeric", "--prompt-template", "Q: {question}")  # fmt: skip
     assert (cfg.n, cfg.rollout.max_new_tokens, cfg.seed, cfg.reward.verifiers[0].name) == (2, 32, 7, "numeric")
     assert cfg.prompts.prompt_template == "Q: {question}" and cfg.rollout.temperature == r.validation.temperature
+
+
+def test_token_budgets_fit_the_context_by_hand():
+    from rlvr.evaluate import token_budgets
+
+    # fitted (no --max-new-tokens): prompt budget min(P, ctx // 2), new = min(512, ctx - budget), limit
+    # min(P, ctx - new). SmolLM2 (8192): budget 1024, new min(512, 7168) = 512, limit min(1024, 7680) = 1024
+    assert token_budgets(8192, 1024, 512, fit=True) == (1024, 512)
+    # tiny-random (512): budget min(1024, 256) = 256, new min(512, 256) = 256, limit min(1024, 256) = 256
+    assert token_budgets(512, 1024, 512, fit=True) == (256, 256)
+    # 1200: budget 600, new min(512, 600) = 512, limit min(1024, 688) = 688
+    assert token_budgets(1200, 1024, 512, fit=True) == (688, 512)
+    # --max-prompt-tokens 100 on 512: budget 100, new min(512, 412) = 412, limit min(100, 100) = 100
+    assert token_budgets(512, 100, 512, fit=True) == (100, 412)
+    # given: kept; the prompt limit takes what is left: min(1024, 512 - 300) = 212
+    assert token_budgets(512, 1024, 300, fit=False) == (212, 300)
+    assert token_budgets(None, 1024, 4096, fit=False) == (1024, 4096)  # no max_position_embeddings
+    # given and too long: 512 new tokens in 512 positions leave none for a prompt; at most 511, e.g. 512 - 256
+    with pytest.raises(ValueError, match=r"512 new tokens .* leave no room for a prompt in the model's 512-token "
+                                         r"context .*: lower it \(at most 511, e\.g\. 256 to keep 256 tokens for the "
+                                         r"prompt\), or leave --max-new-tokens out"):
+        token_budgets(512, 1024, 512, fit=False)
+
+
+def test_tiny_random_context_is_read_from_its_config():
+    from rlvr.evaluate import context_limit
+    from rlvr.models import resolve_model
+
+    assert context_limit(resolve_model("tiny-random")) == 512  # rlvr/models/tiny.py: max_position_embeddings
 
 
 def test_cli_bad_input_is_one_line_and_no_folder(tmp_path, monkeypatch, capsys):
