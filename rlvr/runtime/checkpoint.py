@@ -264,6 +264,33 @@ def prune(run_dir: str | Path, keep_last: int, best_metric: str | None = None, b
     return deleted
 
 
+@dataclass(frozen=True, kw_only=True)
+class RunPolicy:
+    """A policy in Hugging Face format inside a run folder, and the recipe it was trained with."""
+
+    run_dir: Path
+    model_dir: Path
+    recipe: Path
+    """``RUN/recipe.yaml``, or for a checkpoint's policy the checkpoint's own ``recipe.yaml`` when it has one."""
+    source: str
+    """Which policy: ``final/`` or ``checkpoint step_000004``."""
+
+
+def run_policy(model_dir: str | Path) -> RunPolicy | None:
+    """The run behind a policy folder: ``RUN/final`` or ``RUN/checkpoints/step_N/trainer/hf`` whose run folder
+    holds ``recipe.yaml`` (the resolved recipe written at run start); None for any other folder."""
+    m = Path(model_dir)
+    if m.name == "final" and (m.parent / RECIPE).is_file():
+        return RunPolicy(run_dir=m.parent, model_dir=m, recipe=m.parent / RECIPE, source="final/")
+    step = m.parent.parent
+    if (m.name, m.parent.name, step.parent.name) == ("hf", TRAINER, CHECKPOINTS) and _STEP_DIR.match(step.name):
+        run = step.parent.parent
+        recipe = step / RECIPE if (step / RECIPE).is_file() else run / RECIPE
+        if recipe.is_file():
+            return RunPolicy(run_dir=run, model_dir=m, recipe=recipe, source=f"checkpoint {step.name}")
+    return None
+
+
 # -- resume ------------------------------------------------------------------------------------------------------
 
 

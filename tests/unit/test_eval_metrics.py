@@ -199,6 +199,94 @@ def test_model_label():
     assert model_label("smollm2-135m-instruct") == "smollm2-135m-instruct"
     assert model_label("HuggingFaceTB/SmolLM2-135M-Instruct") == "SmolLM2-135M-Instruct"
     assert model_label("runs/svamp_cpu/final/") == "svamp_cpu-final"
+    assert model_label("runs/svamp_cpu/checkpoints/step_000004/trainer/hf") == "svamp_cpu-step_000004"
+
+
+# ------------------------------------------------------------------------------------------------------
+# rlvr eval RUN: the run's template, verifiers and dtype
+
+
+def _run_folder(tmp_path):
+    """A run folder as a run writes it: recipe.yaml, final/ and one complete checkpoint with its own recipe
+    (stand-in policies: a config.json is all the resolution looks for)."""
+    from rlvr.config import dump_yaml
+    from rlvr.recipe import load_recipe
+
+    tiny = "recipes/tiny_test.yaml"
+    trained = ["data.prompt_template='Q: {question} A:'", "data.system_prompt=Be brief.", "model.dtype=float32",
+               "reward.verifiers=[{name: numeric, args: {tolerance: 0.01}}, {name: math, weight: 0.5}]"]  # fmt: skip
+    run = tmp_path / "runs" / "mine"
+    step = run / "checkpoints" / "step_000002"
+    (step / "trainer" / "hf").mkdir(parents=True)
+    (run / "recipe.yaml").write_text(dump_yaml(load_recipe(tiny, trained)))
+    # the checkpoint's own recipe: read for its policy (a different template here, to see which file is read)
+    (step / "recipe.yaml").write_text(dump_yaml(load_recipe(tiny, [*trained, "data.prompt_template='S: {question}'"])))
+    (step / "trainer" / "hf" / "config.json").write_text("{}")
+    (step / "COMPLETE").write_text("{}")
+    (run / "final").mkdir()
+    (run / "final" / "config.json").write_text("{}")
+    return run, step
+
+
+def test_eval_of_a_run_takes_its_template_verifiers_and_dtype(tmp_path, caplog):
+    run, _ = _run_folder(tmp_path)
+    with caplog.at_level("INFO", logger="rlvr.eval"):
+        cfg = _cfg("--data", "gsm8k", model=str(run))
+    assert cfg.model.path == str(run / "final") and cfg.model.dtype == "float32"
+    assert (cfg.prompts.prompt_template, cfg.prompts.system_prompt, cfg.prompts.chat_template) == (
+        "Q: {question} A:", "Be brief.", True)
+    assert [(v.name, v.args, v.weight) for v in cfg.reward.verifiers] == [("numeric", {"tolerance": 0.01}, 1.0),
+                                                                          ("math", {}, 0.5)]  # fmt: skip
+    # the rest stays the eval defaults (tiny_test.yaml has 4 samples, 8 new tokens, 1 scoring worker)
+    assert (cfg.n, cfg.rollout.max_new_tokens, cfg.fit_new_tokens, cfg.reward.num_workers, cfg.seed) == (8, 512, True, 2, 0)
+    assert cfg.prompts.max_prompt_tokens == EVAL_PROMPTS.max_prompt_tokens
+    assert f"{run} is a run folder: evaluating its final/, {run / 'final'}" in caplog.text
+    assert "data.prompt_template='Q: {question} A:'" in caplog.text and "model.dtype='float32'" in caplog.text
+    assert "reward.verifiers=['numeric', 'math']" in caplog.text and "flags given instead" not in caplog.text
+    # RUN/final itself: the same
+    assert _cfg("--data", "gsm8k", model=str(run / "final")).prompts.prompt_template == "Q: {question} A:"
+
+
+def test_eval_of_a_run_flags_win(tmp_path, caplog):
+    run, _ = _run_folder(tmp_path)
+    with caplog.at_level("INFO", logger="rlvr.eval"):
+        cfg = _cfg("--data", "gsm8k", "--dtype", "bfloat16", "--prompt-template", "X {question}", "--verifier", "math",
+                   model=str(run))  # fmt: skip
+    assert (cfg.model.dtype, cfg.prompts.prompt_template, cfg.prompts.system_prompt) == ("bfloat16", "X {question}", "Be brief.")
+    # another verifier by name: the run's first verifier's arguments do not carry over to it
+    assert [(v.name, v.args) for v in cfg.reward.verifiers] == [("math", {}), ("math", {})]
+    assert "flags given instead: --prompt-template, --verifier, --dtype" in caplog.text
+    assert "data.system_prompt='Be brief.'" in caplog.text and "model.dtype=" not in caplog.text
+    # --recipe wins over the run's recipe whole
+    with caplog.at_level("INFO", logger="rlvr.eval"):
+        cfg = _cfg("--data", "gsm8k", "--recipe", "recipes/smoke_cpu.yaml", model=str(run))
+    from rlvr.recipe import load_recipe
+
+    assert cfg.prompts.prompt_template == load_recipe("recipes/smoke_cpu.yaml").data.prompt_template
+    assert cfg.model.path == str(run / "final") and "the run's own" in caplog.text
+
+
+def test_eval_of_a_run_without_final_takes_the_newest_checkpoint(tmp_path, caplog):
+    import shutil
+
+    run, step = _run_folder(tmp_path)
+    shutil.rmtree(run / "final")
+    with caplog.at_level("INFO", logger="rlvr.eval"):
+        cfg = _cfg("--data", "gsm8k", model=str(run))
+    assert cfg.model.path == str(step / "trainer" / "hf")
+    assert cfg.prompts.prompt_template == "S: {question}"  # the checkpoint's own recipe.yaml
+    assert "is a run folder: evaluating its newest checkpoint step_000002 (it has no final/)" in caplog.text
+    assert f"from {step / 'recipe.yaml'}" in caplog.text
+    assert _cfg("--data", "gsm8k", model=str(step)).model.path == str(step / "trainer" / "hf")  # a checkpoint folder
+    # a run with no policy yet is an error saying what it lacks; a model folder outside a run takes the defaults
+    shutil.rmtree(run / "checkpoints")
+    with pytest.raises(ValueError, match="holds no model"):
+        _cfg("--data", "gsm8k", model=str(run))
+    plain_model = tmp_path / "model"
+    plain_model.mkdir()
+    (plain_model / "config.json").write_text("{}")
+    cfg = _cfg("--data", "gsm8k", model=str(plain_model))
+    assert cfg.prompts == EVAL_PROMPTS and cfg.model.dtype == "auto"
 
 
 def test_config_checks():
