@@ -59,7 +59,15 @@ COMPLETE = "COMPLETE"
 REQUIRED = (CONTROLLER, RECIPE, FINGERPRINT, TRAINER)
 """Entries :func:`commit` requires in a checkpoint before it may be marked complete."""
 
+OPTIMIZER_KEYS = ("trainer.lr", "trainer.betas", "trainer.weight_decay", "trainer.grad_clip", "critic.lr",
+                  "critic.grad_clip")  # fmt: skip
+"""Optimizer settings a resumed run may change (``rlvr train R.yaml --resume auto trainer.lr=2e-5``), as verl and
+OpenRLHF allow: the checkpoint's optimizer state (Adam's moments and step count) is loaded, then these values from
+the new recipe replace the ones it held (:func:`rlvr.train.policy.apply_optimizer_settings`), and each change is
+logged old -> new (:func:`optimizer_changes`)."""
+
 MAY_CHANGE_ON_RESUME = (
+    *OPTIMIZER_KEYS,
     "run.name", "run.output_dir", "run.steps", "run.resume", "run.executor", "run.ray_address", "run.num_cpus",
     "run.save_final",
     "rollout.num_engines", "rollout.kv_cache_gib", "rollout.gpu_memory_utilization", "rollout.enforce_eager",
@@ -70,9 +78,11 @@ MAY_CHANGE_ON_RESUME = (
     "sync.", "metrics.", "checkpoint.",
     "validation.every_steps", "validation.at_start",
 )  # fmt: skip
-"""Recipe keys (a trailing ``.``: a whole section) that a resumed run may change: how long to run, where the run
-lives, processes, threads, devices and memory knobs (micro-batch size: the loss normalisers are whole-batch
-counts, so the split does not change the update), logging, checkpointing, and how often to validate. Every other
+"""Recipe keys (a trailing ``.``: a whole section) that a resumed run may change: the optimizer settings
+(:data:`OPTIMIZER_KEYS`: from the resumed step on, the run then differs from an uninterrupted one), how long to
+run, where the run lives, processes, threads, devices and memory knobs (micro-batch size: the loss normalisers are
+whole-batch counts, so the split does not change the update), logging, checkpointing, and how often to validate.
+Every other
 key changes the math, the data or the validation numbers the best checkpoint is chosen by, and must match.
 ``trainer.num_workers`` must match too: the optimizer state is partitioned over that many ranks."""
 
@@ -348,7 +358,7 @@ def check_compatible(ckpt_dir: str | Path, recipe: Recipe, data_fp: Mapping[str,
     checkpoint's step (case C1: a resume that would train 0 steps is refused, never a silent success).
 
     Errors: :class:`~rlvr.config.RecipeError` (a ``ValueError``) listing each differing key as
-    ``trainer.lr: 1e-05 -> 2e-05``, a changed data set with its counts old -> new, or no steps left, with the ways
+    ``rollout.temperature: 1.0 -> 0.7``, a changed data set with its counts old -> new, or no steps left, with the ways
     to proceed; ``FileNotFoundError`` when the checkpoint lacks ``recipe.yaml`` or ``fingerprint.json``.
     """
     ckpt = Path(ckpt_dir)
@@ -375,6 +385,15 @@ def check_compatible(ckpt_dir: str | Path, recipe: Recipe, data_fp: Mapping[str,
         raise RecipeError(
             f"cannot resume from {ckpt}:\n  - " + "\n  - ".join(problems) + "\nTo proceed: " + "; ".join(fixes) + "."
         )
+
+
+def optimizer_changes(ckpt_dir: str | Path, recipe: Recipe) -> list[tuple[str, Any, Any]]:
+    """``(key, checkpoint's value, recipe's value)`` for each :data:`OPTIMIZER_KEYS` entry that ``recipe`` changes
+    against the checkpoint's ``recipe.yaml`` (values as plain data: betas as a list). Errors:
+    ``FileNotFoundError`` when the checkpoint lacks ``recipe.yaml``."""
+    old = _flatten(yaml.safe_load((Path(ckpt_dir) / RECIPE).read_text()) or {})
+    new = _flatten(to_dict(recipe))
+    return [(k, old.get(k, _ABSENT), new[k]) for k in OPTIMIZER_KEYS if old.get(k, _ABSENT) != new[k]]
 
 
 def recipe_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:

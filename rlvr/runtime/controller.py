@@ -279,6 +279,9 @@ def _resume_point(r: Recipe, run_dir: Path, data: _Data) -> tuple[Path | None, A
         write_recipe(r, run_dir)  # compatible: the folder's recipe is now this one (e.g. more steps)
         state = ck.load_controller(resume_from)
         log.info("resuming from %s: step %d done, %d to go", resume_from, state.step, r.run.steps - state.step)
+        for key, old, new in ck.optimizer_changes(resume_from, r):  # applied once the optimizer state is loaded
+            log.info("resume changes %s: %s -> %s from step %d on (Adam's moments and step count are the "
+                     "checkpoint's)", key, old, new, state.step + 1)
         _trim_metrics(run_dir / "metrics.jsonl", state.step)
         _trim_metrics(run_dir / "samples.jsonl", state.step)
         _trim_metrics(run_dir / "timeline.jsonl", state.step)
