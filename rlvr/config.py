@@ -415,7 +415,9 @@ class CheckpointConfig:
     """Write a checkpoint every N steps (0: none during the run); one is always written at the end and on
     Ctrl-C/SIGTERM (``RUN/checkpoints/step_000010``)."""
     keep_last: int = 2
-    """Keep the newest K checkpoints (older ones are deleted, except the best)."""
+    """Keep the newest K checkpoints (older ones are deleted, except the best); ``0`` keeps every checkpoint
+    (verl's ``max_actor_ckpt_to_keep: null``, the HF Trainer's ``save_total_limit: None``). Other negative values
+    are refused (rlvr has no ``-1``)."""
     best_metric: str | None = None
     """Also keep the checkpoint with the best value of this logged metric (e.g. ``val/pass@1``); None: off."""
     best_mode: Literal["max", "min"] = "max"

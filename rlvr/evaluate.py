@@ -4,12 +4,15 @@ The model (an embedded name such as ``smollm2-135m-instruct``, a local Hugging F
 ``RUN/final``, or a hub id) is loaded once in this process by the rollout engine (:class:`~rlvr.rollout.vllm_engine.
 VLLMEngine`; ``--engine hf``: :class:`~rlvr.rollout.hf_engine.HFEngine`), samples n responses per problem, and the
 verifier pool (:class:`~rlvr.reward.pool.ScoringPool`: worker processes, a hard time limit per sample) scores them,
-exactly as in training. No Ray.
+exactly as in training. No Ray. A run's policy (``RUN``, ``RUN/final``, ``RUN/checkpoints/step_N``) is evaluated
+with the run's prompt template, verifiers and dtype (:data:`RUN_KEYS`, from its ``recipe.yaml``) unless flags say
+otherwise.
 
 Data sets: a preset name (:data:`PRESETS`: the copies in ``data/``, test split), a local ``.jsonl`` / ``.json`` /
 ``.parquet`` file, or a ``datasets`` name (``--split``). ``--limit N`` keeps the first N rows in file order (a fixed,
 reproducible subset); rows whose gold the verifier cannot parse are then dropped and counted (case V15), as are
-prompts longer than ``--max-prompt-tokens`` (or than the model's context minus ``--max-new-tokens``).
+prompts longer than ``--max-prompt-tokens`` (or than the model's context minus ``--max-new-tokens``). Without
+``--max-new-tokens`` the default 512 is lowered where the model's context is too short for it (:func:`token_budgets`).
 
 Metrics (:mod:`rlvr.runtime.validation`, shared with validation during training): for every k in 1..n, ``pass@k``
 (Chen et al. 2021, eq. 1), ``maj@k`` (the exact expected majority vote over k-subsets, random tie break) and
@@ -91,7 +94,8 @@ EVAL_PROMPTS = DataConfig(source="", prompt_template=BOXED_TEMPLATE, max_prompt_
                           shuffle=False)  # fmt: skip
 """``rlvr eval``'s prompt section without a recipe: the boxed instruction, 1024 prompt tokens, the test split."""
 EVAL_ROLLOUT = RolloutConfig(samples_per_prompt=8, max_new_tokens=512, kv_cache_gib=2.0)
-"""``rlvr eval``'s sampling without a recipe: n = 8 samples per problem at temperature 1.0, 512 new tokens."""
+"""``rlvr eval``'s sampling without a recipe: n = 8 samples per problem at temperature 1.0, 512 new tokens (fewer
+where the model's context is shorter: :func:`token_budgets`)."""
 EVAL_REWARD = RewardConfig(timeout_s=10.0, memory_mb=SCORER_MEMORY_MB)
 """``rlvr eval``'s scoring without a recipe: the ``math`` verifier for file sets, 2 workers, 10 s per sample."""
 
@@ -124,6 +128,9 @@ class EvalConfig:
     """Prompts per engine call (progress is logged and samples are written after each)."""
     bootstrap_resamples: int = BOOTSTRAP_RESAMPLES
     bootstrap_seed: int = BOOTSTRAP_SEED
+    fit_new_tokens: bool = False
+    """Lower ``rollout.max_new_tokens`` to fit the model's context (:func:`token_budgets`) instead of refusing a
+    value that does not fit. ``rlvr eval`` sets it when neither ``--max-new-tokens`` nor ``--recipe`` gives one."""
 
     @property
     def n(self) -> int:
@@ -168,11 +175,13 @@ def resolve_sets(cfg: EvalConfig) -> list[EvalSet]:
     ``question``, ``answer``, ``raw``, ``math``) and labelled by its file name (``folder/test`` for ``test.jsonl``).
 
     Errors: ``FileNotFoundError`` for a path-like entry (``.jsonl``, ``.json``, ``.parquet``, or starting with
-    ``.``, ``/``, ``~``) that exists nowhere; the message names the presets.
+    ``.``, ``/``, ``~``) that exists nowhere; ``ValueError`` for a bare name (no ``/``) that is no file or folder
+    and is near a preset (``gsm8kk``: a typo, not a ``datasets`` name). Both messages name the nearest preset or
+    file (:func:`rlvr.data.datasets.near_source`) and the presets.
     """
-    from rlvr.data.datasets import resolve_data_path
+    from rlvr.data.datasets import did_you_mean, near_source, resolve_data_path
 
-    sets, seen = [], Counter()
+    sets, seen, names = [], Counter(), list(PRESETS)
     for entry in cfg.data:
         if entry in PRESETS:
             es = PRESETS[entry]
@@ -181,7 +190,14 @@ def resolve_sets(cfg: EvalConfig) -> list[EvalSet]:
             if path is None and (entry.endswith((".jsonl", ".json", ".parquet")) or entry.startswith((".", "/", "~"))):
                 raise FileNotFoundError(
                     f"--data {entry!r}: no such file (relative paths are tried from the working directory, then "
-                    f"from the rlvr repository); presets: {', '.join(PRESETS)}"
+                    f"from the rlvr repository); presets: {', '.join(PRESETS)}.{did_you_mean(entry, names, 'test')}"
+                )
+            near = near_source(entry, names, "test") if path is None and "/" not in entry else None
+            if near in PRESETS:
+                raise ValueError(
+                    f"--data {entry!r}: not a preset, nor a file or folder; did you mean {near!r}? (presets: "
+                    f"{', '.join(PRESETS)}; a `datasets` name this close to a preset is taken for a typo: give it as "
+                    "org/name)"
                 )
             label = Path(entry).stem if path is not None else entry
             if path is not None and path.is_file() and label in ("test", "train", "validation", "dev"):
@@ -236,12 +252,41 @@ def load_set(es: EvalSet, cfg: EvalConfig, tokenizer: Any, prompt_limit: int) ->
     try:
         prompts, too_long = build_prompts(kept, tokenizer, dc)
     except ValueError as e:
+        why = (f"; the limit {prompt_limit} is the model's context minus {cfg.rollout.max_new_tokens} new tokens: "
+               "lower --max-new-tokens" if prompt_limit < cfg.prompts.max_prompt_tokens else "")
         raise ValueError(f"--data {es.source}: {e} (here data.max_prompt_tokens is --max-prompt-tokens, "
-                         "or the recipe's data.max_prompt_tokens with --recipe)") from e
+                         f"or the recipe's data.max_prompt_tokens with --recipe{why})") from e
     file_rows = [kept[p.index]["file_row"] for p in prompts]
     prompts = [dataclasses.replace(p, index=i) for i, p in enumerate(prompts)]
     counts = {"rows": len(rows), "bad_gold": len(report.bad), "too_long": too_long, "problems": len(prompts)}
     return LoadedSet(spec=es, prompts=prompts, file_rows=file_rows, counts=counts)
+
+
+def token_budgets(ctx: int | None, max_prompt_tokens: int, max_new_tokens: int, fit: bool) -> tuple[int, int]:
+    """(prompt token limit, new tokens) for a model of ``ctx`` positions (``max_position_embeddings``; None: no
+    limit known, both as given). Prompt and response share the context: prompts longer than the limit are dropped
+    (counted as ``too_long``), so every kept prompt plus its response fits.
+
+    - ``fit`` (the eval default, no flag): new tokens = ``min(max_new_tokens, ctx - budget)``, the prompt budget
+      being ``min(max_prompt_tokens, ctx // 2)`` (SmolLM2, 8192 positions: 512 new tokens, prompts up to 1024;
+      ``tiny-random``, 512 positions: 256 and 256);
+    - given: ``max_new_tokens`` as it is.
+
+    The prompt limit is then ``min(max_prompt_tokens, ctx - new tokens)``.
+    Errors: ``ValueError`` when the new tokens leave no position for a prompt (given >= ``ctx``, or ``ctx`` < 2),
+    naming the most that fits and the fix.
+    """
+    if ctx is None:
+        return max_prompt_tokens, max_new_tokens
+    budget = min(max_prompt_tokens, ctx // 2)
+    new = min(max_new_tokens, ctx - budget) if fit else max_new_tokens
+    limit = min(max_prompt_tokens, ctx - new)
+    if limit < 1:
+        most = f"at most {ctx - 1}, e.g. {ctx - budget} to keep {budget} tokens for the prompt" if ctx > 1 else "none"
+        raise ValueError(f"{new} new tokens (--max-new-tokens, or rollout.max_new_tokens of --recipe) leave no room "
+                         f"for a prompt in the model's {ctx}-token context (max_position_embeddings of its "
+                         f"config.json): lower it ({most}), or leave --max-new-tokens out to fit it to the context")  # fmt: skip
+    return limit, new
 
 
 def context_limit(model_dir: str) -> int | None:
@@ -372,8 +417,11 @@ def run_set(engine: Any, pool: Any, ls: LoadedSet, cfg: EvalConfig, out: TextIO)
 
 def model_label(model: str) -> str:
     """A short name of the model for the output folder: ``smollm2-135m-instruct``, ``org/name`` -> ``name``, a
-    run's ``RUN/final`` -> ``RUN-final``."""
+    run's ``RUN/final`` -> ``RUN-final``, ``RUN/checkpoints/step_000004/trainer/hf`` -> ``RUN-step_000004``."""
     path = Path(model.rstrip("/"))
+    step = path.parent.parent
+    if (path.name, path.parent.name, step.parent.name) == ("hf", "trainer", "checkpoints") and step.parent.parent.name:
+        return f"{step.parent.parent.name}-{step.name}"
     return f"{path.parent.name}-{path.name}" if path.name == "final" and path.parent.name else path.name
 
 
@@ -435,7 +483,8 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     """Run ``rlvr eval`` (module docstring): load the sets, sample, score, write ``results.json`` and
     ``samples.jsonl`` into the output folder; return the results (``results["files"]`` names the files).
 
-    Errors: ``ValueError`` for bad settings, a context too short for ``--max-new-tokens`` or data errors;
+    Errors: ``ValueError`` for bad settings, a given ``--max-new-tokens`` the context cannot hold
+    (:func:`token_budgets`) or data errors;
     ``FileNotFoundError`` for a missing data file; ``KeyError`` / ``ImportError`` for a verifier name that does not
     resolve; :class:`~rlvr.config.RecipeError` when a set has no usable gold; ``FileExistsError`` (output taken);
     ``RuntimeError`` when the scoring workers cannot start.
@@ -457,11 +506,12 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     model_dir = resolve_model(cfg.model.path)
     tok = AutoTokenizer.from_pretrained(model_dir)
     ctx = context_limit(model_dir)
-    new_tokens, prompt_max = cfg.rollout.max_new_tokens, cfg.prompts.max_prompt_tokens
-    prompt_limit = prompt_max if ctx is None else min(prompt_max, ctx - new_tokens)
-    if prompt_limit < 1:
-        raise ValueError(f"--max-new-tokens {new_tokens} leaves no room for a prompt in the model's "
-                         f"{ctx}-token context: lower it")  # fmt: skip
+    prompt_limit, new_tokens = token_budgets(ctx, cfg.prompts.max_prompt_tokens, cfg.rollout.max_new_tokens,
+                                             cfg.fit_new_tokens)  # fmt: skip
+    if new_tokens != cfg.rollout.max_new_tokens:
+        log.info("max new tokens %d: the default %d lowered to fit the model's %d-token context with prompts up to "
+                 "%d tokens (--max-new-tokens to choose)", new_tokens, cfg.rollout.max_new_tokens, ctx, prompt_limit)
+        cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, max_new_tokens=new_tokens))
     loaded = [load_set(es, cfg, tok, prompt_limit) for es in sets]
     max_model_len = max(len(p.prompt_ids) for ls in loaded for p in ls.prompts) + new_tokens
     out_dir = make_output_dir(cfg)
@@ -557,8 +607,9 @@ def add_eval_parser(sub: Any) -> None:
     flag defaults to None: unset, the value comes from ``--recipe`` (its sections) or the eval defaults."""
     ro, pr, rw = EVAL_ROLLOUT, EVAL_PROMPTS, EVAL_REWARD
     p = sub.add_parser("eval", help="evaluate a model on data sets: pass@k, maj@k, mean@k with 95%% intervals")
-    p.add_argument("model", help="embedded name (smollm2-135m-instruct, tiny-random), a local folder (RUN/final) "
-                   "or a hub id")
+    p.add_argument("model", help="embedded name (smollm2-135m-instruct, tiny-random), a local folder, or a hub id; "
+                   "a run (RUN: its final/, else its newest checkpoint; RUN/final; RUN/checkpoints/step_N) is "
+                   "evaluated with its recipe's prompt template, verifiers and dtype unless flags say otherwise")
     p.add_argument("--data", nargs="+", action="extend", required=True, metavar="SET",
                    help=f"presets {', '.join(PRESETS)}, a .jsonl/.json/.parquet file, or a datasets name; repeatable")
     p.add_argument("--recipe", default=None, metavar="YAML",
@@ -570,7 +621,9 @@ def add_eval_parser(sub: Any) -> None:
                    help="sampling temperature (default 1.0: the policy's own distribution, as in training "
                    "validation; 0: greedy)")
     p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--max-new-tokens", type=int, default=None, help=f"(default {ro.max_new_tokens})")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help=f"(default {ro.max_new_tokens}, or what the model's context leaves beside prompts of up to "
+                   "--max-prompt-tokens or half the context, if less)")
     p.add_argument("--limit", type=int, default=None, help="the first N rows of each set, in file order")
     p.add_argument("--seed", type=int, default=None, help="engine seed (default 0)")
     p.add_argument("--engine", choices=["vllm", "hf"], default=None)
@@ -616,10 +669,66 @@ def recipe_sections(recipe: Any) -> dict[str, Any]:
             "dtype": recipe.model.dtype}  # fmt: skip
 
 
+RUN_KEYS: dict[str, tuple[str, ...]] = {
+    "data.prompt_template": ("--prompt-template",),
+    "data.system_prompt": ("--system-prompt",),
+    "data.chat_template": ("--no-chat-template",),
+    "reward.verifiers": ("--verifier", "--verifier-args"),
+    "model.dtype": ("--dtype",),
+}
+"""What ``rlvr eval RUN`` takes from the run's recipe (how the run wrote a prompt and scored an answer, and its
+dtype), each with the flags that override it. Sampling, lengths and scoring limits stay the eval defaults, so runs
+and models compare at the same settings (``--recipe RUN/recipe.yaml`` takes those too)."""
+
+
+def run_sections(recipe: Any, base: dict[str, Any]) -> dict[str, Any]:
+    """:class:`EvalConfig` fields for a run's policy: ``base`` (the eval defaults) with the :data:`RUN_KEYS` of
+    the run's recipe (every verifier: the first scores the sets that are not presets)."""
+    d = recipe.data
+    prompts = dataclasses.replace(base["prompts"], prompt_template=d.prompt_template, system_prompt=d.system_prompt,
+                                  chat_template=d.chat_template)  # fmt: skip
+    reward = dataclasses.replace(base["reward"], verifiers=recipe.reward.verifiers)
+    return {**base, "prompts": prompts, "reward": reward, "dtype": recipe.model.dtype}
+
+
+def run_of(model: str) -> Any:
+    """The :class:`~rlvr.runtime.checkpoint.RunPolicy` behind ``rlvr eval``'s model argument when it is a run folder
+    (its ``final/``, else its newest complete checkpoint's policy: :func:`rlvr.models.resolve_model`), ``RUN/final``,
+    a checkpoint folder or its ``trainer/hf``; None for anything else (an embedded name, a hub id, another folder).
+    Errors: ``ValueError`` for a run folder that holds no policy yet."""
+    from rlvr.models import EMBEDDED_MODELS, resolve_model
+    from rlvr.runtime.checkpoint import run_policy
+
+    if model in EMBEDDED_MODELS or not Path(model).expanduser().is_dir():
+        return None
+    return run_policy(resolve_model(model))
+
+
+def _log_run(model: str, run: Any, recipe: Any, args: argparse.Namespace) -> None:
+    """Log which policy of the run is evaluated and what was taken from its recipe (or which flags won)."""
+    if Path(model).expanduser().resolve() == run.run_dir.resolve():
+        what = "its final/" if run.source == "final/" else f"its newest {run.source} (it has no final/)"
+        where = f"{model} is a run folder: evaluating {what}, {run.model_dir}"
+    else:
+        where = f"{model}: the {run.source} policy of the run {run.run_dir}"
+    values = {"data.prompt_template": recipe.data.prompt_template, "data.system_prompt": recipe.data.system_prompt,
+              "data.chat_template": recipe.data.chat_template, "model.dtype": recipe.model.dtype,
+              "reward.verifiers": [v.name for v in recipe.reward.verifiers]}  # fmt: skip
+    dest = {"--no-chat-template": "chat_template"}
+    flags = [f for k in RUN_KEYS for f in RUN_KEYS[k] if getattr(args, dest.get(f, f[2:].replace("-", "_"))) is not None]
+    taken = [f"{k}={values[k]!r}" for k in RUN_KEYS if not set(RUN_KEYS[k]) & set(flags)]
+    log.info("%s; from %s: %s%s", where, run.recipe, ", ".join(taken) or "nothing",
+             f" (flags given instead: {', '.join(flags)})" if flags else "")
+
+
 def config_from_args(args: argparse.Namespace) -> EvalConfig:
     """The :class:`EvalConfig` of parsed ``rlvr eval`` arguments: the eval defaults, or ``--recipe``'s sections
-    (:func:`recipe_sections`), with every given flag on top. Errors: ``ValueError`` for bad ``--verifier-args``;
-    :class:`~rlvr.config.RecipeError` for a bad ``--recipe``."""
+    (:func:`recipe_sections`), or for a run's policy (:func:`run_of`) its recipe's :data:`RUN_KEYS`
+    (:func:`run_sections`; logged), with every given flag on top. Errors: ``ValueError`` for bad
+    ``--verifier-args`` or a run folder without a policy; :class:`~rlvr.config.RecipeError` for a bad ``--recipe``
+    or run recipe."""
+    from rlvr.recipe import load_recipe
+
     vargs = None
     if args.verifier_args is not None:
         try:
@@ -630,15 +739,26 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
             raise ValueError(f"--verifier-args must be a JSON object, got {args.verifier_args!r}")
     base: dict[str, Any] = {"prompts": EVAL_PROMPTS, "rollout": EVAL_ROLLOUT, "reward": EVAL_REWARD, "seed": 0,
                             "dtype": "auto"}  # fmt: skip
+    run, model = run_of(args.model), args.model
+    if run is not None:
+        model = str(run.model_dir)
     if args.recipe is not None:
-        from rlvr.recipe import load_recipe
-
         try:
             base = recipe_sections(load_recipe(args.recipe))
         except OSError as e:
             raise ValueError(f"--recipe {args.recipe}: cannot read it ({e.strerror or e})") from None
         except RecipeError as e:
             raise RecipeError(f"--recipe {args.recipe}: {e}") from None
+        if run is not None:
+            log.info("%s: --recipe %s given, so the run's own %s is not read", args.model, args.recipe, run.recipe)
+    elif run is not None:
+        try:
+            recipe = load_recipe(run.recipe)
+        except RecipeError as e:
+            raise RecipeError(f"{run.recipe} (the recipe of {args.model}): {e}; give --recipe with a recipe "
+                              "that loads (its template, verifier and dtype are used)") from None  # fmt: skip
+        base = run_sections(recipe, base)
+        _log_run(args.model, run, recipe, args)
     prompts = dataclasses.replace(base["prompts"], **_given(
         prompt_template=args.prompt_template, system_prompt=args.system_prompt, chat_template=args.chat_template,
         max_prompt_tokens=args.max_prompt_tokens, split=args.split, limit=args.limit, question=args.question_field,
@@ -649,13 +769,16 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
     reward = base["reward"]
     if args.verifier is not None or vargs is not None:
         first = reward.verifiers[0] if reward.verifiers else VerifierSpec()
+        if args.verifier not in (None, first.name) and vargs is None:
+            vargs = {}  # another verifier: the recipe's arguments were its first verifier's
         first = dataclasses.replace(first, **_given(name=args.verifier, args=vargs))
         reward = dataclasses.replace(reward, verifiers=(first, *reward.verifiers[1:]))
     reward = dataclasses.replace(reward, **_given(num_workers=args.workers, timeout_s=args.timeout))
     return EvalConfig(
-        model=ModelConfig(path=args.model, dtype=args.dtype or base["dtype"]), data=tuple(args.data),
+        model=ModelConfig(path=model, dtype=args.dtype or base["dtype"]), data=tuple(args.data),
         prompts=prompts, rollout=rollout, reward=reward, seed=args.seed if args.seed is not None else base["seed"],
         output=args.output, **_given(batch_prompts=args.batch_prompts, bootstrap_resamples=args.bootstrap_resamples),
+        fit_new_tokens=args.max_new_tokens is None and args.recipe is None,
     )  # fmt: skip
 
 

@@ -287,8 +287,11 @@ def extra_errors(r: Recipe) -> list[str]:
         errs.append(f"algorithm.dph_divergence={al.dph_divergence} needs algorithm.dph_coef > 0 (e.g. 0.1)")
     if cr.lr <= 0 or cr.micro_batch_size < 1 or cr.grad_clip < 0:
         errs.append("critic.lr must be > 0, critic.micro_batch_size >= 1, critic.grad_clip >= 0")
-    if ck.every_steps < 0 or ck.keep_last < 1:
-        errs.append("checkpoint.every_steps must be >= 0 (0: only at the end) and checkpoint.keep_last >= 1")
+    if ck.every_steps < 0:
+        errs.append(f"checkpoint.every_steps={ck.every_steps} must be >= 0 (0: only at the end)")
+    if ck.keep_last < 0:
+        errs.append(f"checkpoint.keep_last={ck.keep_last} must be >= 1 (keep the newest K) or 0 (keep every "
+                    "checkpoint; rlvr's 'keep all' is 0, not -1)")
     if r.trainer.max_nonfinite_in_row < 1:
         errs.append("trainer.max_nonfinite_in_row must be >= 1")
     if r.metrics.samples_every < 0 or r.metrics.samples_rows < 1:

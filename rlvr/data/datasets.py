@@ -9,10 +9,12 @@ folder with an editable install): see :func:`resolve_data_path`.
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,42 @@ def resolve_data_path(source: str) -> Path | None:
         if (base / path).exists():
             return (base / path).resolve()
     return None
+
+
+def near_source(source: str, names: Sequence[str] = ("generated",), split: str = "train") -> str | None:
+    """What a data source that names nothing was likely meant to be, or None (difflib's nearest at its default
+    cutoff 0.6, as :mod:`rlvr.config` suggests keys):
+
+    - a path whose folder exists (``data/gsm8k/tset.jsonl``): the nearest entry of that folder, written as the
+      source was (``data/gsm8k/test.jsonl``);
+    - a bare name: the nearest of ``names`` (a recipe: ``generated``; ``rlvr eval``: its presets), else of the
+      repository's ``data/`` folders (``gsm8kk`` -> ``data/gsm8k/train.jsonl``: the folder's ``<split>.jsonl``,
+      else its first data file).
+    """
+    path = Path(source).expanduser()
+    if len(path.parts) > 1:
+        parent = resolve_data_path(str(path.parent))
+        if parent is None or not parent.is_dir():
+            return None
+        near = difflib.get_close_matches(path.name, sorted(p.name for p in parent.iterdir()), n=1)
+        return str(path.parent / near[0]) if near else None
+    near = difflib.get_close_matches(source, list(names), n=1)
+    if near:
+        return near[0]
+    root = PACKAGE_DIR.parent / "data"
+    folders = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    near = difflib.get_close_matches(source, folders, n=1)
+    if not near:
+        return None
+    files = sorted(p.name for p in (root / near[0]).iterdir() if p.suffix in FILE_SUFFIXES)
+    pick = f"{split}.jsonl" if f"{split}.jsonl" in files else (files[0] if files else "")
+    return f"data/{near[0]}/{pick}".rstrip("/")
+
+
+def did_you_mean(source: str, names: Sequence[str] = ("generated",), split: str = "train") -> str:
+    """``" Did you mean 'X'?"`` for :func:`near_source`'s answer, ``""`` when it has none (to end an error message)."""
+    near = near_source(source, names, split)
+    return f" Did you mean {near!r}?" if near else ""
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -139,7 +177,8 @@ def _read_datasets(name: str, split: str, limit: int | None) -> list[dict[str, A
         raise ValueError(
             f"data.source={name!r}{f' (config {config!r})' if config else ''} split {split!r}: not a local file "
             f"(looked in {tried}) and `datasets` could not load it: {type(e).__name__}: {e}. Fix: give the path "
-            f"of a {'/'.join(FILE_SUFFIXES)} file, or a data set name in the local `datasets` cache"
+            f"of a {'/'.join(FILE_SUFFIXES)} file, or a data set name in the local `datasets` cache."
+            f"{did_you_mean(name, split=split)}"
         ) from e
     if limit is not None:
         ds = ds.select(range(min(limit, len(ds))))
@@ -234,7 +273,8 @@ def load_rows(cfg: DataConfig, seed: int) -> list[dict[str, Any]]:
     path = resolve_data_path(cfg.source)
     if path is None and cfg.source.endswith(FILE_SUFFIXES):
         tried = ", ".join(str(d / cfg.source) for d in search_dirs())
-        raise FileNotFoundError(f"data.source={cfg.source!r} not found (looked in: {tried}); fix the path")
+        raise FileNotFoundError(f"data.source={cfg.source!r} not found (looked in: {tried}); fix the path."
+                                f"{did_you_mean(cfg.source, split=cfg.split)}")
     if path is not None and path.is_file():
         raw, name = _read_file(path), str(path)
     else:

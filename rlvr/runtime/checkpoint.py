@@ -59,7 +59,15 @@ COMPLETE = "COMPLETE"
 REQUIRED = (CONTROLLER, RECIPE, FINGERPRINT, TRAINER)
 """Entries :func:`commit` requires in a checkpoint before it may be marked complete."""
 
+OPTIMIZER_KEYS = ("trainer.lr", "trainer.betas", "trainer.weight_decay", "trainer.grad_clip", "critic.lr",
+                  "critic.grad_clip")  # fmt: skip
+"""Optimizer settings a resumed run may change (``rlvr train R.yaml --resume auto trainer.lr=2e-5``), as verl and
+OpenRLHF allow: the checkpoint's optimizer state (Adam's moments and step count) is loaded, then these values from
+the new recipe replace the ones it held (:func:`rlvr.train.policy.apply_optimizer_settings`), and each change is
+logged old -> new (:func:`optimizer_changes`)."""
+
 MAY_CHANGE_ON_RESUME = (
+    *OPTIMIZER_KEYS,
     "run.name", "run.output_dir", "run.steps", "run.resume", "run.executor", "run.ray_address", "run.num_cpus",
     "run.save_final",
     "rollout.num_engines", "rollout.kv_cache_gib", "rollout.gpu_memory_utilization", "rollout.enforce_eager",
@@ -70,9 +78,11 @@ MAY_CHANGE_ON_RESUME = (
     "sync.", "metrics.", "checkpoint.",
     "validation.every_steps", "validation.at_start",
 )  # fmt: skip
-"""Recipe keys (a trailing ``.``: a whole section) that a resumed run may change: how long to run, where the run
-lives, processes, threads, devices and memory knobs (micro-batch size: the loss normalisers are whole-batch
-counts, so the split does not change the update), logging, checkpointing, and how often to validate. Every other
+"""Recipe keys (a trailing ``.``: a whole section) that a resumed run may change: the optimizer settings
+(:data:`OPTIMIZER_KEYS`: from the resumed step on, the run then differs from an uninterrupted one), how long to
+run, where the run lives, processes, threads, devices and memory knobs (micro-batch size: the loss normalisers are
+whole-batch counts, so the split does not change the update), logging, checkpointing, and how often to validate.
+Every other
 key changes the math, the data or the validation numbers the best checkpoint is chosen by, and must match.
 ``trainer.num_workers`` must match too: the optimizer state is partitioned over that many ranks."""
 
@@ -236,18 +246,20 @@ def best_checkpoint(run_dir: str | Path, metric: str, mode: str = "max") -> Path
 def prune(run_dir: str | Path, keep_last: int, best_metric: str | None = None, best_mode: str = "max") -> list[Path]:
     """Delete old and broken checkpoint folders of a run; returns the deleted paths.
 
-    Kept: the newest ``max(keep_last, 1)`` complete checkpoints (the newest one is never deleted) and, when
+    Kept: the newest ``keep_last`` complete checkpoints (``checkpoint.keep_last``; 0: every one) and, when
     ``best_metric`` is set, the best one by :func:`best_checkpoint`. Deleted: every other complete checkpoint,
     every ``step_*`` folder without ``COMPLETE``, and every leftover ``*.tmp-*`` / ``*.old-*`` folder of a crashed
-    write, except the temporary folders this process has begun and not yet committed.
+    write (also with ``keep_last`` 0), except the temporary folders this process has begun and not yet committed.
 
-    Errors: ``ValueError`` for a bad ``best_mode``.
+    Errors: ``ValueError`` for a bad ``best_mode`` or a negative ``keep_last``.
     """
+    if keep_last < 0:
+        raise ValueError(f"keep_last={keep_last}: keep the newest K >= 1 checkpoints, or 0 to keep every one")
     root = Path(run_dir) / CHECKPOINTS
     if not root.is_dir():
         return []
     done = list_complete(run_dir)
-    keep = set(done[-max(keep_last, 1) :])
+    keep = set(done if keep_last == 0 else done[-keep_last:])
     if best_metric:
         best = best_checkpoint(run_dir, best_metric, best_mode)
         if best is not None:
@@ -260,6 +272,33 @@ def prune(run_dir: str | Path, keep_last: int, best_metric: str | None = None, b
             shutil.rmtree(p, ignore_errors=True)
             deleted.append(p)
     return deleted
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunPolicy:
+    """A policy in Hugging Face format inside a run folder, and the recipe it was trained with."""
+
+    run_dir: Path
+    model_dir: Path
+    recipe: Path
+    """``RUN/recipe.yaml``, or for a checkpoint's policy the checkpoint's own ``recipe.yaml`` when it has one."""
+    source: str
+    """Which policy: ``final/`` or ``checkpoint step_000004``."""
+
+
+def run_policy(model_dir: str | Path) -> RunPolicy | None:
+    """The run behind a policy folder: ``RUN/final`` or ``RUN/checkpoints/step_N/trainer/hf`` whose run folder
+    holds ``recipe.yaml`` (the resolved recipe written at run start); None for any other folder."""
+    m = Path(model_dir)
+    if m.name == "final" and (m.parent / RECIPE).is_file():
+        return RunPolicy(run_dir=m.parent, model_dir=m, recipe=m.parent / RECIPE, source="final/")
+    step = m.parent.parent
+    if (m.name, m.parent.name, step.parent.name) == ("hf", TRAINER, CHECKPOINTS) and _STEP_DIR.match(step.name):
+        run = step.parent.parent
+        recipe = step / RECIPE if (step / RECIPE).is_file() else run / RECIPE
+        if recipe.is_file():
+            return RunPolicy(run_dir=run, model_dir=m, recipe=recipe, source=f"checkpoint {step.name}")
+    return None
 
 
 # -- resume ------------------------------------------------------------------------------------------------------
@@ -319,7 +358,7 @@ def check_compatible(ckpt_dir: str | Path, recipe: Recipe, data_fp: Mapping[str,
     checkpoint's step (case C1: a resume that would train 0 steps is refused, never a silent success).
 
     Errors: :class:`~rlvr.config.RecipeError` (a ``ValueError``) listing each differing key as
-    ``trainer.lr: 1e-05 -> 2e-05``, a changed data set with its counts old -> new, or no steps left, with the ways
+    ``rollout.temperature: 1.0 -> 0.7``, a changed data set with its counts old -> new, or no steps left, with the ways
     to proceed; ``FileNotFoundError`` when the checkpoint lacks ``recipe.yaml`` or ``fingerprint.json``.
     """
     ckpt = Path(ckpt_dir)
@@ -346,6 +385,15 @@ def check_compatible(ckpt_dir: str | Path, recipe: Recipe, data_fp: Mapping[str,
         raise RecipeError(
             f"cannot resume from {ckpt}:\n  - " + "\n  - ".join(problems) + "\nTo proceed: " + "; ".join(fixes) + "."
         )
+
+
+def optimizer_changes(ckpt_dir: str | Path, recipe: Recipe) -> list[tuple[str, Any, Any]]:
+    """``(key, checkpoint's value, recipe's value)`` for each :data:`OPTIMIZER_KEYS` entry that ``recipe`` changes
+    against the checkpoint's ``recipe.yaml`` (values as plain data: betas as a list). Errors:
+    ``FileNotFoundError`` when the checkpoint lacks ``recipe.yaml``."""
+    old = _flatten(yaml.safe_load((Path(ckpt_dir) / RECIPE).read_text()) or {})
+    new = _flatten(to_dict(recipe))
+    return [(k, old.get(k, _ABSENT), new[k]) for k in OPTIMIZER_KEYS if old.get(k, _ABSENT) != new[k]]
 
 
 def recipe_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:

@@ -92,7 +92,7 @@ def preflight(recipe: Recipe) -> None:
 
     Errors: ``ValueError``/``KeyError``/``FileNotFoundError``/``ImportError`` with the message of the failed check.
     """
-    from rlvr.data.datasets import resolve_data_path
+    from rlvr.data.datasets import did_you_mean, resolve_data_path
     from rlvr.hardware import cpu_has_bf16
     from rlvr.models import check_model_name
     from rlvr.reward.base import resolve_verifier
@@ -117,13 +117,16 @@ def preflight(recipe: Recipe) -> None:
                               f"pip install 'rlvr[logging]' (or {packages[backend]}), or drop it from metrics.backends")
     for spec in recipe.reward.verifiers:
         resolve_verifier(spec.name)
-    for key, source in (("data.source", recipe.data.source), ("validation.source", recipe.validation.source)):
+    sources = (("data.source", recipe.data.source, recipe.data.split),
+               ("validation.source", recipe.validation.source, recipe.validation.split))  # fmt: skip
+    for key, source, split in sources:
         if source is None or source == "generated":
             continue
         looks_like_file = source.endswith((".jsonl", ".json", ".parquet")) or source.startswith((".", "/", "~"))
         if looks_like_file and resolve_data_path(source) is None:
+            hint = did_you_mean(source, split=split)
             raise FileNotFoundError(f"{key}={source!r}: no such file (relative paths are tried from the working "
-                                    "directory, then from the rlvr repository); fix the path")
+                                    f"directory, then from the rlvr repository); fix the path.{hint}")
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -276,6 +279,9 @@ def _resume_point(r: Recipe, run_dir: Path, data: _Data) -> tuple[Path | None, A
         write_recipe(r, run_dir)  # compatible: the folder's recipe is now this one (e.g. more steps)
         state = ck.load_controller(resume_from)
         log.info("resuming from %s: step %d done, %d to go", resume_from, state.step, r.run.steps - state.step)
+        for key, old, new in ck.optimizer_changes(resume_from, r):  # applied once the optimizer state is loaded
+            log.info("resume changes %s: %s -> %s from step %d on (Adam's moments and step count are the "
+                     "checkpoint's)", key, old, new, state.step + 1)
         _trim_metrics(run_dir / "metrics.jsonl", state.step)
         _trim_metrics(run_dir / "samples.jsonl", state.step)
         _trim_metrics(run_dir / "timeline.jsonl", state.step)

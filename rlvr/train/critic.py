@@ -11,6 +11,7 @@ Values are read in the shifted frame of :class:`rlvr.train.batch.TrainBatch`: ``
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from contextlib import nullcontext
@@ -25,6 +26,9 @@ from rlvr.rollout.base import set_threads
 from rlvr.seeding import critic_order_seed, critic_seed
 from rlvr.sync.weights import DTYPES
 from rlvr.train.batch import TrainBatch
+from rlvr.train.policy import apply_optimizer_settings
+
+log = logging.getLogger(__name__)
 
 
 class ValueModel(torch.nn.Module):
@@ -148,6 +152,12 @@ class CriticWorker:
         state = torch.load(Path(out_dir) / "critic.pt", map_location=self.device, weights_only=False)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        # a resumed run may change critic.lr and trainer.betas (critic.grad_clip is read at every step); the weight
+        # decay stays AdamW's own, as the optimizer was built
+        changes = apply_optimizer_settings(self.optimizer, lr=self.recipe.critic.lr, betas=self.recipe.trainer.betas)
+        if changes:
+            log.info("critic optimizer state loaded; from the recipe: %s",
+                     ", ".join(f"{k} {old} -> {new}" for k, old, new in changes))  # fmt: skip
         self.updates = int(state["updates"])
         return True
 

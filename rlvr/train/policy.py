@@ -80,6 +80,25 @@ class _FiniteAdamW(torch.optim.AdamW):
         return super().step(closure)
 
 
+def apply_optimizer_settings(optimizer: torch.optim.Optimizer, *, lr: float, betas: tuple[float, float],
+                             weight_decay: float | None = None) -> list[tuple[str, object, object]]:
+    """Set every param group's ``lr``, ``betas`` and (unless None) ``weight_decay`` to the recipe's, after
+    ``load_state_dict`` brought back the checkpoint's: torch's ``Optimizer.load_state_dict`` and DeepSpeed's
+    checkpoint loading restore the saved param groups whole, so without this a resumed ``trainer.lr=2e-5`` would
+    step at the old rate. Adam's moments and step count stay the checkpoint's (verl and OpenRLHF do the same).
+    ``optimizer``: a torch optimizer or a DeepSpeed wrapper (its ``param_groups`` are its base optimizer's).
+    Returns ``(setting, old, new)`` for each setting that changed (the first group's old value)."""
+    new: dict[str, object] = {"lr": float(lr), "betas": tuple(betas)}
+    if weight_decay is not None:
+        new["weight_decay"] = float(weight_decay)
+    groups = optimizer.param_groups
+    changes = [(k, tuple(groups[0][k]) if k == "betas" else groups[0][k], v) for k, v in new.items()
+               if any((tuple(g[k]) if k == "betas" else g[k]) != v for g in groups)]  # fmt: skip
+    for g in groups:
+        g.update(new)
+    return changes
+
+
 class PolicyWorker:
     """One trainer rank. Methods are called by the controller (in-process or through a Ray actor handle).
 
@@ -554,23 +573,34 @@ class PolicyWorker:
         return str(out)
 
     def load_state(self, ckpt_dir: str) -> int:
-        """Restore what :meth:`save_state` wrote (every rank); returns the policy version.
+        """Restore what :meth:`save_state` wrote (every rank); returns the policy version. The optimizer settings
+        of this worker's recipe (``trainer.lr``, ``betas``, ``weight_decay``, ``grad_clip``) then replace the
+        checkpoint's (:func:`apply_optimizer_settings`; DeepSpeed ZeRO-1/2 and fp16 also restore the saved
+        clipping norm), so a resumed run may change them.
         Errors: ``FileNotFoundError`` when this rank's files are missing (a checkpoint of another world size)."""
         from rlvr.runtime.checkpoint import set_rng_state
 
-        src = Path(ckpt_dir)
+        src, tr = Path(ckpt_dir), self.recipe.trainer
         if self.ds:
             path, client = self.engine.load_checkpoint(str(src), tag="ds")
             if path is None:
                 raise FileNotFoundError(f"{src}: no DeepSpeed checkpoint (tag 'ds') for rank {self.rank}")
             self.version = int(client["version"])
+            if isinstance(self.optimizer, _FiniteAdamW):  # ZeRO-0 fp32: the optimizer clips (DeepSpeed does not)
+                self.optimizer.grad_clip = tr.grad_clip
+            elif hasattr(self.optimizer, "clip_grad"):  # DeepSpeed's wrappers: the clip norm is in their state
+                self.optimizer.clip_grad = tr.grad_clip
         else:
             state = torch.load(src / "torch_state.pt", map_location=self.device, weights_only=False)
             self.module.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
             if self.scaler is not None and "scaler" in state:
                 self.scaler.load_state_dict(state["scaler"])
-            self.version = int(state["version"])
+            self.version = int(state["version"])  # grad_clip: read from the recipe at every step
+        changes = apply_optimizer_settings(self.optimizer, lr=tr.lr, betas=tr.betas, weight_decay=tr.weight_decay)
+        if changes and self.rank == 0:
+            log.info("optimizer state of %s loaded; from the recipe: %s", src,
+                     ", ".join(f"{k} {old} -> {new}" for k, old, new in changes))  # fmt: skip
         set_rng_state(json.loads((src / f"rng_rank{self.rank}.json").read_text()))
         return self.version
 

@@ -99,11 +99,11 @@ def test_resume_refuses_changed_data_and_recipe_and_skips_broken_checkpoints(tmp
     (ck / "step_000002.tmp-123-abcdef01" / "trainer").mkdir(parents=True)
     (ck / "step_000003").mkdir()
     (ck / "step_000003" / "controller.json").write_text("{}")
-    with pytest.raises(RecipeError, match=r"trainer\.lr: 0\.01 -> 0\.02"):
-        train(load_recipe(TINY, [*common, "run.steps=2", "run.resume=auto", "trainer.lr=2e-2"]), Path(first.run_dir))
+    with pytest.raises(RecipeError, match=r"rollout\.temperature: 1\.0 -> 0\.7"):  # trainer.lr may change (OPTIMIZER_KEYS)
+        train(load_recipe(TINY, [*common, "run.steps=2", "run.resume=auto", "rollout.temperature=0.7"]), Path(first.run_dir))
     import yaml
 
-    assert yaml.safe_load(Path(first.run_dir, "recipe.yaml").read_text())["trainer"]["lr"] == 0.01  # left as it was
+    assert yaml.safe_load(Path(first.run_dir, "recipe.yaml").read_text())["rollout"]["temperature"] == 1.0  # as it was
     lines = data.read_text().splitlines()
     lines[3] = json.dumps({"question": "3+1", "answer": "5"})
     data.write_text("\n".join(lines) + "\n")

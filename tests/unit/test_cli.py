@@ -115,6 +115,7 @@ def test_preflight_catches_typos_before_anything_starts(tmp_path, capsys):
     for override, expected in (
         ("reward.verifiers=[{name: numerc}]", "Did you mean 'numeric'?"),
         ("data.source=data/nope.jsonl", "data.source='data/nope.jsonl': no such file"),
+        ("data.source=data/gsm8k/trian.jsonl", "fix the path. Did you mean 'data/gsm8k/train.jsonl'?"),
         ("model.path=smollm2-135m", "Did you mean 'smollm2-135m-instruct'?"),
     ):
         recipe = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny_test.yaml")

@@ -295,6 +295,10 @@ def test_missing_file_raises_file_not_found(tmp_path):
         (["rollout.top_p=0.8"], "Train with rollout.top_p: 1.0 and rollout.top_k: -1"),
         (["rollout.top_k=20"], "invalid recipe:\n  - rollout.top_k=20 truncates the sampler"),
         (["rollout.top_p=0.9"], "  - rollout.top_p=0.9 truncates the sampler"),
+        # 0 keeps every checkpoint; verl's and OpenRLHF's -1 is no rlvr value
+        (["checkpoint.keep_last=-1"], "checkpoint.keep_last=-1 must be >= 1 (keep the newest K) or 0 (keep every "
+                                      "checkpoint; rlvr's 'keep all' is 0, not -1)"),
+        (["checkpoint.every_steps=-2"], "checkpoint.every_steps=-2 must be >= 0 (0: only at the end)"),
     ],
 )
 def test_invariant_fails_with_fix_message(overrides, expected):
@@ -302,6 +306,10 @@ def test_invariant_fails_with_fix_message(overrides, expected):
         load_recipe(TINY, overrides)
     assert _msg(ei).startswith("invalid recipe:\n  - ")
     assert expected in _msg(ei)
+
+
+def test_keep_last_zero_keeps_every_checkpoint_and_loads():
+    assert load_recipe(TINY, ["checkpoint.keep_last=0"]).checkpoint.keep_last == 0
 
 
 def test_unregistered_name_without_near_match_lists_choices():

@@ -138,6 +138,33 @@ def test_missing_file_lists_where_it_looked():
         load_rows(DataConfig(source="data/nope.jsonl"), 0)
 
 
+def test_near_source_by_hand():
+    from rlvr.data.datasets import near_source
+
+    # difflib ratio 2M/T (M matched characters, T both lengths), cutoff 0.6:
+    # 'generatd' ~ 'generated': M = 8 ('generat' + 'd'), T = 17: 16/17 = 0.94
+    assert near_source("generatd") == "generated"
+    # not near 'generated' (the only name), so the repository's data/ folders: 'gsm8kk' ~ 'gsm8k': 10/11 = 0.91;
+    # the folder holds test.jsonl and train.jsonl: the one of the split
+    assert near_source("gsm8kk") == "data/gsm8k/train.jsonl"
+    assert near_source("gsm8kk", split="test") == "data/gsm8k/test.jsonl"
+    # 'svmap' ~ 'svamp': M = 4 ('sv', 'a' or 'm', 'p'), T = 10: 0.8; data/svamp has no train.jsonl: its one file
+    assert near_source("svmap") == "data/svamp/test.jsonl"
+    # a path whose folder exists: the folder's entries; 'tset.jsonl' ~ 'test.jsonl': M = 9 ('t.jsonl', 't', 'e'),
+    # T = 20: 0.90 against 'train.jsonl' (0.67)
+    assert near_source("data/gsm8k/tset.jsonl") == "data/gsm8k/test.jsonl"
+    # names given (rlvr eval's presets): 'aime2025' ~ 'aime25': M = 6 ('aime2' + '5'), T = 14: 0.86, against
+    # 'aime24': M = 5, 0.71
+    assert near_source("aime2025", ["gsm8k", "aime24", "aime25"]) == "aime25"
+    # nothing near: a hub id whose org folder does not exist, a word like no folder
+    assert near_source("no-such/dataset-xyz") is None and near_source("zzzz") is None
+
+
+def test_missing_file_names_its_nearest_neighbour():
+    with pytest.raises(FileNotFoundError, match=r"fix the path\. Did you mean 'data/gsm8k/train\.jsonl'\?"):
+        load_rows(DataConfig(source="data/gsm8k/trian.jsonl"), 0)
+
+
 def test_bad_json_line(tmp_path):
     path = tmp_path / "d.jsonl"
     path.write_text('{"question": "a", "answer": "1"}\n{"question": \n')
@@ -180,8 +207,11 @@ def test_datasets_folder_and_unknown_name(tmp_path, monkeypatch):
     (tmp_path / "folder/train.jsonl").write_text("\n".join(json.dumps(r) for r in ROWS) + "\n")
     rows = load_rows(DataConfig(source=str(tmp_path / "folder"), split="train", limit=2), 0)
     assert [(r["question"], r["gold"]) for r in rows] == EXPECTED[:2]
-    with pytest.raises(ValueError, match=r"'no-such/dataset-xyz'.*could not load it"):
+    with pytest.raises(ValueError, match=r"'no-such/dataset-xyz'.*could not load it") as ei:
         load_rows(DataConfig(source="no-such/dataset-xyz"), 0)
+    assert "Did you mean" not in str(ei.value)
+    with pytest.raises(ValueError, match=r"could not load it.* Did you mean 'generated'\?$"):
+        load_rows(DataConfig(source="generatd"), 0)
 
 
 def test_format_gold():

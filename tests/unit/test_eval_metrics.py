@@ -179,10 +179,114 @@ def test_presets_and_file_sets(tmp_path):
         resolve_sets(_cfg("--data", "nowhere.jsonl"))
 
 
+def test_a_set_name_near_a_preset_is_a_typo():
+    # difflib ratios (2M/T, cutoff 0.6): 'gsm8kk' ~ 'gsm8k' 10/11; 'math50' ~ 'math500' 12/13; 'aime2025' ~
+    # 'aime25' 12/14 against 'aime24' 10/14
+    for typo, preset in (("gsm8kk", "gsm8k"), ("math50", "math500"), ("aime2025", "aime25")):
+        with pytest.raises(ValueError, match=f"--data '{typo}': not a preset, nor a file or folder; did you mean "
+                                             f"'{preset}'\\? \\(presets: gsm8k, svamp"):
+            resolve_sets(_cfg("--data", typo))
+    # a path-like entry: the nearest file beside it ('tset.jsonl' ~ 'test.jsonl' 18/20), or the nearest preset
+    with pytest.raises(FileNotFoundError, match=r"Did you mean 'data/gsm8k/test\.jsonl'\?"):
+        resolve_sets(_cfg("--data", "data/gsm8k/tset.jsonl"))
+    with pytest.raises(FileNotFoundError, match=r"Did you mean 'svamp'\?"):  # 'svamp.jsonl' ~ 'svamp' 10/16
+        resolve_sets(_cfg("--data", "svamp.jsonl"))
+    # org/name and names near no preset stay `datasets` names (loaded, or refused, later)
+    assert [s.name for s in resolve_sets(_cfg("--data", "openai/gsm8kk", "zzzz"))] == ["openai/gsm8kk", "zzzz"]
+
+
 def test_model_label():
     assert model_label("smollm2-135m-instruct") == "smollm2-135m-instruct"
     assert model_label("HuggingFaceTB/SmolLM2-135M-Instruct") == "SmolLM2-135M-Instruct"
     assert model_label("runs/svamp_cpu/final/") == "svamp_cpu-final"
+    assert model_label("runs/svamp_cpu/checkpoints/step_000004/trainer/hf") == "svamp_cpu-step_000004"
+
+
+# ------------------------------------------------------------------------------------------------------
+# rlvr eval RUN: the run's template, verifiers and dtype
+
+
+def _run_folder(tmp_path):
+    """A run folder as a run writes it: recipe.yaml, final/ and one complete checkpoint with its own recipe
+    (stand-in policies: a config.json is all the resolution looks for)."""
+    from rlvr.config import dump_yaml
+    from rlvr.recipe import load_recipe
+
+    tiny = "recipes/tiny_test.yaml"
+    trained = ["data.prompt_template='Q: {question} A:'", "data.system_prompt=Be brief.", "model.dtype=float32",
+               "reward.verifiers=[{name: numeric, args: {tolerance: 0.01}}, {name: math, weight: 0.5}]"]  # fmt: skip
+    run = tmp_path / "runs" / "mine"
+    step = run / "checkpoints" / "step_000002"
+    (step / "trainer" / "hf").mkdir(parents=True)
+    (run / "recipe.yaml").write_text(dump_yaml(load_recipe(tiny, trained)))
+    # the checkpoint's own recipe: read for its policy (a different template here, to see which file is read)
+    (step / "recipe.yaml").write_text(dump_yaml(load_recipe(tiny, [*trained, "data.prompt_template='S: {question}'"])))
+    (step / "trainer" / "hf" / "config.json").write_text("{}")
+    (step / "COMPLETE").write_text("{}")
+    (run / "final").mkdir()
+    (run / "final" / "config.json").write_text("{}")
+    return run, step
+
+
+def test_eval_of_a_run_takes_its_template_verifiers_and_dtype(tmp_path, caplog):
+    run, _ = _run_folder(tmp_path)
+    with caplog.at_level("INFO", logger="rlvr.eval"):
+        cfg = _cfg("--data", "gsm8k", model=str(run))
+    assert cfg.model.path == str(run / "final") and cfg.model.dtype == "float32"
+    assert (cfg.prompts.prompt_template, cfg.prompts.system_prompt, cfg.prompts.chat_template) == (
+        "Q: {question} A:", "Be brief.", True)
+    assert [(v.name, v.args, v.weight) for v in cfg.reward.verifiers] == [("numeric", {"tolerance": 0.01}, 1.0),
+                                                                          ("math", {}, 0.5)]  # fmt: skip
+    # the rest stays the eval defaults (tiny_test.yaml has 4 samples, 8 new tokens, 1 scoring worker)
+    assert (cfg.n, cfg.rollout.max_new_tokens, cfg.fit_new_tokens, cfg.reward.num_workers, cfg.seed) == (8, 512, True, 2, 0)
+    assert cfg.prompts.max_prompt_tokens == EVAL_PROMPTS.max_prompt_tokens
+    assert f"{run} is a run folder: evaluating its final/, {run / 'final'}" in caplog.text
+    assert "data.prompt_template='Q: {question} A:'" in caplog.text and "model.dtype='float32'" in caplog.text
+    assert "reward.verifiers=['numeric', 'math']" in caplog.text and "flags given instead" not in caplog.text
+    # RUN/final itself: the same
+    assert _cfg("--data", "gsm8k", model=str(run / "final")).prompts.prompt_template == "Q: {question} A:"
+
+
+def test_eval_of_a_run_flags_win(tmp_path, caplog):
+    run, _ = _run_folder(tmp_path)
+    with caplog.at_level("INFO", logger="rlvr.eval"):
+        cfg = _cfg("--data", "gsm8k", "--dtype", "bfloat16", "--prompt-template", "X {question}", "--verifier", "math",
+                   model=str(run))  # fmt: skip
+    assert (cfg.model.dtype, cfg.prompts.prompt_template, cfg.prompts.system_prompt) == ("bfloat16", "X {question}", "Be brief.")
+    # another verifier by name: the run's first verifier's arguments do not carry over to it
+    assert [(v.name, v.args) for v in cfg.reward.verifiers] == [("math", {}), ("math", {})]
+    assert "flags given instead: --prompt-template, --verifier, --dtype" in caplog.text
+    assert "data.system_prompt='Be brief.'" in caplog.text and "model.dtype=" not in caplog.text
+    # --recipe wins over the run's recipe whole
+    with caplog.at_level("INFO", logger="rlvr.eval"):
+        cfg = _cfg("--data", "gsm8k", "--recipe", "recipes/smoke_cpu.yaml", model=str(run))
+    from rlvr.recipe import load_recipe
+
+    assert cfg.prompts.prompt_template == load_recipe("recipes/smoke_cpu.yaml").data.prompt_template
+    assert cfg.model.path == str(run / "final") and "the run's own" in caplog.text
+
+
+def test_eval_of_a_run_without_final_takes_the_newest_checkpoint(tmp_path, caplog):
+    import shutil
+
+    run, step = _run_folder(tmp_path)
+    shutil.rmtree(run / "final")
+    with caplog.at_level("INFO", logger="rlvr.eval"):
+        cfg = _cfg("--data", "gsm8k", model=str(run))
+    assert cfg.model.path == str(step / "trainer" / "hf")
+    assert cfg.prompts.prompt_template == "S: {question}"  # the checkpoint's own recipe.yaml
+    assert "is a run folder: evaluating its newest checkpoint step_000002 (it has no final/)" in caplog.text
+    assert f"from {step / 'recipe.yaml'}" in caplog.text
+    assert _cfg("--data", "gsm8k", model=str(step)).model.path == str(step / "trainer" / "hf")  # a checkpoint folder
+    # a run with no policy yet is an error saying what it lacks; a model folder outside a run takes the defaults
+    shutil.rmtree(run / "checkpoints")
+    with pytest.raises(ValueError, match="holds no model"):
+        _cfg("--data", "gsm8k", model=str(run))
+    plain_model = tmp_path / "model"
+    plain_model.mkdir()
+    (plain_model / "config.json").write_text("{}")
+    cfg = _cfg("--data", "gsm8k", model=str(plain_model))
+    assert cfg.prompts == EVAL_PROMPTS and cfg.model.dtype == "auto"
 
 
 def test_config_checks():
@@ -200,6 +304,9 @@ def test_config_checks():
 def test_eval_defaults_without_a_recipe():
     cfg = _cfg("--data", "gsm8k")
     assert (cfg.n, cfg.rollout.temperature, cfg.rollout.max_new_tokens, cfg.seed) == (8, 1.0, 512, 0)
+    assert cfg.fit_new_tokens  # the default 512 is fitted to the model's context; a flag or a recipe is not
+    assert not _cfg("--data", "gsm8k", "--max-new-tokens", "512").fit_new_tokens
+    assert not _cfg("--data", "gsm8k", "--recipe", "recipes/smoke_cpu.yaml").fit_new_tokens
     assert cfg.prompts == EVAL_PROMPTS and cfg.prompts.prompt_template.endswith("within \\boxed{}.")
     assert (cfg.model.path, cfg.model.dtype, cfg.reward.timeout_s, cfg.reward.verifiers[0].name) == ("m", "auto", 10.0, "math")
 
@@ -218,6 +325,35 @@ def test_eval_takes_the_recipe_sections_and_flags_override():
                "--seed", "7", "--verifier", "numeric", "--prompt-template", "Q: {question}")  # fmt: skip
     assert (cfg.n, cfg.rollout.max_new_tokens, cfg.seed, cfg.reward.verifiers[0].name) == (2, 32, 7, "numeric")
     assert cfg.prompts.prompt_template == "Q: {question}" and cfg.rollout.temperature == r.validation.temperature
+
+
+def test_token_budgets_fit_the_context_by_hand():
+    from rlvr.evaluate import token_budgets
+
+    # fitted (no --max-new-tokens): prompt budget min(P, ctx // 2), new = min(512, ctx - budget), limit
+    # min(P, ctx - new). SmolLM2 (8192): budget 1024, new min(512, 7168) = 512, limit min(1024, 7680) = 1024
+    assert token_budgets(8192, 1024, 512, fit=True) == (1024, 512)
+    # tiny-random (512): budget min(1024, 256) = 256, new min(512, 256) = 256, limit min(1024, 256) = 256
+    assert token_budgets(512, 1024, 512, fit=True) == (256, 256)
+    # 1200: budget 600, new min(512, 600) = 512, limit min(1024, 688) = 688
+    assert token_budgets(1200, 1024, 512, fit=True) == (688, 512)
+    # --max-prompt-tokens 100 on 512: budget 100, new min(512, 412) = 412, limit min(100, 100) = 100
+    assert token_budgets(512, 100, 512, fit=True) == (100, 412)
+    # given: kept; the prompt limit takes what is left: min(1024, 512 - 300) = 212
+    assert token_budgets(512, 1024, 300, fit=False) == (212, 300)
+    assert token_budgets(None, 1024, 4096, fit=False) == (1024, 4096)  # no max_position_embeddings
+    # given and too long: 512 new tokens in 512 positions leave none for a prompt; at most 511, e.g. 512 - 256
+    with pytest.raises(ValueError, match=r"512 new tokens .* leave no room for a prompt in the model's 512-token "
+                                         r"context .*: lower it \(at most 511, e\.g\. 256 to keep 256 tokens for the "
+                                         r"prompt\), or leave --max-new-tokens out"):
+        token_budgets(512, 1024, 512, fit=False)
+
+
+def test_tiny_random_context_is_read_from_its_config():
+    from rlvr.evaluate import context_limit
+    from rlvr.models import resolve_model
+
+    assert context_limit(resolve_model("tiny-random")) == 512  # rlvr/models/tiny.py: max_position_embeddings
 
 
 def test_cli_bad_input_is_one_line_and_no_folder(tmp_path, monkeypatch, capsys):

@@ -1,0 +1,57 @@
+"""Optimizer settings changed on resume under DeepSpeed (the torch backend: tests/unit/test_optimizer_resume.py).
+
+``engine.load_checkpoint`` restores the saved param groups (lr 1e-3, betas (0.9, 0.999), weight decay 0) and,
+under ZeRO-1/2, the saved clipping norm (1.0); :meth:`PolicyWorker.load_state` must leave the resumed recipe's
+values (2e-5, (0.8, 0.99), 0.1, 0.5) in place, and the next update must run. Measured before the change: every
+stage kept 1e-3 (and ZeRO-2 the clip 1.0). Each case runs in a child process: a DeepSpeed engine in the test
+process would leave torch.distributed state behind for later tests."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+HERE = Path(__file__).resolve().parent
+UNIT = HERE.parent / "unit"
+NEW = ["trainer.lr=2e-5", "trainer.betas=[0.8, 0.99]", "trainer.weight_decay=0.1", "trainer.grad_clip=0.5"]
+
+
+def _resume(stage: int, out_dir: str) -> dict:
+    """One update at tiny_test.yaml's settings, saved; a worker of the changed recipe loads it and updates once."""
+    import test_optimizer_resume as u
+
+    from rlvr.models import resolve_model
+    from rlvr.recipe import load_recipe
+    from rlvr.runtime.executors import free_port
+    from rlvr.train.policy import PolicyWorker
+
+    model_dir, port = resolve_model("tiny-random"), free_port()
+    base = [*u.SMALL, "trainer.backend=deepspeed", f"trainer.zero_stage={stage}", "model.dtype=float32"]
+    first = PolicyWorker(load_recipe(u.TINY, base), model_dir, 0, 1, "127.0.0.1", port)
+    first.train_step(u._batch())
+    first.save_state(out_dir)
+    resumed = PolicyWorker(load_recipe(u.TINY, [*base, *NEW]), model_dir, 0, 1, "127.0.0.1", port)
+    version = resumed.load_state(out_dir)
+    opt = resumed.optimizer
+    groups = sorted({(g["lr"], tuple(g["betas"]), g["weight_decay"]) for g in opt.param_groups})
+    clip = getattr(opt, "clip_grad", getattr(opt, "grad_clip", None))
+    stats = resumed.train_step(u._batch())
+    return {"version": version, "groups": groups, "clip": clip, "skipped": stats["train/skipped"]}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("stage", [0, 2, 3])  # ZeRO-0 fp32: the client optimizer clips; 2: the clip is in the state
+def test_resumed_deepspeed_worker_takes_the_new_optimizer_settings(stage, tmp_path):
+    code = (f"import sys, json; sys.path[:0] = [{str(HERE)!r}, {str(UNIT)!r}]; import test_deepspeed_resume_settings "
+            f"as t; print('RESULT=' + json.dumps(t._resume({stage}, {str(tmp_path / 'trainer')!r})))")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=280)
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT=")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    got = json.loads(lines[-1].removeprefix("RESULT="))
+    assert got["version"] == 1 and got["groups"] == [[2e-5, [0.8, 0.99], 0.1]]
+    assert got["clip"] == 0.5 and got["skipped"] == 0.0
