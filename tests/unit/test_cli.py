@@ -172,3 +172,20 @@ def test_non_default_keys_are_exactly_the_overrides():
         "trainer.resources.gen": 1,
     }  # fmt: skip
 
+
+def test_a_run_prints_the_non_default_keys_and_the_derived_sizes(capsys):
+    from rlvr.cli import _print_recipe
+
+    _print_recipe(load_recipe(None, ["run.steps=5", "data.prompt_template='{question} Answer:'",
+                                     "algorithm.advantage=passk"]), whole=False)  # fmt: skip
+    out = capsys.readouterr().out.splitlines()
+    assert out[:5] == [
+        "# recipe: the keys that differ from the defaults (the whole resolved recipe: recipe.yaml in the run folder; "
+        "--dry-run prints it)",
+        "run.steps: 5",
+        "data.prompt_template: '{question} Answer:'",
+        "algorithm.advantage: {name: passk, k: 4}",
+        "# derived",
+    ]
+    # the defaults: 8 prompts x 8 samples = 64 per step, 5 steps
+    assert "#   samples_per_step: 64" in out and out[-1] == "#   total_samples: 320"
