@@ -5,14 +5,31 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 
-def _print_recipe(recipe) -> None:
-    from rlvr.config import dump_yaml
+def _flow(value) -> str:
+    """``value`` as one line of YAML, as a recipe or a dotted override writes it (``[1, 2]``, ``{name: math}``)."""
+    import yaml
 
-    print("# resolved recipe")
-    print(dump_yaml(recipe), end="")
+    return yaml.safe_dump(value, default_flow_style=True, width=10**9, sort_keys=False).strip().removesuffix("\n...")
+
+
+def _print_recipe(recipe, whole: bool) -> None:
+    """The recipe at the start of ``rlvr train``: all of it (``whole``: ``--dry-run``, ``RLVR_CONSOLE=all``) or
+    the keys that differ from the defaults (:func:`rlvr.recipe.non_default_keys`); then the derived sizes."""
+    from rlvr.config import dump_yaml
+    from rlvr.recipe import non_default_keys
+
+    if whole:
+        print("# resolved recipe")
+        print(dump_yaml(recipe), end="")
+    else:
+        print("# recipe: the keys that differ from the defaults (the whole resolved recipe: recipe.yaml in the run "
+              "folder; --dry-run prints it)")
+        for k, v in non_default_keys(recipe).items():
+            print(f"{k}: {_flow(v)}")
     print("# derived")
     for k, v in recipe.derived().items():
         print(f"#   {k}: {v}")
@@ -21,6 +38,7 @@ def _print_recipe(recipe) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from rlvr.config import RecipeError
+    from rlvr.console import show_all
     from rlvr.metrics import names as mn
     from rlvr.recipe import load_recipe
 
@@ -34,7 +52,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"rlvr train: cannot read recipe file {args.recipe!r}: {e.strerror or e}", file=sys.stderr)
         return 2
-    _print_recipe(recipe)
+    _print_recipe(recipe, whole=args.dry_run or show_all())
     from rlvr.runtime.controller import preflight
 
     try:
@@ -55,7 +73,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as e:
         print(f"rlvr train: {e}", file=sys.stderr)
         return 2
-    print(f"run folder: {run_dir}", flush=True)
+    print(f"run folder: {run_dir} (the whole recipe in recipe.yaml, the whole log in train.log)")
+    if not show_all():
+        print("console: the roles' known third-party noise goes to train.log only "
+              "(RLVR_CONSOLE=all or rlvr -v shows it)")
+    sys.stdout.flush()
     try:
         result = train(recipe, run_dir)
     except RunInterrupted as e:
@@ -64,11 +86,8 @@ def cmd_train(args: argparse.Namespace) -> int:
               f"continue with: rlvr train {again}", file=sys.stderr)
         return 143 if e.signame == "SIGTERM" else 130
     except (RecipeError, RoleError, WeightSyncError, NonFiniteError, ValueError, OSError, ImportError) as e:
-        # the traceback goes to RUN/train.log only (the file handler); the console gets the one-line message
-        record = logging.getLogger("rlvr").makeRecord("rlvr", logging.ERROR, __file__, 0, "run failed", (), sys.exc_info())
-        for h in logging.getLogger().handlers:
-            if isinstance(h, logging.FileHandler):
-                h.handle(record)
+        # the traceback goes to RUN/train.log only (rlvr.console.ConsoleFilter); the console gets one line
+        logging.getLogger("rlvr").error("run failed", exc_info=True, extra={"console": False})
         print(f"rlvr train: the run failed: {type(e).__name__}: {e}\n(traceback in {run_dir / 'train.log'})", file=sys.stderr)
         return 1
     m = result.last_metrics
@@ -94,7 +113,9 @@ def cmd_model(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rlvr", description="RL post-training against verifiable rewards")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="debug logging, and the whole console: every line of the roles' output and the whole "
+                        "recipe at the start (as RLVR_CONSOLE=all)")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="train a policy with a recipe")
     p.add_argument("recipe", help="recipe YAML (see recipes/)")
@@ -120,11 +141,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command != "train" or any(x.startswith("-") or "=" not in x for x in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = list(args.overrides) + extra
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-    )
+    from rlvr.console import CONSOLE_ENV, setup_console
+
+    if args.verbose:
+        os.environ[CONSOLE_ENV] = "all"
+    setup_console(logging.DEBUG if args.verbose else logging.INFO)
     for noisy in ("httpx", "urllib3", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     return args.fn(args)

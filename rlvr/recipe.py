@@ -10,10 +10,12 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from pathlib import Path
+from typing import Any
 
 from rlvr.algos import ADVANTAGES, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
 from rlvr.algos.gae import CRITIC_ADVANTAGES
-from rlvr.config import AlgorithmConfig, Recipe, RecipeError, Spec, TimeoutsConfig, build_settings, read_recipe
+from rlvr.config import (AlgorithmConfig, Recipe, RecipeError, Spec, TimeoutsConfig, build_settings, plain,
+                         read_recipe)
 from rlvr.registry import Registry
 
 
@@ -72,6 +74,34 @@ def resolve(recipe: Recipe) -> Recipe:
     if errs + loss_errs:
         raise RecipeError("invalid recipe:\n  - " + "\n  - ".join(errs + loss_errs))
     return dataclasses.replace(recipe, algorithm=dataclasses.replace(al, advantage=advantage, policy_loss=policy_loss))
+
+
+def non_default_keys(recipe: Recipe) -> dict[str, Any]:
+    """The keys of ``recipe`` whose values differ from the defaults, dotted (``trainer.lr``) in the recipe's
+    order, with their values as plain data (:func:`rlvr.config.plain`). The defaults are those of an empty
+    recipe read the same way: ``model.dtype: auto`` resolved on this machine and every named entry's settings
+    filled in, so only what a recipe or an override changed shows. A named entry under another name is one key
+    with all its settings (``algorithm.advantage: {name: passk, k: 8}``); a list is one key."""
+    return _differences(recipe, resolve(read_recipe()), "")
+
+
+def _differences(value: Any, default: Any, prefix: str) -> dict[str, Any]:
+    """Dotted key -> plain value of each field of the dataclass ``value`` that differs from ``default``'s."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(value):
+        v, d, key = getattr(value, f.name), getattr(default, f.name), prefix + f.name
+        if isinstance(v, Spec) and isinstance(d, Spec):
+            if v.name == d.name and dataclasses.is_dataclass(v.settings) and type(v.settings) is type(d.settings):
+                out.update(_differences(v.settings, d.settings, key + "."))
+            elif plain(v) != plain(d):
+                out[key] = plain(v)
+        elif dataclasses.is_dataclass(v) and type(v) is type(d):
+            out.update(_differences(v, d, key + "."))
+        elif isinstance(v, dict) and isinstance(d, dict) and set(d) <= set(v):  # a free mapping (resources)
+            out.update({f"{key}.{k}": plain(x) for k, x in v.items() if k not in d or plain(d[k]) != plain(x)})
+        elif plain(v) != plain(d):
+            out[key] = plain(v)
+    return out
 
 
 def _rollout_errors(r: Recipe) -> list[str]:

@@ -325,7 +325,7 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
     r = recipe
     run_dir = run_dir or prepare_run_dir(r)
     _log_to_file(run_dir)
-    log.info("run folder: %s", run_dir)
+    log.info("run folder: %s", run_dir, extra={"console": False})  # rlvr train prints it (with what it holds)
     data = _load_data(r)
     resume_from, state = _resume_point(r, run_dir, data)
     sampler = PromptSampler(len(data.prompts), r.rollout.prompts_per_step, r.run.seed, r.data.shuffle)

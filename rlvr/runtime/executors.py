@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlvr.console import route_role_output
+
 log = logging.getLogger(__name__)
 
 
@@ -297,6 +299,9 @@ class RayExecutor:
             if address is None and num_cpus is not None:
                 kwargs["num_cpus"] = num_cpus
             ray.init(**kwargs)
+        # the actors' stdout/stderr: every line to RUN/train.log, known third-party noise left off the console
+        if not route_role_output():
+            log.debug("the roles' output is Ray's to print: no ray_print_logs handler to route (log_to_driver off?)")
         self._ray = ray
         self.timeline = Timeline()
         self._actors: list[Any] = []

@@ -153,3 +153,40 @@ def test_help_prints_usage(argv, capsys):
     with pytest.raises(SystemExit) as ei:
         main(argv)
     assert ei.value.code == 0 and "usage: rlvr" in capsys.readouterr().out
+
+
+def test_non_default_keys_are_exactly_the_overrides():
+    from rlvr.recipe import non_default_keys
+
+    # no recipe file: every key at its default (model.dtype auto resolves alike on both sides), then two overrides
+    assert non_default_keys(load_recipe(None, ["run.steps=5", "trainer.lr=0.001"])) == {"run.steps": 5, "trainer.lr": 0.001}
+    assert non_default_keys(load_recipe(None, [])) == {}
+    # a setting inside a named entry is its dotted key; an entry under another name is one key with its settings
+    # (passk's k defaults to 4); a free mapping's new key is dotted; a list is one key
+    assert non_default_keys(load_recipe(None, [
+        "algorithm.policy_loss.clip_high=0.28", "algorithm.advantage=passk", "trainer.resources={gen: 1}",
+        "reward.verifiers=[{name: numeric}]",
+    ])) == {
+        "reward.verifiers": [{"name": "numeric", "weight": 1.0, "args": {}}],
+        "algorithm.advantage": {"name": "passk", "k": 4},
+        "algorithm.policy_loss.clip_high": 0.28,
+        "trainer.resources.gen": 1,
+    }  # fmt: skip
+
+
+def test_a_run_prints_the_non_default_keys_and_the_derived_sizes(capsys):
+    from rlvr.cli import _print_recipe
+
+    _print_recipe(load_recipe(None, ["run.steps=5", "data.prompt_template='{question} Answer:'",
+                                     "algorithm.advantage=passk"]), whole=False)  # fmt: skip
+    out = capsys.readouterr().out.splitlines()
+    assert out[:5] == [
+        "# recipe: the keys that differ from the defaults (the whole resolved recipe: recipe.yaml in the run folder; "
+        "--dry-run prints it)",
+        "run.steps: 5",
+        "data.prompt_template: '{question} Answer:'",
+        "algorithm.advantage: {name: passk, k: 4}",
+        "# derived",
+    ]
+    # the defaults: 8 prompts x 8 samples = 64 per step, 5 steps
+    assert "#   samples_per_step: 64" in out and out[-1] == "#   total_samples: 320"

