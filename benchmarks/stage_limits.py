@@ -5,9 +5,11 @@ samples, 64 new tokens, T = 1, the recipe's dtype and threads), each rlvr stage 
 processes of this one, interleaved repeat by repeat (this machine's speed drifts: medians and ratios, not seconds):
 
 - **rollout**: rlvr's :class:`rlvr.rollout.vllm_engine.VLLMEngine` (built as :class:`rlvr.runtime.roles.Roles` builds
-  it, ``generate`` returning :class:`rlvr.types.Completion` with logprobs) against a bare ``vllm.LLM`` with vLLM's
-  own defaults (only the KV-cache size and model length set) and ``SamplingParams(n, max_tokens, temperature)``
-  without logprobs, on the same chat-templated prompts. Figure: response tokens per second; goal ratio >= 0.9.
+  it, ``generate`` returning :class:`rlvr.types.Completion` with logprobs, seeded) against a bare ``vllm.LLM`` with
+  the same engine settings (``enforce_eager``, the engine core in-process, KV-cache size, model length) and
+  ``SamplingParams(n, max_tokens, temperature)`` without logprobs, on the same chat-templated prompts; with
+  ``--bare-defaults`` also a bare ``vllm.LLM`` with vLLM's own defaults (on CPU: ``torch.compile`` and the engine
+  core in its own process). Figure: response tokens per second; goal ratio >= 0.9.
 - **train**: :meth:`rlvr.train.policy.PolicyWorker.train_step` (the recipe's backend, dtype and micro-batch size)
   on the real rollout batch of the rollout stage, against a bare training step a user would write on the same
   sequences: a fresh transformers model, micro-batches of ``trainer.micro_batch_size`` in batch order padded to
@@ -56,9 +58,11 @@ def _peak_mb() -> float:
 
 
 def _recipe(overrides: list[str]):
+    """``recipes/smoke_cpu.yaml`` of the rlvr tree being measured (the one ``import rlvr`` finds) with ``overrides``."""
+    import rlvr
     from rlvr.recipe import load_recipe
 
-    return load_recipe(str(REPO / "recipes" / "smoke_cpu.yaml"), overrides)
+    return load_recipe(str(Path(rlvr.__file__).resolve().parents[1] / "recipes" / "smoke_cpu.yaml"), overrides)
 
 
 def _prompts(r):
@@ -106,12 +110,17 @@ def rollout_child(conn, kind: str, overrides: list[str]) -> None:
     else:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, int(round(ro.kv_cache_gib)))))
         os.environ["OMP_NUM_THREADS"] = str(ro.threads)
+        settings = {}
+        if kind == "bare":  # the engine settings rlvr uses on CPU (eager, the engine in this process, unbound)
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+            settings["enforce_eager"] = ro.enforce_eager
         import torch
         from vllm import LLM, SamplingParams
 
         torch.set_num_threads(ro.threads)
         llm = LLM(model=model_dir, dtype=dtype, max_model_len=r.data.max_prompt_tokens + ro.max_new_tokens,
-                  seed=r.run.seed)  # fmt: skip
+                  seed=r.run.seed, **settings)  # fmt: skip
         params = SamplingParams(n=ro.samples_per_prompt, max_tokens=ro.max_new_tokens, temperature=ro.temperature)
 
         def gen():
@@ -144,8 +153,15 @@ def _train_batch(completions: list[dict], pad_id: int, max_new_tokens: int):
     return pack(comps, adv, pad_id, max_new_tokens)
 
 
-def train_child(conn, overrides: list[str], completions: list[dict]) -> None:
-    """Serve ``rlvr`` / ``bare`` commands: one rlvr train_step, or one bare training step, on the same batch."""
+def _padded(batch, order: list[int], micro: int) -> int:
+    """Token positions a forward over ``order`` in micro-batches of ``micro`` computes (each padded to its longest)."""
+    lengths = batch.attention_mask.sum(1)
+    return sum(len(order[k : k + micro]) * int(lengths[order[k : k + micro]].max()) for k in range(0, len(order), micro))
+
+
+def train_child(conn, overrides: list[str], completions: list[dict], also: list[str]) -> None:
+    """Serve ``rlvr`` / ``also`` / ``bare`` commands: one rlvr train_step (the recipe; ``also``: the recipe with those
+    overrides too), or one bare training step, on the same batch."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -160,6 +176,7 @@ def train_child(conn, overrides: list[str], completions: list[dict]) -> None:
     batch = _train_batch(completions, tok.pad_token_id or 0, r.rollout.max_new_tokens)
     set_threads(r.trainer.threads)
     worker = PolicyWorker(r, model_dir, 0, 1, "127.0.0.1", free_port())
+    other = PolicyWorker(_recipe([*overrides, *also]), model_dir, 0, 1, "127.0.0.1", free_port()) if also else None
     bare = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     bare.config.use_cache = False
     bare.train()
@@ -186,15 +203,19 @@ def train_child(conn, overrides: list[str], completions: list[dict]) -> None:
         opt.zero_grad(set_to_none=True)
         return {"padded_tokens": padded}
 
-    def rlvr_step() -> dict:
-        stats = worker.train_step(batch)
+    def rlvr_step(w) -> dict:
+        stats = w.train_step(batch)
         return {"inner_s": stats.get("timing/train_inner_s", float("nan"))}
 
-    rlvr_step(), bare_step()  # warm-up (allocator, DeepSpeed's first step)
-    info = {"sequences": n, "tokens": int(batch.attention_mask.sum()), "response_tokens": int(batch.loss_mask.sum())}
-    while (cmd := conn.recv()) in ("rlvr", "bare"):
+    rlvr_step(worker), bare_step()  # warm-up (allocator, DeepSpeed's first step)
+    if other is not None:
+        rlvr_step(other)
+    by_len = sorted(range(n), key=lambda j: -int(batch.attention_mask[j].sum()))
+    info = {"sequences": n, "tokens": int(batch.attention_mask.sum()), "response_tokens": int(batch.loss_mask.sum()),
+            "padded_batch_order": _padded(batch, list(range(n)), micro), "padded_length_sorted": _padded(batch, by_len, micro)}
+    while (cmd := conn.recv()) in ("rlvr", "also", "bare"):
         t0 = time.perf_counter()
-        extra = rlvr_step() if cmd == "rlvr" else bare_step()
+        extra = rlvr_step(worker) if cmd == "rlvr" else rlvr_step(other) if cmd == "also" else bare_step()
         conn.send({"s": time.perf_counter() - t0, "peak_mb": _peak_mb(), **info, **extra})
     conn.close()
 
@@ -300,6 +321,10 @@ def main() -> None:
     p.add_argument("--code", action="append", type=Path, help="an rlvr source tree for the real loop (repeatable; "
                    "default: this one); the stage rows always measure the rlvr importable here")
     p.add_argument("--trl", help="python of an environment with TRL 1.16 (benchmarks/trl_smoke.py); omit to skip")
+    p.add_argument("--bare-defaults", action="store_true", help="also a bare vllm.LLM with vLLM's own defaults "
+                   "(on CPU: torch.compile and the engine core in its own process; ~2-5 min more to start)")
+    p.add_argument("--train-also", default="", help="space-separated overrides of a second rlvr trainer measured "
+                   "beside the first (e.g. 'trainer.backend=deepspeed')")
     p.add_argument("--skip", default="", help="comma list of rollout,train,sync to skip")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", help="also write every figure here")
@@ -320,7 +345,8 @@ def main() -> None:
     if "rollout" not in skip or "train" not in skip:
         pipes = {}
         procs = []
-        for kind in ("rlvr", "bare") if "rollout" not in skip else ("rlvr",):
+        kinds = ("rlvr", "bare", *(("bare_defaults",) if a.bare_defaults else ())) if "rollout" not in skip else ("rlvr",)
+        for kind in kinds:
             here, there = ctx.Pipe()
             proc = ctx.Process(target=rollout_child, args=(there, kind, ov))
             proc.start()
@@ -341,16 +367,20 @@ def main() -> None:
                                  for k, v in res.items()}  # fmt: skip
             table.append(("rollout (tokens/s)", f"{tps['rlvr']:.0f}", f"{tps['bare']:.0f}",
                           _ratio(tps["rlvr"], tps["bare"]), ">= 0.9"))  # fmt: skip
-            print(f"rollout: rlvr {tps['rlvr']:.0f} tokens/s, bare vLLM {tps['bare']:.0f} tokens/s; peak RSS "
+            if "bare_defaults" in tps:
+                table.append(("rollout vs vLLM's defaults (tokens/s)", f"{tps['rlvr']:.0f}",
+                              f"{tps['bare_defaults']:.0f}", _ratio(tps["rlvr"], tps["bare_defaults"]), ">= 0.9"))
+            print("rollout: " + ", ".join(f"{k} {v:.0f} tokens/s" for k, v in tps.items()) + "; peak RSS "
                   + ", ".join(f"{k} {max(x['peak_mb'] for x in v):.0f} MB" for k, v in res.items()), flush=True)
 
     if "train" not in skip:
         here, there = ctx.Pipe()
-        proc = ctx.Process(target=train_child, args=(there, ov, completions))
+        also = a.train_also.split() if a.train_also else []
+        proc = ctx.Process(target=train_child, args=(there, ov, completions, also))
         proc.start()
-        res = {"rlvr": [], "bare": []}
+        res = {"rlvr": [], "bare": [], **({"also": []} if also else {})}
         for _ in range(a.repeats):
-            for kind in ("rlvr", "bare"):
+            for kind in res:
                 here.send(kind)
                 res[kind].append(here.recv())
         here.send("stop")
@@ -360,9 +390,13 @@ def main() -> None:
         info = res["bare"][0]
         table.append(("train (s)", f"{med['rlvr']:.1f}", f"{med['bare']:.1f}", _ratio(med["rlvr"], med["bare"]),
                       "<= 1.2"))  # fmt: skip
-        print(f"train: {info['sequences']} sequences, {info['tokens']} tokens ({info['response_tokens']} response), "
-              f"bare padded to {info['padded_tokens']}; rlvr {med['rlvr']:.1f} s, bare {med['bare']:.1f} s; "
-              f"peak RSS {max(x['peak_mb'] for v in res.values() for x in v):.0f} MB (both models)", flush=True)
+        if also:
+            table.append((f"train, {a.train_also} (s)", f"{med['also']:.1f}", f"{med['bare']:.1f}",
+                          _ratio(med["also"], med["bare"]), "<= 1.2"))  # fmt: skip
+        print(f"train: {info['sequences']} sequences, {info['tokens']} tokens ({info['response_tokens']} response); "
+              f"micro-batches padded to {info['padded_batch_order']} positions in batch order (bare), "
+              f"{info['padded_length_sorted']} length-sorted; " + ", ".join(f"{k} {v:.1f} s" for k, v in med.items())
+              + f"; peak RSS {max(x['peak_mb'] for v in res.values() for x in v):.0f} MB (all models)", flush=True)
 
     if "sync" not in skip:
         q = ctx.Queue()

@@ -280,8 +280,11 @@ class AlgorithmConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class TrainerConfig:
-    backend: Literal["deepspeed", "torch"] = "deepspeed"
-    """``deepspeed`` (ZeRO) or ``torch`` (plain AdamW in one process; tests, debugging)."""
+    backend: Literal["auto", "deepspeed", "torch"] = "auto"
+    """``deepspeed`` (ZeRO, ``zero_stage``), ``torch`` (plain AdamW in one process) or ``auto``, resolved when the
+    recipe loads: ``torch`` at one rank (``num_workers: 1``), ``deepspeed`` above. At one rank ZeRO partitions
+    nothing and only adds its gradient buckets and flat-buffer copies: measured on the smoke step
+    (``benchmarks/stage_limits.py``, issue 14), the torch update took 0.88x DeepSpeed ZeRO-2's time."""
     zero_stage: int = 2
     """DeepSpeed ZeRO stage (2 or 3)."""
     num_workers: int = 1
@@ -776,7 +779,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def read_recipe(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
     """Read a recipe YAML, apply ``section.key=value`` overrides and build it by the schema (types, unknown keys,
-    ``model.dtype: auto`` resolved). Named entries (:class:`Spec`) keep the recipe's fields as a mapping and no
+    ``model.dtype: auto`` and ``trainer.backend: auto`` resolved). Named entries (:class:`Spec`) keep the recipe's fields as a mapping and no
     invariant is checked: :func:`rlvr.recipe.load_recipe` does both (use that one).
 
     Errors: :class:`RecipeError` naming the key and the fix; ``FileNotFoundError`` for a missing file.
@@ -802,6 +805,9 @@ def read_recipe(path: str | Path | None = None, overrides: list[str] | tuple[str
 
         dtype = fast_dtype(recipe.trainer.num_gpus)
         recipe = dataclasses.replace(recipe, model=dataclasses.replace(recipe.model, dtype=dtype))
+    if recipe.trainer.backend == "auto":
+        backend = "torch" if recipe.trainer.num_workers == 1 else "deepspeed"
+        recipe = dataclasses.replace(recipe, trainer=dataclasses.replace(recipe.trainer, backend=backend))
     return recipe
 
 

@@ -79,7 +79,7 @@ def near_source(source: str, names: Sequence[str] = ("generated",), split: str =
         return None
     files = sorted(p.name for p in (root / near[0]).iterdir() if p.suffix in FILE_SUFFIXES)
     pick = f"{split}.jsonl" if f"{split}.jsonl" in files else (files[0] if files else "")
-    return f"data/{near[0]}/{pick}".rstrip("/")
+    return (Path(root.name) / near[0] / pick).as_posix()  # "data/<folder>/<file>", or the folder when it has none
 
 
 def did_you_mean(source: str, names: Sequence[str] = ("generated",), split: str = "train") -> str:

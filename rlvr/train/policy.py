@@ -1,6 +1,7 @@
 """The policy worker: one data-parallel rank of the trainer.
 
-Holds the policy (transformers) under DeepSpeed ZeRO (stage 2 by default, 3 selectable) or plain torch AdamW,
+Holds the policy (transformers) under DeepSpeed ZeRO (stage 2 by default, 3 selectable) or plain torch AdamW
+(``trainer.backend: auto``, the default: torch at one rank, where ZeRO has nothing to partition, DeepSpeed above),
 an optional frozen reference model, and the trainer side of weight sync. Every rank receives the whole rollout
 batch and takes its own slice of each mini-batch; the loss normalisers are the counts of the *whole* mini-batch
 (all ranks, all micro-batches), so the update does not depend on how the batch is split (see

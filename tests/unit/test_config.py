@@ -158,7 +158,7 @@ def test_later_override_wins_and_null_sets_optional():
         ("trainer.betas=[0.9]", "'trainer.betas' must have 2 items, got [0.9]"),
         (
             "trainer.backend=deepspeeed",
-            "'trainer.backend' must be one of ['deepspeed', 'torch'], got 'deepspeeed' (did you mean 'deepspeed'?)",
+            "'trainer.backend' must be one of ['auto', 'deepspeed', 'torch'], got 'deepspeeed' (did you mean 'deepspeed'?)",
         ),
         ("run=5", "'run' must be a mapping of RunConfig fields, got 5"),
         ("reward.verifiers=[{name: math, weight: heavy}]", "'reward.verifiers[0].weight' must be a number, got 'heavy'"),
@@ -203,7 +203,8 @@ def test_empty_file_gives_the_defaults(tmp_path):
 
     loaded = load_recipe(_yaml(tmp_path, ""))
     assert Recipe().model.dtype == "auto"  # resolved at load, to this machine's fast dtype
-    assert loaded == resolve(dataclasses.replace(Recipe(), model=dataclasses.replace(Recipe().model, dtype=fast_dtype(0))))
+    assert loaded == resolve(dataclasses.replace(Recipe(), model=dataclasses.replace(Recipe().model, dtype=fast_dtype(0)),
+                                                 trainer=dataclasses.replace(Recipe().trainer, backend="torch")))
 
 
 def test_dtype_auto_resolves_and_an_explicit_dtype_is_kept(tmp_path, monkeypatch):
@@ -215,6 +216,14 @@ def test_dtype_auto_resolves_and_an_explicit_dtype_is_kept(tmp_path, monkeypatch
     assert load_recipe(_yaml(tmp_path, "model: {dtype: bfloat16}\n")).model.dtype == "bfloat16"  # explicit: kept
     monkeypatch.setattr(hw, "cpu_has_bf16", lambda cpuinfo=None: True)
     assert load_recipe(_yaml(tmp_path, "")).model.dtype == "bfloat16"
+
+
+def test_backend_auto_is_torch_at_one_rank_and_deepspeed_above(tmp_path):
+    assert Recipe().trainer.backend == "auto"
+    assert load_recipe(_yaml(tmp_path, "")).trainer.backend == "torch"  # one rank: ZeRO has nothing to partition
+    two = load_recipe(_yaml(tmp_path, "trainer: {num_workers: 2}\n"))
+    assert (two.trainer.backend, two.trainer.zero_stage) == ("deepspeed", 2)
+    assert load_recipe(_yaml(tmp_path, "trainer: {backend: deepspeed}\n")).trainer.backend == "deepspeed"  # kept
 
 
 def test_cpu_bf16_flags_are_read_from_cpuinfo():
