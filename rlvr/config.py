@@ -283,8 +283,9 @@ class TrainerConfig:
     backend: Literal["auto", "deepspeed", "torch"] = "auto"
     """``deepspeed`` (ZeRO, ``zero_stage``), ``torch`` (plain AdamW in one process) or ``auto``, resolved when the
     recipe loads: ``torch`` at one rank (``num_workers: 1``), ``deepspeed`` above. At one rank ZeRO partitions
-    nothing and only adds its gradient buckets and flat-buffer copies: measured on the smoke step
-    (``benchmarks/stage_limits.py``, issue 14), the torch update took 0.88x DeepSpeed ZeRO-2's time."""
+    nothing and only adds its gradient buckets and flat-buffer copies: measured on the smoke step's batch
+    (``benchmarks/stage_limits.py``, issue 14; 2 CPU threads, fp32), the torch update took 42.8 s against ZeRO-2's
+    47.3 s (0.90x)."""
     zero_stage: int = 2
     """DeepSpeed ZeRO stage (2 or 3)."""
     num_workers: int = 1
