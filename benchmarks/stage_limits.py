@@ -303,7 +303,7 @@ def _med(rows: list[dict], key: str) -> float:
 def trl_run(python: str, steps: int, seed: int, dtype: str) -> list[dict]:
     proc = subprocess.run([python, str(REPO / "benchmarks" / "trl_smoke.py"), "--steps", str(steps), "--seed", str(seed),
                            "--dtype", dtype], capture_output=True, text=True, cwd=REPO)  # fmt: skip
-    rows = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    rows = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith('{"step"')]  # TRL prints dicts too
     if proc.returncode or not rows:
         raise RuntimeError(f"TRL failed (rc {proc.returncode}):\n{proc.stderr[-3000:]}")
     return rows
