@@ -14,12 +14,10 @@ The DeepSpeed cases run in a child process (a DeepSpeed engine leaves torch.dist
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from in_child import call_in_child
 
 pytestmark = [pytest.mark.integration]
 HERE = Path(__file__).resolve().parent
@@ -91,12 +89,7 @@ def _train_cases(cases: list[tuple[str, str, int]]) -> list[dict]:
 
 def _deepspeed(cases: list[tuple[str, str, int]]) -> list[dict]:
     """``_train`` for each case in one child process (DeepSpeed's torch.distributed state stays out of this one)."""
-    code = (f"import sys, json; sys.path.insert(0, {str(HERE)!r}); import test_bf16_updates as t; "
-            f"print('RESULT=' + json.dumps(t._train_cases({cases!r})))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=500)
-    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT=")]
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    return json.loads(lines[-1].removeprefix("RESULT="))
+    return call_in_child("test_bf16_updates", "_train_cases", cases, timeout_s=500)
 
 
 def _check(name: str, fp32: dict, bf16: dict, low: str = "bfloat16") -> None:

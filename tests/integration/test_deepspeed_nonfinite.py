@@ -8,15 +8,11 @@ behind for later tests."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from in_child import call_in_child
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-HERE = Path(__file__).resolve().parent
 
 
 def _three_steps(stage: int, dtype: str) -> list[dict]:
@@ -47,12 +43,7 @@ def _three_steps(stage: int, dtype: str) -> list[dict]:
 # (test_objectives_loop covers ZeRO-2 fp32 with a NaN on the first step); the other pairs were checked by hand.
 @pytest.mark.parametrize("stage, dtype", [(0, "float32"), (2, "bfloat16"), (3, "float32"), (3, "bfloat16")])  # fmt: skip
 def test_nan_on_step_two_is_skipped(stage, dtype):
-    code = (f"import sys, json; sys.path.insert(0, {str(HERE)!r}); import test_deepspeed_nonfinite as t; "
-            f"print('RESULT=' + json.dumps(t._three_steps({stage}, {dtype!r})))")  # fmt: skip
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=280)
-    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT=")]
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    s1, s2, s3 = json.loads(lines[-1].removeprefix("RESULT="))
+    s1, s2, s3 = call_in_child("test_deepspeed_nonfinite", "_three_steps", stage, dtype, timeout_s=280)
     assert (s1["skipped"], s1["changed"]) == (0.0, True)
     assert s1["grad_norm"] > 0.0  # a real, finite norm (ZeRO-0 fp32 reported None -> NaN before)
     assert (s2["skipped"], s2["changed"]) == (1.0, False)  # weights bit-identical to after step 1

@@ -8,12 +8,10 @@ process would leave torch.distributed state behind for later tests."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from in_child import call_in_child
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 HERE = Path(__file__).resolve().parent
@@ -47,11 +45,7 @@ def _resume(stage: int, out_dir: str) -> dict:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("stage", [0, 2, 3])  # ZeRO-0 fp32: the client optimizer clips; 2: the clip is in the state
 def test_resumed_deepspeed_worker_takes_the_new_optimizer_settings(stage, tmp_path):
-    code = (f"import sys, json; sys.path[:0] = [{str(HERE)!r}, {str(UNIT)!r}]; import test_deepspeed_resume_settings "
-            f"as t; print('RESULT=' + json.dumps(t._resume({stage}, {str(tmp_path / 'trainer')!r})))")  # fmt: skip
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=280)
-    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT=")]
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    got = json.loads(lines[-1].removeprefix("RESULT="))
+    got = call_in_child("test_deepspeed_resume_settings", "_resume", stage, str(tmp_path / "trainer"), timeout_s=280,
+                        path=(UNIT,))
     assert got["version"] == 1 and got["groups"] == [[2e-5, [0.8, 0.99], 0.1]]
     assert got["clip"] == 0.5 and got["skipped"] == 0.0
