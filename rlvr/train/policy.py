@@ -100,6 +100,11 @@ def apply_optimizer_settings(optimizer: torch.optim.Optimizer, *, lr: float, bet
     return changes
 
 
+def _longest_first(lengths: torch.Tensor) -> torch.Tensor:
+    """Positions [n] that order ``lengths`` ([n] tokens per sequence) longest first, ties in their given order."""
+    return torch.sort(lengths, descending=True, stable=True).indices
+
+
 class PolicyWorker:
     """One trainer rank. Methods are called by the controller (in-process or through a Ray actor handle).
 
@@ -286,9 +291,8 @@ class PolicyWorker:
         rows = (rows + rows[-1:] * per)[:per] if rows else [0] * per  # padded to ceil(B / W): same forwards per rank
         mine = torch.zeros((len(rows), batch.loss_mask.shape[1]), dtype=batch.loss_mask.dtype)
         mbs = self.recipe.trainer.micro_batch_size
-        lengths = batch.attention_mask.sum(1)
-        # length-sorted micro-batches (less padding); each row's logprobs go back to its own place
-        by_len = sorted(range(len(rows)), key=lambda j: -int(lengths[rows[j]]))
+        # length-sorted micro-batches (less padding; as in train_step); each row's logprobs go back to its own place
+        by_len = _longest_first(batch.attention_mask.sum(1)[rows]).tolist()
         for i in range(0, len(rows), mbs):
             pos = by_len[i : i + mbs]
             mb = batch.select([rows[j] for j in pos])
@@ -350,7 +354,7 @@ class PolicyWorker:
                 # length-sorted packing: longest first, dealt to the ranks in turn, so that each micro-batch holds
                 # sequences of similar length (less padding; the update is a sum over the mini-batch whatever its
                 # split) and the ranks get similar work
-                mini = mini[torch.sort(lengths[mini], descending=True, stable=True).indices]
+                mini = mini[_longest_first(lengths[mini])]
                 mine = mini[self.rank :: world]  # this rank's share of the mini-batch
                 for k in range(0, len(mine), micro):
                     idx = mine[k : k + micro]
