@@ -285,6 +285,7 @@ def _resume_point(r: Recipe, run_dir: Path, data: _Data) -> tuple[Path | None, A
         _trim_metrics(run_dir / "metrics.jsonl", state.step)
         _trim_metrics(run_dir / "samples.jsonl", state.step)
         _trim_metrics(run_dir / "timeline.jsonl", state.step)
+        _trim_metrics(run_dir / "validation.jsonl", state.step)
     ck.prune(run_dir, r.checkpoint.keep_last, r.checkpoint.best_metric, r.checkpoint.best_mode)  # crash leftovers
     return resume_from, state
 
@@ -351,7 +352,8 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
             ck.set_rng_state(state.rng)
         dph_buffer = _dph_buffer(roles, data.prompts, sampling, r, primary, run_dir)
         if val_every and r.validation.at_start and state is None:
-            sink.log(0, {**run_validation(roles.generate_and_score, val_prompts, r, primary), mn.POLICY_VERSION: 0.0})
+            sink.log(0, {**run_validation(roles.generate_and_score, val_prompts, r, primary, step=0,
+                                          record=run_dir / "validation.jsonl"), mn.POLICY_VERSION: 0.0})
         nonfinite_in_row = 0
         rows_of = lambda s: r.metrics.samples_rows if every_s and s % every_s == 0 else 0  # noqa: E731
         ahead = _generated_ahead(resume_from, first, roles, data.prompts, sampler, sampling, r, primary, rows_of)
@@ -367,7 +369,8 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
                     sink.log_table(step, rows)
                     print_sample_table(step, rows)
                 if val_every and (step % val_every == 0 or step == r.run.steps):
-                    metrics.update(run_validation(roles.generate_and_score, val_prompts, r, primary))
+                    metrics.update(run_validation(roles.generate_and_score, val_prompts, r, primary, step=step,
+                                                  record=run_dir / "validation.jsonl"))
                 sink.log(step, metrics)
                 progress.update(step, metrics)
                 nonfinite_in_row = _count_nonfinite(nonfinite_in_row, metrics, step, r)

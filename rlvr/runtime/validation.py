@@ -20,6 +20,8 @@ Reported metrics are means over problems (normaliser: the number of problems P).
 Validation during training logs (namespaced ``val/``): ``val/pass@k`` for k = 1, powers of 2 below n, and n;
 ``val/maj@n``; ``val/mean@n`` (= pass@1); ``val/reward_mean`` (mean weighted reward over all P x n samples);
 ``val/length_mean`` (tokens per sample) and ``val/truncated_frac`` (fraction of samples cut by the token limit).
+Each validation also appends its per-problem outcomes to ``RUN/validation.jsonl`` (:func:`validation_record`), from
+which the same metrics with intervals over problems can be recomputed (``benchmarks/passk_preservation.py`` does).
 """
 
 from __future__ import annotations
@@ -177,12 +179,41 @@ def validation_metrics(scored: list, completions: list, n: int, primary: str) ->
     return out
 
 
-def run_validation(generate: Any, prompts: list[Prompt], recipe: Recipe, primary: str) -> dict[str, float]:
-    """Sample ``validation.samples`` completions per held-out prompt with the engines' current weights; score them."""
+def validation_record(step: int, prompts: list[Prompt], scored: list, n: int, primary: str) -> dict[str, Any]:
+    """One line of ``RUN/validation.jsonl``: what each held-out problem's n samples scored at ``step``, enough to
+    recompute every ``val/*`` pass@k and maj@k and their intervals over problems afterwards (as ``rlvr eval`` does:
+    :func:`problem_metrics`, :func:`rlvr.metrics.intervals.bootstrap_ci`).
+
+    ``{"step": step, "n": n, "problems": [{"index", "gold", "correct": [n] bools, "parsed": [n] str|None}]}``,
+    problems in the order of ``prompts`` (``scored`` prompt-major, [P x n]). Errors: ``ValueError`` when
+    ``len(scored) != len(prompts) * n``.
+    """
+    if len(scored) != len(prompts) * n:
+        raise ValueError(f"validation_record needs {len(prompts)} x {n} scores, got {len(scored)}")
+    problems = []
+    for i, p in enumerate(prompts):
+        group = scored[i * n : (i + 1) * n]
+        problems.append({"index": p.index, "gold": p.gold, "correct": [s.results[primary].score >= 1.0 for s in group],
+                         "parsed": [s.results[primary].parsed for s in group]})  # fmt: skip
+    return {"step": int(step), "n": int(n), "problems": problems}
+
+
+def run_validation(
+    generate: Any, prompts: list[Prompt], recipe: Recipe, primary: str, *, step: int | None = None,
+    record: Any = None,
+) -> dict[str, float]:
+    """Sample ``validation.samples`` completions per held-out prompt with the engines' current weights; score them.
+
+    ``record``: a path; when given (with ``step``), :func:`validation_record` is appended to it as one JSON line."""
     va = recipe.validation
     sampling = SamplingConfig(n=va.samples, max_new_tokens=recipe.rollout.max_new_tokens, temperature=va.temperature)
     t0 = time.perf_counter()
     completions, scored, _ = generate(prompts, sampling)
     out = validation_metrics(scored, completions, va.samples, primary)
     out[mn.TIMING_VALIDATION_S] = time.perf_counter() - t0
+    if record is not None and step is not None:
+        import json
+
+        with open(record, "a", encoding="utf-8") as f:
+            f.write(json.dumps(validation_record(step, prompts, scored, va.samples, primary)) + "\n")
     return out

@@ -38,6 +38,19 @@ def test_validation_every_at_start_and_best_metric_pruning(tmp_path):
             assert 0.0 <= r["val/pass@1"] <= r["val/pass@2"] <= r["val/pass@4"] <= 1.0
             assert "val/maj@4" in r and "val/mean@4" in r
     assert rows[0]["policy_version"] == 0.0
+    # RUN/validation.jsonl holds each validation's per-problem outcomes: recomputing pass@k from them gives the
+    # logged val/pass@k (pass@k of one problem by Chen et al.'s estimator, mean over the 8 problems)
+    from math import comb
+
+    records = [json.loads(line) for line in Path(result.run_dir, "validation.jsonl").read_text().splitlines()]
+    assert [rec["step"] for rec in records] == [0, 2, 4]
+    logged = {r["step"]: r for r in rows}
+    for rec in records:
+        assert rec["n"] == 4 and len(rec["problems"]) == 8
+        for k in (1, 2, 4):
+            cs = [sum(p["correct"]) for p in rec["problems"]]
+            mean = sum(1 - comb(4 - c, k) / comb(4, k) for c in cs) / 8
+            assert mean == pytest.approx(logged[rec["step"]][f"val/pass@{k}"], abs=1e-12)
     # keep_last 1 keeps step 4; best_metric keeps the checkpoint with the highest val/pass@1 among those that
     # logged it (steps 2 and 4; step 0 is the starting policy, not a checkpoint), the earliest on a tie
     val = {r["step"]: r["val/pass@1"] for r in rows if r["step"] in (2, 4)}

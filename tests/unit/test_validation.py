@@ -7,7 +7,7 @@ import pytest
 from rlvr.config import RecipeError, default_ks
 from rlvr.recipe import load_recipe
 from rlvr.reward.pool import Scored
-from rlvr.runtime.validation import majority_correct, validation_metrics
+from rlvr.runtime.validation import majority_correct, validation_metrics, validation_record
 from rlvr.types import Completion, VerifyResult
 
 
@@ -53,3 +53,20 @@ def test_validation_needs_held_out_data():
         load_recipe(None, ["validation.every_steps=5", "data.source=data/svamp/test.jsonl"])
     r = load_recipe(None, ["validation.every_steps=5", "data.generated.holdout=32"])
     assert r.validation.samples == 8
+
+
+def test_validation_record_keeps_each_problems_samples_in_order():
+    from rlvr.types import Prompt
+
+    def sc(score, parsed):
+        return Scored(reward=score, results={"math": VerifyResult(score=score, parsed=parsed)}, latency_s=0.0)
+
+    prompts = [Prompt(index=7, text="", prompt_ids=[1], gold="12"), Prompt(index=3, text="", prompt_ids=[1], gold="5")]
+    scored = [sc(1.0, "12"), sc(0.0, "11"), sc(0.0, None), sc(1.0, "5")]
+    rec = validation_record(4, prompts, scored, 2, "math")
+    assert rec == {"step": 4, "n": 2, "problems": [
+        {"index": 7, "gold": "12", "correct": [True, False], "parsed": ["12", "11"]},
+        {"index": 3, "gold": "5", "correct": [False, True], "parsed": [None, "5"]},
+    ]}
+    with pytest.raises(ValueError, match="2 x 3"):
+        validation_record(4, prompts, scored, 3, "math")
