@@ -77,13 +77,17 @@ def holdout_file(name: str, out: Path, seed: int) -> Path:
     return path
 
 
+RLVR = [sys.executable, "-c", "import sys; from rlvr.cli import main; sys.exit(main())"]
+"""The ``rlvr`` command of this interpreter and of the rlvr tree this script belongs to (``PYTHONPATH`` wins)."""
+
+
 def _run(cmd: list[str], log: Path) -> float:
     t0 = time.perf_counter()
     with open(log, "w") as f:
         rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=REPO, env=dict(os.environ)).returncode
     if rc != 0:
         tail = log.read_text()[-3000:]
-        raise SystemExit(f"{' '.join(cmd[:4])} ... failed (rc {rc}); the end of {log}:\n{tail}")
+        raise SystemExit(f"{' '.join(cmd[3:6])} ... failed (rc {rc}); the end of {log}:\n{tail}")
     return time.perf_counter() - t0
 
 
@@ -93,7 +97,7 @@ def probe(args: argparse.Namespace, out: Path) -> None:
     for name in args.tasks:
         data = holdout_file(name, out, args.seed)
         dest = out / f"probe_{name}"
-        seconds = _run([str(REPO / ".venv" / "bin" / "rlvr"), "eval", "smollm2-135m-instruct", "--data", str(data),
+        seconds = _run([*RLVR, "eval", "smollm2-135m-instruct", "--data", str(data),
                         "--n", str(args.n), "--limit", str(args.problems), "--max-new-tokens", str(args.max_new_tokens),
                         "--prompt-template", TEMPLATE, "--threads", "2", "--seed", str(args.seed),
                         "--output", str(dest)], out / f"probe_{name}.log")  # fmt: skip
@@ -150,7 +154,7 @@ def train(args: argparse.Namespace, out: Path) -> None:
             import shutil
 
             shutil.rmtree(run_dir)
-        cmd = [str(REPO / ".venv" / "bin" / "rlvr"), "train", str(REPO / "recipes" / "methods" / f"{method}.yaml"),
+        cmd = [*RLVR, "train", str(REPO / "recipes" / "methods" / f"{method}.yaml"),
                *common_overrides(args, method, out), *args.set]
         seconds = _run(cmd, out / f"train_{method}.log")
         print(f"{method}: {seconds:.0f} s", flush=True)
