@@ -251,7 +251,8 @@ def test_the_loop_judges_after_scoring_outside_sync_and_validation(tmp_path):
     r = load_recipe(TINY, [f"run.output_dir={tmp_path}", "run.executor=local", "run.steps=2", "run.save_final=false",
                            "checkpoint.every_steps=0", *WITH_JUDGE, "algorithm.flawed_penalty=0.5",
                            "data.generated.holdout=8", "validation.every_steps=1", "validation.at_start=true",
-                           "validation.limit=4", "validation.samples=2"])  # fmt: skip
+                           "validation.limit=4", "validation.samples=2", "metrics.samples_every=1",
+                           "metrics.samples_rows=2"])  # fmt: skip
     result = train(r, executor=ex)
     calls = [c for c in ex.log.calls if c[1] in ("generate", "score", "judge_with_text", "train_step", "receive_weights")]
     step = [("engine0", "generate"), ("reward", "score"), ("judge", "judge_with_text"), ("trainer0", "train_step"),
@@ -269,3 +270,5 @@ def test_the_loop_judges_after_scoring_outside_sync_and_validation(tmp_path):
         assert (row[mn.REWARD_FLAWED_POSITIVE_FRAC], row[mn.REWARD_JUDGED_FRAC], row[mn.REWARD_JUDGE_UNPARSEABLE_FRAC]) == (1.0, 0.5, 0.0)
         assert row[mn.TIMING_JUDGE_S] >= 0.0 and row[mn.reward_score("judge")] == 0.0
         assert mn.role_busy("judge") in row
+    cells = {json.loads(x)["judge"] for x in Path(result.run_dir, "samples.jsonl").read_text().splitlines()}
+    assert cells == {"flawed (0)", "not_judged"}  # a right sample (judged) and a wrong one in each table
