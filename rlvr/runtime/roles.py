@@ -405,9 +405,8 @@ class Roles:
         for i, key in judge_keys(specs):
             js = settings_of(specs[i], f"reward.verifiers[{i}].args")
             picked = selected(scored, primary, js.only_correct)
-            items = [JudgeItem(question=prompt_of[completions[j].prompt_index].question or prompt_of[completions[j].prompt_index].text,
-                               response=completions[j].text, gold=prompt_of[completions[j].prompt_index].gold)
-                     for j in picked]  # fmt: skip
+            asked = [(prompt_of[completions[j].prompt_index], completions[j].text) for j in picked]
+            items = [JudgeItem(question=p.question or p.text, response=text, gold=p.gold) for p, text in asked]
             verdicts, texts = (self.get([self.judge.call("judge_with_text", items, js)], self.recipe.timeouts.reward_s,
                                         f"judging {len(items)} samples ({key})", "timeouts.reward_s")[0]
                                if items else ([], []))  # fmt: skip
