@@ -350,7 +350,8 @@ class Roles:
         times per run; ``timing/engine_restarts`` counts the restarts so far. Returns (completions [B], scored
         [B], timings). Timings: ``timing/rollout_s`` (from the submission until the last engine finished: with
         asynchronous rollout this includes the wait behind the engines' earlier calls) and ``timing/reward_s``
-        (from then until the last score arrived: the reward time not hidden by rollout).
+        (from then until the last score arrived: the reward time not hidden by rollout) and, when a judge verifier
+        asked the judge role (training rollouts; :meth:`_judged`), ``timing/judge_s`` (its verdicts, after that).
         Errors: :class:`RoleError` (a role failed, timed out, or the restarts are spent)."""
         while True:
             try:
