@@ -162,7 +162,9 @@ class RolloutConfig:
 @dataclass(frozen=True, kw_only=True)
 class VerifierSpec:
     name: str = "math"
-    """Built-in short name (``math``, ``numeric``), ``pkg.module:attr``, or ``path/file.py:attr``."""
+    """Built-in short name (``math``, ``numeric``), ``pkg.module:attr``, or ``path/file.py:attr``; ``judge``
+    (reserved) asks the judge role's model instead (``judge:`` section; ``args`` are
+    ``rlvr.reward.judge.JudgeSettings``: template, parse, max_new_tokens, temperature, only_correct)."""
     weight: float = 1.0
     """Weight of this verifier's score in the reward."""
     args: dict[str, Any] = field(default_factory=dict)
@@ -182,6 +184,38 @@ class RewardConfig:
     resources: dict[str, float] = field(default_factory=dict)
     """Ray custom resources per reward role (its scoring workers are its child processes) (e.g. ``{trainer_node: 1}``: only on nodes started with ``ray start
     --resources='{"trainer_node": 4}'``): pins the role to chosen nodes. Empty: anywhere it fits."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class JudgeConfig:
+    """The judge role: a model that verifiers named ``judge`` ask about the step's rollouts
+    (:mod:`rlvr.reward.judge`). It is served by the same vLLM engine code as rollout, in a role (and placement
+    group ``judge``) of its own, started only when ``reward.verifiers`` has a ``name: judge`` entry; it is not in the
+    weight-sync group, so its weights stay those of ``model``."""
+
+    model: str | None = None
+    """The judge's model: an embedded name (``smollm2-135m-instruct``, ``tiny-random``), a local folder or a hub
+    id, resolved as ``model.path`` is (e.g. FAPO's released GenRM, ``dyyyyyyyy/FAPO-GenRM-4B``, on a GPU).
+    None: no judge role (a ``judge`` verifier then fails the recipe check)."""
+    dtype: Literal["auto", "bfloat16", "float32", "float16"] = "auto"
+    """The judge engine's dtype; ``auto`` resolved when the recipe loads as ``model.dtype`` is (bfloat16 on GPUs
+    and bf16-capable CPUs, float32 elsewhere; judged by ``judge.num_gpus``)."""
+    threads: int = 1
+    """torch threads of the judge engine on CPU (OMP_NUM_THREADS)."""
+    num_gpus: float = 0.0
+    """GPUs of the judge role (0 on CPU)."""
+    resources: dict[str, float] = field(default_factory=dict)
+    """Ray custom resources of the judge role (e.g. ``{judge_node: 1}``): pins it to chosen nodes. Empty: anywhere
+    it fits."""
+    kv_cache_gib: float = 1.0
+    """KV cache of the judge engine on CPU (``VLLM_CPU_KVCACHE_SPACE`` of its process), GiB."""
+    max_model_len: int = 1024
+    """Tokens of a judge prompt (template + question + response) plus its verdict; a longer prompt is a per-sample
+    ``judge_unparseable`` failure, not an error."""
+    enforce_eager: bool = True
+    """Skip graph capture (starts in seconds on CPU)."""
+    gpu_memory_utilization: float = 0.2
+    """The judge engine's share of GPU memory (GPU only)."""
 
 
 @dataclass(frozen=True)
@@ -251,6 +285,13 @@ class AlgorithmConfig:
     overlong_penalty: float = 1.0
     """Largest soft overlong penalty, in reward units (reached at ``rollout.max_new_tokens``); read only when
     ``overlong_buffer`` > 0. The paper: 1, against a correctness reward of +-1."""
+    flawed_penalty: float = 0.0
+    """FAPO's flawed-positive penalty (Ding et al. 2025, arXiv 2510.22543, sec. 4: R_FAPO = R_RLVR + R_Delta),
+    in rlvr's 0/1 reward units: subtracted from the reward of a rollout the primary verifier marks correct and the
+    judge verifier (``reward.verifiers: - name: judge``, needed) marks flawed; an unparseable verdict is not
+    penalised (``rlvr.reward.judge.flawed_penalties``). 0: off. The paper's lambda = 1 on its +-1 reward scale is
+    0.5 here: r01 = (r_pm1 + 1) / 2 halves every reward gap, so the flawed positive lands halfway between correct
+    and wrong, and GRPO's std-normalised advantage is the same on both scales. FAPO: 0.5."""
     kl_penalty: Literal["loss", "reward"] = "loss"
     """Where ``kl_coef`` applies: ``loss`` adds ``kl_coef * KL`` to each token's loss (GRPO); ``reward`` subtracts
     ``kl_coef * KL`` per token (``kl_estimator``; k1 is InstructGPT's eq. 2) from the reward: summed to go for
@@ -385,7 +426,8 @@ class TimeoutsConfig:
     rollout_s: float = 3600.0
     """One rollout: every engine's ``generate`` of its share of a step's prompts (validation's too)."""
     reward_s: float = 600.0
-    """Scores still missing once the last engine has finished (verifiers score while engines generate)."""
+    """Scores still missing once the last engine has finished (verifiers score while engines generate); the judge
+    role's verdicts on a batch (``judge:``), after those, have a deadline of their own of the same length."""
     train_s: float = 3600.0
     """One policy update (and the critic's, beside it), and the reference-logprob and critic-value passes."""
     checkpoint_s: float = 1800.0
@@ -463,6 +505,7 @@ class Recipe:
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
 
     # -- derived quantities (no state of their own) -------------------------------------------------------
     @property
@@ -806,6 +849,10 @@ def read_recipe(path: str | Path | None = None, overrides: list[str] | tuple[str
 
         dtype = fast_dtype(recipe.trainer.num_gpus)
         recipe = dataclasses.replace(recipe, model=dataclasses.replace(recipe.model, dtype=dtype))
+    if recipe.judge.dtype == "auto":
+        from rlvr.hardware import fast_dtype
+
+        recipe = dataclasses.replace(recipe, judge=dataclasses.replace(recipe.judge, dtype=fast_dtype(recipe.judge.num_gpus)))
     if recipe.trainer.backend == "auto":
         backend = "torch" if recipe.trainer.num_workers == 1 else "deepspeed"
         recipe = dataclasses.replace(recipe, trainer=dataclasses.replace(recipe.trainer, backend=backend))

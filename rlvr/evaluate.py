@@ -687,7 +687,10 @@ def run_sections(recipe: Any, base: dict[str, Any]) -> dict[str, Any]:
     d = recipe.data
     prompts = dataclasses.replace(base["prompts"], prompt_template=d.prompt_template, system_prompt=d.system_prompt,
                                   chat_template=d.chat_template)  # fmt: skip
-    reward = dataclasses.replace(base["reward"], verifiers=recipe.reward.verifiers)
+    from rlvr.reward.judge import rule_specs
+
+    # the rule verifiers: a judge verifier asks a role that ``rlvr eval`` does not start
+    reward = dataclasses.replace(base["reward"], verifiers=tuple(rule_specs(recipe.reward.verifiers)))
     return {**base, "prompts": prompts, "reward": reward, "dtype": recipe.model.dtype}
 
 

@@ -168,11 +168,11 @@ TIMELINE_STEPS = 4
 """Steps the timeline figure shows by default (the last ones of the run)."""
 _METHOD_COLOURS = {"generate": "tab:blue", "score": "tab:orange", "train_step": "tab:green",
                    "compute_logprobs": "tab:olive", "compute_values": "tab:cyan", "send_weights": "tab:red",
-                   "receive_weights": "tab:red", "probe_logprobs": "tab:purple"}  # fmt: skip
+                   "receive_weights": "tab:red", "probe_logprobs": "tab:purple", "judge_with_text": "tab:brown"}  # fmt: skip
 
 
 def plot_timeline(timeline_path: str | Path, out_dir: str | Path, steps: int = TIMELINE_STEPS) -> Path | None:
-    """``timeline.png``: a row per role (engines, reward, trainer ranks, critic), a bar per call the role ran
+    """``timeline.png``: a row per role (engines, reward, judge, trainer ranks, critic), a bar per call the role ran
     over the run's last ``steps`` steps (colour: the method; sync in red), dashed lines at step boundaries: the
     pipeline picture that shows where each role waits. Returns the path, or None when the file has no step.
     Errors: ``OSError`` for an unreadable file; ``ImportError`` without matplotlib."""

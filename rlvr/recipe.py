@@ -155,13 +155,15 @@ def _rollout_errors(r: Recipe) -> list[str]:
 def resource_errors(r: Recipe) -> list[str]:
     """GPU counts and the Ray custom resources of each role (``*.resources``)."""
     errs: list[str] = []
-    for where, gpus in (("trainer", r.trainer.num_gpus), ("rollout", r.rollout.num_gpus), ("critic", r.critic.num_gpus)):
+    for where, gpus in (("trainer", r.trainer.num_gpus), ("rollout", r.rollout.num_gpus), ("critic", r.critic.num_gpus),
+                        ("judge", r.judge.num_gpus)):  # fmt: skip
         if gpus < 0:
             errs.append(f"{where}.num_gpus must be >= 0, got {gpus}")
         elif gpus > 1 and gpus != int(gpus):
             errs.append(f"{where}.num_gpus={gpus}: above 1 a role takes whole GPUs (Ray's rule); use an integer")
     for where, res in (("trainer", r.trainer.resources), ("rollout", r.rollout.resources),
-                       ("critic", r.critic.resources), ("reward", r.reward.resources)):  # fmt: skip
+                       ("critic", r.critic.resources), ("reward", r.reward.resources),
+                       ("judge", r.judge.resources)):  # fmt: skip
         for k, v in res.items():
             if k in ("CPU", "GPU", "memory", "object_store_memory"):
                 errs.append(f"{where}.resources names {k!r}, which Ray sets itself: use {where}.num_gpus (CPU, GPU) "
@@ -233,6 +235,7 @@ def _check(r: Recipe) -> None:
         )
     errs.extend(dapo_errors(al, ro.samples_per_prompt, ro.max_new_tokens))
     errs.extend(extra_errors(r))
+    errs.extend(judge_errors(r))
     for k in r.metrics.pass_k:
         if not 1 <= k <= ro.samples_per_prompt:
             errs.append(
@@ -329,6 +332,47 @@ def extra_errors(r: Recipe) -> list[str]:
     return errs
 
 
+def judge_errors(r: Recipe) -> list[str]:
+    """The judge verifier (``reward.verifiers: - name: judge``), its settings, the ``judge:`` role and FAPO's
+    ``algorithm.flawed_penalty`` (:mod:`rlvr.reward.judge`)."""
+    from rlvr.reward.judge import JUDGE, settings_of
+
+    errs: list[str] = []
+    specs, jg = r.reward.verifiers, r.judge
+    judges = [i for i, s in enumerate(specs) if s.name == JUDGE]
+    if judges and judges[0] == 0:
+        errs.append("reward.verifiers[0] is the judge, but the primary (first) verifier must be a rule verifier "
+                    "(e.g. math): its full marks define a correct sample (pass@k, only_correct, the flawed "
+                    "positives); put the judge after it")  # fmt: skip
+    if judges and jg.model is None:
+        errs.append(f"reward.verifiers[{judges[0]}] is a judge verifier but judge.model is not set: set judge.model "
+                    "to a model path or embedded name (e.g. judge.model=smollm2-135m-instruct), or remove the "
+                    "judge verifier")  # fmt: skip
+    for i in judges:
+        where = f"reward.verifiers[{i}].args"
+        try:
+            js = settings_of(specs[i], where)
+        except RecipeError as e:
+            errs.append(str(e))
+            continue
+        errs.extend(js.errors(where))
+        if js.max_new_tokens >= jg.max_model_len:
+            errs.append(f"{where}.max_new_tokens={js.max_new_tokens} leaves no room for the prompt in "
+                        f"judge.max_model_len={jg.max_model_len}: raise judge.max_model_len or lower max_new_tokens")
+    al = r.algorithm
+    if al.flawed_penalty < 0:
+        errs.append(f"algorithm.flawed_penalty={al.flawed_penalty} must be >= 0 (0: off; FAPO: 0.5 in rlvr's 0/1 "
+                    "units); it is subtracted from a flawed positive's reward")
+    elif al.flawed_penalty > 0 and not judges:
+        errs.append(f"algorithm.flawed_penalty={al.flawed_penalty} needs a judge verifier to find flawed positives: "
+                    "add `- {name: judge, weight: 0.0, args: {...}}` to reward.verifiers and set judge.model "
+                    "(see recipes/methods/fapo.yaml), or set algorithm.flawed_penalty=0")  # fmt: skip
+    if jg.threads < 1 or not jg.kv_cache_gib > 0 or jg.max_model_len < 2 or not 0 < jg.gpu_memory_utilization <= 1:
+        errs.append("judge.threads must be >= 1, judge.kv_cache_gib > 0, judge.max_model_len >= 2 and "
+                    "judge.gpu_memory_utilization in (0, 1]")  # fmt: skip
+    return errs
+
+
 def registry_errors(r: Recipe) -> list[str]:
     """Names in the registries (a typo fails before anything starts, naming the nearest entry), each entry's own
     invariants (its settings' ``errors(recipe, where)``), and what the chosen entries declare they need
@@ -348,6 +392,10 @@ def registry_errors(r: Recipe) -> list[str]:
     if shaped and adv_reg.flag(adv, "binary_rewards"):
         errs.append(f"algorithm.advantage={adv} needs binary (0/1) rewards, and the overlong penalty "
                     "(algorithm.overlong_buffer > 0) makes them fractional: set algorithm.overlong_buffer=0")  # fmt: skip
+    if al.flawed_penalty > 0 and adv_reg.flag(adv, "binary_rewards"):
+        errs.append(f"algorithm.advantage={adv} needs binary (0/1) rewards, and FAPO's flawed-positive penalty "
+                    "(algorithm.flawed_penalty > 0) makes them fractional: set algorithm.flawed_penalty=0 or use "
+                    "advantage=grpo")  # fmt: skip
     kl_tokens = al.kl_coef > 0 and al.kl_penalty == "reward"
     token_adv = adv_reg.flag(adv, "token_advantages") or kl_tokens
     if token_adv and POLICY_LOSSES.flag(loss, "sequence_advantages"):

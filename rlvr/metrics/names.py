@@ -110,8 +110,8 @@ def timing(stage: str) -> str:
 
 
 def role_busy(role: str) -> str:
-    """``roles/<role>_busy_s``: seconds of the step the role spent in calls (``engines``, ``reward``, ``trainer``,
-    ``critic``, ``sync``)."""
+    """``roles/<role>_busy_s``: seconds of the step the role spent in calls (``engines``, ``reward``, ``judge``,
+    ``trainer``, ``critic``, ``sync``)."""
     return _name(NS_ROLES, f"{role}_busy_s")
 
 
@@ -164,6 +164,9 @@ REWARD_LATENCY_MAX_S = _name(NS_REWARD, "latency_max_s")
 REWARD_LATENCY_P50_S = _name(NS_REWARD, "latency_p50_s")
 REWARD_LATENCY_P99_S = _name(NS_REWARD, "latency_p99_s")
 REWARD_KL_PENALTY_SEQ_MEAN = _name(NS_REWARD, "kl_penalty_seq_mean")
+REWARD_FLAWED_POSITIVE_FRAC = _name(NS_REWARD, "flawed_positive_frac")
+REWARD_JUDGED_FRAC = _name(NS_REWARD, "judged_frac")
+REWARD_JUDGE_UNPARSEABLE_FRAC = _name(NS_REWARD, "judge_unparseable_frac")
 
 # response/, groups/, rollout/, dynamic_sampling/, data/ (the controller)
 RESPONSE_LENGTH_MEAN = _name(NS_RESPONSE, "length_mean")
@@ -218,6 +221,7 @@ TIMING_TRAIN_S = timing("train")
 TIMING_SYNC_S = timing("sync")
 TIMING_STEP_S = timing("step")
 TIMING_VALIDATION_S = timing("validation")
+TIMING_JUDGE_S = timing("judge")
 TIMING_TRAIN_INNER_S = timing("train_inner")
 TIMING_CRITIC_INNER_S = timing("critic_inner")
 TIMING_ENGINE_RESTARTS = _name(NS_TIMING, "engine_restarts")
@@ -271,6 +275,11 @@ CATALOGUE: tuple[Metric, ...] = (
     _M(REWARD_SCORE, "score", "one verifier's unweighted score, mean over the B rollouts"),
     _M(REWARD_KL_PENALTY_SEQ_MEAN, "reward", "KL penalty in the reward (-kl_coef x KL) summed over a sequence's "
        "tokens, mean over sequences (algorithm.kl_penalty=reward)"),
+    _M(REWARD_FLAWED_POSITIVE_FRAC, "fraction", "flawed positives (the primary verifier marks the rollout correct, "
+       "the judge finds a flawed step; FAPO) over the rollouts the primary verifier marks correct (0 when none is)"),
+    _M(REWARD_JUDGED_FRAC, "fraction", "rollouts sent to the judge (reward.verifiers name: judge) over the B rollouts"),
+    _M(REWARD_JUDGE_UNPARSEABLE_FRAC, "fraction", "verdicts no parse rule read (judge_unparseable) over the rollouts "
+       "sent to the judge (0 when none was)"),
     # passk/, response/, groups/, rollout/, dynamic_sampling/, data/
     _M(PASSK, "fraction", "training pass@k (unbiased, Chen et al. 2021) over each prompt's G samples, mean over prompts"),
     _M(RESPONSE_LENGTH_MEAN, "tokens", "mean response length over the B rollouts"),
@@ -321,6 +330,7 @@ CATALOGUE: tuple[Metric, ...] = (
     _M(TIMING_SYNC_S, "seconds", "the weight sync and its probe, as the controller waited for it"),
     _M(TIMING_STEP_S, "seconds", "the whole training step (validation excluded)"),
     _M(TIMING_VALIDATION_S, "seconds", "one validation pass"),
+    _M(TIMING_JUDGE_S, "seconds", "the judge role's verdicts on the step's rollouts, after the rule verifiers' scores"),
     _M(TIMING_TRAIN_INNER_S, "seconds", "the policy update inside the trainer (returned, not logged)"),
     _M(TIMING_CRITIC_INNER_S, "seconds", "the critic update inside its process (returned, not logged)"),
     _M(TIMING_ENGINE_RESTARTS, "count", "engines replaced after dying, so far in this run"),

@@ -11,7 +11,8 @@ from typing import Any, Mapping, Sequence, TextIO
 
 from rlvr.types import Completion, Prompt
 
-COLUMNS = ("prompt_index", "sample_index", "prompt", "gold", "response", "parsed", "score", "reward", "reason", "finish")
+COLUMNS = ("prompt_index", "sample_index", "prompt", "gold", "response", "parsed", "score", "reward", "reason", "finish",
+           "judge")
 """Keys of each row of :func:`sample_rows`, in order."""
 
 
@@ -53,7 +54,8 @@ def sample_rows(
     the templated text), ``gold``,
     ``response`` (decoded text), ``parsed`` (the primary verifier's answer or None), ``score`` (primary verifier,
     in [0, 1]), ``reward`` (weighted sum over verifiers), ``reason`` (None at full marks), ``finish``
-    (``stop`` / ``length`` / ``abort``).
+    (``stop`` / ``length`` / ``abort``), ``judge`` (the judge verifier's verdict, :func:`judge_cell`; None when the
+    step ran no judge).
 
     Errors: ``ValueError`` when ``completions`` and ``scored`` differ in length, a completion's prompt is not in
     ``prompts``, or ``n_rows`` < 0; ``KeyError`` when a sample has no result for ``primary``.
@@ -90,9 +92,19 @@ def sample_rows(
                 "reward": float(s.reward),
                 "reason": res.reason,
                 "finish": c.finish_reason,
+                "judge": judge_cell(s.results.get("judge")),
             }
         )
     return rows
+
+
+def judge_cell(verdict: Any) -> str | None:
+    """A judge verdict (:mod:`rlvr.reward.judge`) for a table: ``sound (-1)`` at full marks, else its reason with
+    what it parsed (``flawed (2)``, ``not_judged``, ``judge_unparseable: '...'``); None for no verdict."""
+    if verdict is None:
+        return None
+    what = "sound" if verdict.reason is None else verdict.reason
+    return f"{what} ({verdict.parsed})" if verdict.parsed is not None else what
 
 
 def shorten(text: Any, width: int) -> str:
@@ -126,8 +138,9 @@ def print_sample_table(
     from rich.table import Table
 
     table = Table(title=f"samples at step {step}", show_lines=True)
+    judged = any(row.get("judge") is not None for row in rows)
     for name, kw in (("#", {"no_wrap": True}), ("prompt", {}), ("response", {}), ("gold", {}), ("parsed", {}),
-                     ("reward", {"justify": "right", "no_wrap": True}), ("reason", {})):
+                     ("reward", {"justify": "right", "no_wrap": True}), ("reason", {})) + ((("judge", {}),) if judged else ()):
         table.add_column(name, **kw)
     for row in rows:
         reward = row.get("reward")
@@ -139,5 +152,6 @@ def print_sample_table(
             shorten(row.get("parsed"), 24),
             "" if reward is None else f"{float(reward):.4f}",
             shorten(row.get("reason") or "ok", 24),
+            *([shorten(row.get("judge"), 24)] if judged else []),
         )
     Console(file=file, soft_wrap=False).print(table)

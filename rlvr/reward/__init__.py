@@ -2,7 +2,8 @@
 
 ``build_verifier(spec)`` turns a recipe's :class:`~rlvr.config.VerifierSpec` into a verifier;
 ``ScoringPool`` / ``RewardWorker`` score a batch of completions in worker processes (``[B]`` results in input
-order); ``reward_metrics`` summarises a scored batch for logging (``reward/...``).
+order); ``reward_metrics`` summarises a scored batch for logging (``reward/...``). ``JudgeWorker`` is the judge
+role (a verifier backed by a model, :mod:`rlvr.reward.judge`), with its ``JudgeSettings`` and ``PARSE_RULES``.
 """
 
 from rlvr.reward.base import (
@@ -15,12 +16,17 @@ from rlvr.reward.base import (
     coerce_result,
     resolve_verifier,
 )
+from rlvr.reward.judge import PARSE_RULES, JudgeItem, JudgeSettings, JudgeWorker
 from rlvr.reward.pool import RewardWorker, Scored, ScoringPool, reward_metrics, verifier_keys
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "VERIFIERS",
     "FunctionVerifier",
+    "JudgeItem",
+    "JudgeSettings",
+    "JudgeWorker",
+    "PARSE_RULES",
     "RewardWorker",
     "Scored",
     "ScoringPool",

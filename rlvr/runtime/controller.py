@@ -115,8 +115,12 @@ def preflight(recipe: Recipe) -> None:
         if importlib.util.find_spec(packages[backend]) is None:
             raise ImportError(f"metrics.backends has {backend!r} but its package is not installed: "
                               f"pip install 'rlvr[logging]' (or {packages[backend]}), or drop it from metrics.backends")
-    for spec in recipe.reward.verifiers:
+    from rlvr.reward.judge import rule_specs
+
+    for spec in rule_specs(recipe.reward.verifiers):  # a judge verifier is the judge role's (judge.model)
         resolve_verifier(spec.name)
+    if recipe.judge.model is not None and len(rule_specs(recipe.reward.verifiers)) < len(recipe.reward.verifiers):
+        check_model_name(recipe.judge.model)
     sources = (("data.source", recipe.data.source, recipe.data.split),
                ("validation.source", recipe.validation.source, recipe.validation.split))  # fmt: skip
     for key, source, split in sources:
@@ -352,7 +356,7 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
             ck.set_rng_state(state.rng)
         dph_buffer = _dph_buffer(roles, data.prompts, sampling, r, primary, run_dir)
         if val_every and r.validation.at_start and state is None:
-            sink.log(0, {**run_validation(roles.generate_and_score, val_prompts, r, primary, step=0,
+            sink.log(0, {**run_validation(roles.rule_scores, val_prompts, r, primary, step=0,
                                           record=run_dir / "validation.jsonl"), mn.POLICY_VERSION: 0.0})
         nonfinite_in_row = 0
         rows_of = lambda s: r.metrics.samples_rows if every_s and s % every_s == 0 else 0  # noqa: E731
@@ -369,7 +373,7 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
                     sink.log_table(step, rows)
                     print_sample_table(step, rows)
                 if val_every and (step % val_every == 0 or step == r.run.steps):
-                    metrics.update(run_validation(roles.generate_and_score, val_prompts, r, primary, step=step,
+                    metrics.update(run_validation(roles.rule_scores, val_prompts, r, primary, step=step,
                                                   record=run_dir / "validation.jsonl"))
                 sink.log(step, metrics)
                 progress.update(step, metrics)
@@ -435,7 +439,7 @@ def _dph_buffer(roles: "Roles", prompts: list[Prompt], sampling: SamplingConfig,
     path = run_dir / "dph_buffer.pt"
     if path.exists():
         return torch.load(path, weights_only=False)
-    buf = build_dph_buffer(roles.generate_and_score, prompts, step_sampling(sampling, r.run.seed, 0, DPH_BUFFER_ROUND), r, primary)
+    buf = build_dph_buffer(roles.rule_scores, prompts, step_sampling(sampling, r.run.seed, 0, DPH_BUFFER_ROUND), r, primary)
     if not buf:
         log.warning("DPH-RL: the starting policy solved none of its %d buffer prompts; the DPH term is off "
                     "(raise algorithm.dph_prompts or use easier data)", al.dph_prompts)
@@ -620,13 +624,22 @@ def _wait_update(roles: "Roles", calls: list, with_critic: bool, r: Recipe) -> d
 
 def shaped_rewards(completions: list[Completion], scored: list[Scored], r: Recipe) -> torch.Tensor:
     """Rewards [P, G] the advantage sees: the verifiers' weighted sum, plus DAPO's soft overlong punishment
-    (Yu et al. 2025, eq. 13) when ``algorithm.overlong_buffer`` > 0."""
+    (Yu et al. 2025, eq. 13) when ``algorithm.overlong_buffer`` > 0, plus FAPO's flawed-positive penalty
+    (Ding et al. 2025, sec. 4: ``-algorithm.flawed_penalty`` where the primary verifier marks a sample correct and
+    the first judge verifier marks it flawed; :func:`rlvr.reward.judge.flawed_penalties`) when it is > 0."""
+    from rlvr.reward.judge import flawed_penalties, judge_keys
+    from rlvr.reward.pool import verifier_keys
+
     g = r.rollout.samples_per_prompt
     rewards = torch.tensor([s.reward for s in scored], dtype=torch.float32)  # [B]
     al = r.algorithm
     if al.overlong_buffer > 0:
         lengths = torch.tensor([len(c.token_ids) for c in completions])
         rewards = rewards + overlong_penalty(lengths, r.rollout.max_new_tokens, al.overlong_buffer, al.overlong_penalty)
+    if al.flawed_penalty > 0:  # the recipe check guarantees a judge verifier
+        specs = r.reward.verifiers
+        key = judge_keys(specs)[0][1]
+        rewards = rewards + torch.tensor(flawed_penalties(scored, verifier_keys(specs)[0], al.flawed_penalty, key))
     return rewards.view(-1, g)
 
 
@@ -682,8 +695,10 @@ def rollout_metrics(completions: list[Completion], scored: list[Scored], ks: tup
     A sample is *correct* when the primary (first) verifier gives it full marks (score >= 1); pass@k is the
     unbiased estimator (Chen et al. 2021, eq. 1) over each prompt's G samples, averaged over the P prompts.
     Length metrics count response tokens; means are over the B samples; ``reward/std`` is the population std
-    (normaliser B); pass@k means are over the P prompts.
+    (normaliser B); pass@k means are over the P prompts. With a judge verifier, its fractions
+    (:func:`rlvr.reward.judge.judge_metrics`).
     """
+    from rlvr.reward.judge import judge_metrics
     from rlvr.reward.pool import reward_metrics
 
     b = len(completions)
@@ -702,6 +717,7 @@ def rollout_metrics(completions: list[Completion], scored: list[Scored], ks: tup
         out[mn.passk(k)] = sum(pass_at_k(g, sum(gr), k) for gr in groups) / len(groups)
     out[mn.GROUPS_ALL_CORRECT_FRAC] = sum(all(gr) for gr in groups) / len(groups)
     out[mn.GROUPS_NONE_CORRECT_FRAC] = sum(not any(gr) for gr in groups) / len(groups)
+    out.update(judge_metrics(scored, primary))  # reward/flawed_positive_frac ... when a judge verifier ran
     return out
 
 

@@ -3,7 +3,7 @@ engine restarts, and the weight-sync group between trainer rank 0 and the engine
 
 :class:`Roles` is what the step loop (:mod:`rlvr.runtime.controller`) calls: ``generate_and_score``, ``sync``,
 ``get`` (a wait on remote calls, deadline from the recipe) and the role handles ``engines``, ``reward``,
-``trainers``, ``critic``.
+``judge`` (the model-backed verifier, :mod:`rlvr.reward.judge`; None without one), ``trainers``, ``critic``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any
 
 from rlvr.config import Recipe
 from rlvr.metrics import names as mn
-from rlvr.reward.pool import Scored
+from rlvr.reward.judge import JUDGE, NOT_JUDGED, JudgeItem, judge_keys, merge_judged, rule_specs, selected, settings_of
+from rlvr.reward.pool import Scored, verifier_keys
 from rlvr.rollout import engine_class
 from rlvr.runtime.advantage_stage import uses_critic
 from rlvr.runtime.executors import Group, Handle, LocalExecutor, RayExecutor, Resources, RoleError
@@ -38,6 +39,8 @@ class PendingRollout:
     chunks: list[list[Prompt]]
     calls: list
     t0: float
+    judge: bool = True
+    """Ask the judge role about the scored samples (training rollouts); False for validation and the DPH buffer."""
 
 
 def role_env(recipe: Recipe, run_dir: Path, threads: int) -> dict[str, str]:
@@ -68,7 +71,8 @@ real thread count is its ``*.threads`` setting."""
 def role_resources(recipe: Recipe, env: dict[str, str]) -> dict[str, list[Resources]]:
     """What each role asks of the cluster, by placement group: ``trainer`` (one bundle per rank, packed onto as
     few nodes as hold them), ``engines`` (one bundle per engine: all its tensor-parallel workers, so on one node),
-    ``reward`` and, when the recipe trains a critic, ``critic``. CPUs are nominal (:data:`ROLE_CPUS` per role: the roles' threads
+    ``reward``, ``judge`` when a verifier asks the judge role (:func:`uses_judge`) and, when the recipe trains a
+    critic, ``critic``. CPUs are nominal (:data:`ROLE_CPUS` per role: the roles' threads
     are set by ``*.threads``); GPUs and custom resources come from the recipe (``*.num_gpus``, ``*.resources``)."""
     r = recipe
     tenv = dict(env, OMP_NUM_THREADS=str(max(1, r.trainer.threads)))
@@ -81,11 +85,21 @@ def role_resources(recipe: Recipe, env: dict[str, str]) -> dict[str, list[Resour
                     for i in range(r.rollout.num_engines)],  # fmt: skip
         "reward": [Resources(num_cpus=ROLE_CPUS, env=env, custom=dict(r.reward.resources), group="reward")],
     }
+    if uses_judge(r):
+        jenv = dict(env, OMP_NUM_THREADS=str(max(1, r.judge.threads)),
+                    VLLM_CPU_KVCACHE_SPACE=str(max(1, int(round(r.judge.kv_cache_gib)))))
+        out["judge"] = [Resources(num_cpus=ROLE_CPUS, num_gpus=r.judge.num_gpus, env=jenv, custom=dict(r.judge.resources),
+                                  group="judge")]  # fmt: skip
     if uses_critic(r):
         cenv = dict(env, OMP_NUM_THREADS=str(max(1, r.critic.threads)))
         out["critic"] = [Resources(num_cpus=ROLE_CPUS, num_gpus=r.critic.num_gpus, env=cenv, custom=dict(r.critic.resources),
                                    group="critic")]  # fmt: skip
     return out
+
+
+def uses_judge(recipe: Recipe) -> bool:
+    """True when some verifier of ``reward.verifiers`` is ``name: judge`` (the judge role is started)."""
+    return any(s.name == JUDGE for s in recipe.reward.verifiers)
 
 
 def placement_groups(resources: dict[str, list[Resources]]) -> list[Group]:
@@ -121,10 +135,12 @@ class Roles:
         self.ex.reserve(placement_groups(self.res), r.timeouts.startup_s, "timeouts.startup_s")
         self.rendezvous: dict[str, tuple[str, int]] = {}
         self.engines: list[Handle] = [self._spawn_engine(i) for i in range(r.rollout.num_engines)]
+        # before the trainers: in one process (the local executor) the trainer's thread count is set last
+        self.judge: Handle | None = self._spawn_judge() if uses_judge(r) else None
         self.reward = self.ex.spawn(
             "reward",
             RewardWorker,
-            list(r.reward.verifiers),
+            rule_specs(r.reward.verifiers),  # the judge verifiers are asked of the judge role instead
             r.reward.num_workers,
             r.reward.timeout_s,
             r.reward.memory_mb,
@@ -162,8 +178,21 @@ class Roles:
 
     @property
     def all(self) -> list[Handle]:
-        """Every role: the engines, the reward worker, the trainer ranks and the critic (if any)."""
-        return self.engines + [self.reward] + self.trainers + ([self.critic] if self.critic else [])
+        """Every role: the engines, the judge (if any), the reward worker, the trainer ranks and the critic (if any)."""
+        return (self.engines + ([self.judge] if self.judge else []) + [self.reward] + self.trainers
+                + ([self.critic] if self.critic else []))  # fmt: skip
+
+    def _spawn_judge(self) -> Handle:
+        """The judge role (:class:`rlvr.reward.judge.JudgeWorker`) on ``judge.model``, resolved as ``model.path``
+        is; its own placement group, outside the weight-sync group."""
+        from rlvr.models import resolve_model
+        from rlvr.reward.judge import JudgeWorker
+
+        jg = self.recipe.judge
+        return self.ex.spawn("judge", JudgeWorker, resolve_model(str(jg.model)), dtype=jg.dtype,
+                             max_model_len=jg.max_model_len, seed=engine_seed(self.recipe.run.seed, 0),
+                             kv_cache_gib=jg.kv_cache_gib, gpu_memory_utilization=jg.gpu_memory_utilization,
+                             enforce_eager=jg.enforce_eager, threads=jg.threads, resources=self.res["judge"][0])  # fmt: skip
 
     def _spawn_engine(self, i: int) -> Handle:
         r = self.recipe
@@ -291,20 +320,26 @@ class Roles:
             **probe,
         }
 
-    def generate_and_score(self, prompts: list[Prompt], sampling: SamplingConfig) -> tuple[list[Completion], list[Scored], dict[str, float]]:
+    def generate_and_score(self, prompts: list[Prompt], sampling: SamplingConfig,
+                           judge: bool = True) -> tuple[list[Completion], list[Scored], dict[str, float]]:
         """Roll out ``prompts`` (split evenly over the engines) and score every completion: :meth:`start_rollout`
         then :meth:`finish_rollout`. Returns (completions [B], scored [B], timings), both prompt-major in input
-        order (B = len(prompts) x G)."""
-        return self.finish_rollout(self.start_rollout(prompts, sampling))
+        order (B = len(prompts) x G). ``judge=False``: the rule verifiers only (validation: pass@k is the
+        primary verifier's; the results then hold no judge key)."""
+        return self.finish_rollout(self.start_rollout(prompts, sampling, judge))
 
-    def start_rollout(self, prompts: list[Prompt], sampling: SamplingConfig) -> "PendingRollout":
+    def rule_scores(self, prompts: list[Prompt], sampling: SamplingConfig) -> tuple[list[Completion], list[Scored], dict[str, float]]:
+        """:meth:`generate_and_score` without the judge (validation, the DPH-RL buffer)."""
+        return self.generate_and_score(prompts, sampling, judge=False)
+
+    def start_rollout(self, prompts: list[Prompt], sampling: SamplingConfig, judge: bool = True) -> "PendingRollout":
         """Submit the generation of ``prompts`` (split evenly over the engines) and return at once. Each engine runs
         its calls in order, so the rollout uses the weights of the last sync submitted before it."""
         e = len(self.engines)
         per = (len(prompts) + e - 1) // e
         chunks = [prompts[i * per : (i + 1) * per] for i in range(e)]
         gen = [eng.call("generate", chunk, sampling) for eng, chunk in zip(self.engines, chunks)]
-        return PendingRollout(prompts, sampling, chunks, gen, time.perf_counter())
+        return PendingRollout(prompts, sampling, chunks, gen, time.perf_counter(), judge)
 
     def finish_rollout(self, pending: "PendingRollout") -> tuple[list[Completion], list[Scored], dict[str, float]]:
         """Wait for a :meth:`start_rollout` and score it: each engine's part goes to the reward worker as soon as
@@ -315,7 +350,8 @@ class Roles:
         times per run; ``timing/engine_restarts`` counts the restarts so far. Returns (completions [B], scored
         [B], timings). Timings: ``timing/rollout_s`` (from the submission until the last engine finished: with
         asynchronous rollout this includes the wait behind the engines' earlier calls) and ``timing/reward_s``
-        (from then until the last score arrived: the reward time not hidden by rollout).
+        (from then until the last score arrived: the reward time not hidden by rollout) and, when a judge verifier
+        asked the judge role (training rollouts; :meth:`_judged`), ``timing/judge_s`` (its verdicts, after that).
         Errors: :class:`RoleError` (a role failed, timed out, or the restarts are spent)."""
         while True:
             try:
@@ -331,7 +367,7 @@ class Roles:
                 role = err.role or ""
                 replaced = self.restart_dead_engines((int(role[len("engine"):]),) if role[len("engine"):].isdigit() else ())
                 log.warning("engines %s replaced and given policy version %d", replaced, self.version)
-                pending = self.start_rollout(pending.prompts, pending.sampling)
+                pending = self.start_rollout(pending.prompts, pending.sampling, pending.judge)
 
     def _finish_rollout(self, pending: "PendingRollout") -> tuple[list[Completion], list[Scored], dict[str, float]]:
         t0, chunks, e = pending.t0, pending.chunks, len(pending.calls)
@@ -348,7 +384,41 @@ class Roles:
         scored = [s for part in self.get(score_calls, self.recipe.timeouts.reward_s, "reward", "timeouts.reward_s") for s in part]
         t_reward = time.perf_counter() - t0 - t_rollout
         completions = [c for part in parts for c in part]
-        return completions, scored, {mn.TIMING_ROLLOUT_S: t_rollout, mn.TIMING_REWARD_S: t_reward}
+        timings = {mn.TIMING_ROLLOUT_S: t_rollout, mn.TIMING_REWARD_S: t_reward}
+        if self.judge is not None and pending.judge:
+            t1 = time.perf_counter()
+            prompt_of = {p.index: p for chunk in chunks for p in chunk}
+            scored = self._judged(completions, scored, prompt_of)
+            timings[mn.TIMING_JUDGE_S] = time.perf_counter() - t1
+        return completions, scored, timings
+
+    def _judged(self, completions: list[Completion], scored: list[Scored], prompt_of: dict[int, Prompt]) -> list[Scored]:
+        """``scored`` [B] with each judge verifier's verdicts merged in (:func:`rlvr.reward.judge.merge_judged`):
+        one call on the judge role per judge verifier, on the samples it judges (``only_correct``: those the
+        primary verifier marks correct; the others ``not_judged``). Two verdicts of the step go to ``train.log``.
+        Errors: :class:`RoleError` when the judge role fails or overruns ``timeouts.reward_s``."""
+        from rlvr.types import VerifyResult
+
+        specs = self.recipe.reward.verifiers
+        keys = verifier_keys(specs)
+        primary = keys[0]
+        judged: dict[str, list[VerifyResult]] = {}
+        for i, key in judge_keys(specs):
+            js = settings_of(specs[i], f"reward.verifiers[{i}].args")
+            picked = selected(scored, primary, js.only_correct)
+            asked = [(prompt_of[completions[j].prompt_index], completions[j].text) for j in picked]
+            items = [JudgeItem(question=p.question or p.text, response=text, gold=p.gold) for p, text in asked]
+            verdicts, texts = (self.get([self.judge.call("judge_with_text", items, js)], self.recipe.timeouts.reward_s,
+                                        f"judging {len(items)} samples ({key})", "timeouts.reward_s")[0]
+                               if items else ([], []))  # fmt: skip
+            out = [VerifyResult(score=0.0, parsed=None, reason=NOT_JUDGED)] * len(scored)
+            for j, v in zip(picked, verdicts):
+                out[j] = v
+            judged[key] = out
+            for j, text, v in list(zip(picked, texts, verdicts))[:2]:
+                log.info("step %d: %s verdict on sample %d: %r -> score %s, parsed %s, reason %s", self.step, key, j,
+                         text[:400], v.score, v.parsed, v.reason, extra={"console": False})  # fmt: skip
+        return merge_judged(scored, judged, {k: s.weight for k, s in zip(keys, specs)})
 
     def reference_logprobs(self, batch: Any) -> Any:
         """The reference model's logprobs [B, S-1] (nats, rollout temperature) of ``batch``, a

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from rlvr.config import plain
 from rlvr.recipe import load_recipe
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -25,11 +26,15 @@ VERIFIER = f"{Path(__file__).parent / 'shaping_verifiers.py'}:has_digit"
 
 def _scaled_down(path: Path, tmp_path: Path, *extra: str):
     base = load_recipe(path)
+    # a judge verifier (fapo) stays after the rule verifier, asking the tiny model with short verdicts
+    judges = [dict(plain(s), args={**s.args, "max_new_tokens": 8}) for s in base.reward.verifiers if s.name == "judge"]
+    verifiers = json.dumps([{"name": VERIFIER}] + judges)
     over = [
         f"run.output_dir={tmp_path}", "run.steps=2", "run.executor=local",
         "model.path=tiny-random", "model.dtype=float32",
         "rollout.prompts_per_step=2", "rollout.samples_per_prompt=4", "rollout.max_new_tokens=24", "rollout.threads=1",
-        f"reward.verifiers=[{{name: '{VERIFIER}'}}]", "reward.num_workers=1",
+        f"reward.verifiers={verifiers}", "reward.num_workers=1", "judge.model=tiny-random", "judge.threads=1",
+        "judge.max_model_len=512",  # the tiny model's context
         "trainer.backend=torch", "trainer.micro_batch_size=4", "trainer.threads=1", "trainer.lr=1e-3",
         "critic.threads=1", "critic.micro_batch_size=4",
         "validation.every_steps=0", "metrics.progress=false", "metrics.samples_every=0", "checkpoint.every_steps=0",
@@ -65,6 +70,13 @@ def test_method_recipe_runs_two_steps(path, tmp_path):
     if base.rollout.max_staleness:  # asynchronous (areal): step 2 trains on samples one version behind, weighted
         assert [r["async/staleness_max"] for r in rows] == [0.0, 1.0]
         assert all(0.0 < r["train/tis_weight"] and math.isfinite(r["train/tis_weight_max"]) for r in rows)
+    if base.algorithm.flawed_penalty:  # fapo: the judge role ran on the correct samples, once per step
+        for r in rows:
+            assert r["timing/judge_s"] > 0.0 and r["reward/judged_frac"] == r["reward/correct_frac"], r
+            # the tiny model's verdicts are garbage: unparseable (so no flawed positive), never a crash
+            assert r["reward/judge_unparseable_frac"] == (1.0 if r["reward/judged_frac"] else 0.0)
+            assert r["reward/flawed_positive_frac"] == 0.0
+            assert r["roles/judge_busy_s"] > 0.0 or not r["reward/judged_frac"]  # the role's time is accounted
     if base.algorithm.dph_divergence != "none":
         assert Path(result.run_dir, "dph_buffer.pt").exists()
         assert all(math.isfinite(r["train/dph_div"]) for r in rows)  # the buffer held samples: the term ran

@@ -8,7 +8,8 @@ DeepSpeed or verifier processes.
 - scorer: 1.0 when the text equals the gold, else 0.0, under the recipe's first verifier key;
 - trainer: one fixed weight spec, a constant checksum and probe logprobs equal to the engine's (sync checks pass);
   ``train_step`` counts the batch's sequences;
-- critic: values of zero.
+- critic: values of zero;
+- judge: the verdict ``\\boxed{0}`` (step 0 is flawed) for every item, parsed by the item's rule.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ class FakeEngine:
 class FakeScorer:
     def __init__(self, verifiers, *_: Any, log: CallLog, role: str, **__: Any) -> None:
         self.log, self.role, self.key = log, role, verifier_keys(verifiers)[0]
+        self.verifiers = list(verifiers)
 
     def score(self, texts, golds, rows):
         self.log.add(self.role, "score")
@@ -162,6 +164,21 @@ class FakeCritic(FakeTrainer):
         return {"critic/value_loss": 0.0}
 
 
+class FakeJudge:
+    def __init__(self, model_dir: str, *, log: CallLog, role: str, **_: Any) -> None:
+        self.log, self.role, self.items = log, role, []
+
+    def judge_with_text(self, items, settings):
+        from rlvr.reward.judge import parse_verdict
+
+        self.log.add(self.role, "judge_with_text")
+        self.items.extend(items)
+        return [parse_verdict("\\boxed{0}", settings.parse) for _ in items], ["\\boxed{0}"] * len(items)
+
+    def ping(self):
+        return True
+
+
 class FakeExecutor(LocalExecutor):
     """The in-process executor, with each role's class swapped for its fake (by role name). ``generate_s`` /
     ``train_s``: how long the engine's ``generate`` and the trainer's ``train_step`` sleep (holding no CPU);
@@ -177,7 +194,7 @@ class FakeExecutor(LocalExecutor):
 
     def spawn(self, name, cls, *args, resources=None, **kwargs):
         fake = (FakeEngine if name.startswith("engine") else FakeScorer if name == "reward"
-                else FakeCritic if name == "critic" else FakeTrainer)  # fmt: skip
+                else FakeCritic if name == "critic" else FakeJudge if name == "judge" else FakeTrainer)  # fmt: skip
         kw = dict(kwargs, log=self.log, role=name)
         if fake is FakeEngine:
             kw.update(all_right_calls=self.all_right_calls, delay_s=self.generate_s, stale_call=self.stale_call,

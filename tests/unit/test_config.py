@@ -84,7 +84,8 @@ def test_unknown_key_without_near_match_lists_valid_keys(tmp_path):
         load_recipe(None, ["qqqqqq=1"])
     assert _msg(ei) == (
         "unknown key 'qqqqqq': valid keys under '(top level)': "
-        "run, model, data, rollout, reward, algorithm, trainer, sync, timeouts, metrics, validation, critic, checkpoint"
+        "run, model, data, rollout, reward, algorithm, trainer, sync, timeouts, metrics, validation, critic, checkpoint, "
+        "judge"
     )
 
 
@@ -204,7 +205,8 @@ def test_empty_file_gives_the_defaults(tmp_path):
     loaded = load_recipe(_yaml(tmp_path, ""))
     assert Recipe().model.dtype == "auto"  # resolved at load, to this machine's fast dtype
     assert loaded == resolve(dataclasses.replace(Recipe(), model=dataclasses.replace(Recipe().model, dtype=fast_dtype(0)),
-                                                 trainer=dataclasses.replace(Recipe().trainer, backend="torch")))
+                                                 trainer=dataclasses.replace(Recipe().trainer, backend="torch"),
+                                                 judge=dataclasses.replace(Recipe().judge, dtype=fast_dtype(0))))
 
 
 def test_dtype_auto_resolves_and_an_explicit_dtype_is_kept(tmp_path, monkeypatch):

@@ -15,6 +15,7 @@ import pytest
 from rlvr.algos import ADVANTAGES, CRITIC_ADVANTAGES, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
 from rlvr.config import dump_yaml
 from rlvr.recipe import load_recipe
+from rlvr.reward.judge import rule_specs, settings_of
 
 ROOT = Path(__file__).resolve().parents[2]
 METHODS = ROOT / "recipes" / "methods"
@@ -34,6 +35,7 @@ ARXIV = {
     "ppo": "1707.06347",  # Schulman et al. 2017
     "dph": "2509.07430",  # Li et al. 2025, DPH-RL
     "areal": "2505.24298",  # Fu et al. 2025, AReaL (asynchronous rollout, decoupled PPO)
+    "fapo": "2510.22543",  # Ding et al. 2025, FAPO (flawed-positive penalty from a generative judge)
 }
 
 # (advantage, policy_loss, loss_agg, kl_coef, optimizer steps per rollout batch)
@@ -50,6 +52,7 @@ OBJECTIVE = {
     "ppo": ("gae", "ppo_clip", "token_mean", 0.01, 1),
     "dph": ("grpo", "ppo_clip", "token_mean", 0.0, 1),
     "areal": ("grpo", "ppo_clip", "token_mean", 0.0, 1),
+    "fapo": ("grpo", "ppo_clip", "token_mean", 0.0, 1),
 }
 
 
@@ -100,7 +103,9 @@ def test_recipe_is_the_smoke_task(path):
     assert r.data == smoke.data and r.data.generated.digits == 1 and r.data.generated.ops == ("plus",)
     assert dataclasses.replace(r.rollout, max_staleness=0) == smoke.rollout  # areal: asynchronous
     assert (r.rollout.max_staleness > 0) == (path.stem == "areal")
-    assert r.reward == smoke.reward
+    # fapo adds a judge verifier after the smoke task's rule verifier (which stays the primary one)
+    assert dataclasses.replace(r.reward, verifiers=tuple(rule_specs(r.reward.verifiers))) == smoke.reward
+    assert (len(r.reward.verifiers) > 1) == (path.stem == "fapo")
     assert (r.trainer.lr, r.trainer.micro_batch_size) == (smoke.trainer.lr, smoke.trainer.micro_batch_size)
     assert (r.run.seed, r.run.steps, r.run.output_dir) == (smoke.run.seed, smoke.run.steps, "runs/methods")
 
@@ -150,6 +155,17 @@ def test_ppo_values():
     assert (gae.gamma, gae.lam, r.critic.value_clip, gae.whiten) == (1.0, 0.95, 0.2, True)
     assert (al.kl_penalty, al.kl_estimator, al.kl_coef) == ("reward", "k1", 0.01)
     assert r.critic.path is None  # the critic starts from the policy's weights
+
+
+def test_fapo_values():
+    r = load_recipe(METHODS / "fapo.yaml")
+    rule, judge = r.reward.verifiers
+    assert (rule.name, judge.name, judge.weight) == ("math", "judge", 0.0)  # the judge acts through the penalty
+    assert r.algorithm.flawed_penalty == 0.5  # lambda = 1 on the paper's +-1 scale
+    js = settings_of(judge)
+    assert (js.parse, js.only_correct, js.temperature) == ("boxed_step", True, 0.0)
+    assert "{steps}" in js.template and "{gold}" in js.template and "\\boxed{}" in js.template
+    assert r.judge.model == "smollm2-135m-instruct"
 
 
 def test_dph_values():

@@ -191,7 +191,8 @@ def test_the_catalogue_is_whole_and_has_no_duplicates():
     # every constant of the module is catalogued; TIMING ("timing/<stage>_s") is catalogued stage by stage
     assert constants - set(patterns) == {mn.TIMING}
     assert {p for p in patterns if mn.parse(mn.TIMING, p) is not None} == {
-        mn.timing(s) for s in ("rollout", "reward", "train", "sync", "step", "validation", "train_inner", "critic_inner")}
+        mn.timing(s) for s in ("rollout", "reward", "train", "sync", "step", "validation", "judge", "train_inner",
+                                       "critic_inner")}
     for p in patterns:  # each entry's own name (placeholders filled) is described by that entry
         concrete = p.replace("<k>", "4").replace("<n>", "8").replace("<verifier>", "numeric").replace("<role>", "engines")
         assert mn.describe(concrete).pattern == p

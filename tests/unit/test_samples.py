@@ -45,11 +45,23 @@ def test_row_fields_from_primary_verifier():
     first, second = sample_rows(prompts, comps, scored, "math", 2)
     assert list(first) == list(COLUMNS)
     assert first == {"prompt_index": 10, "sample_index": 0, "prompt": "Q10?", "gold": "10", "response": "r10.0",
-                     "parsed": "10", "score": 1.0, "reward": 1.25, "reason": None, "finish": "length"}
+                     "parsed": "10", "score": 1.0, "reward": 1.25, "reason": None, "finish": "length",
+                     "judge": None}
     assert second == {"prompt_index": 11, "sample_index": 0, "prompt": "Q11?", "gold": "11", "response": "r11.0",
-                      "parsed": "x", "score": 0.0, "reward": 0.25, "reason": "wrong", "finish": "length"}
+                      "parsed": "x", "score": 0.0, "reward": 0.25, "reason": "wrong", "finish": "length",
+                      "judge": None}
     # the secondary verifier's view instead: score 0.5 everywhere, so nothing "correct" and no swap
     assert [r["reason"] for r in sample_rows(prompts, comps, scored, "format", 2)] == ["fmt", "fmt"]
+
+
+def test_judge_column_shows_the_verdict():
+    from rlvr.metrics.samples import judge_cell
+    from rlvr.types import VerifyResult
+
+    assert judge_cell(None) is None
+    assert judge_cell(VerifyResult(score=1.0, parsed="-1")) == "sound (-1)"
+    assert judge_cell(VerifyResult(score=0.0, parsed="2", reason="flawed")) == "flawed (2)"
+    assert judge_cell(VerifyResult(score=0.0, reason="not_judged")) == "not_judged"
 
 
 def test_swaps_in_a_correct_sample():
