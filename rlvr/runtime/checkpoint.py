@@ -366,7 +366,10 @@ def check_compatible(ckpt_dir: str | Path, recipe: Recipe, data_fp: Mapping[str,
         if not (ckpt / name).is_file():
             raise FileNotFoundError(f"checkpoint {ckpt} lacks {name}: it was not written by this version of rlvr")
     old_recipe = yaml.safe_load((ckpt / RECIPE).read_text()) or {}
-    problems = [f"{k}: {_fmt(a)} -> {_fmt(b)}" for k, a, b in recipe_diff(old_recipe, to_dict(recipe))]
+    from rlvr.config import read_recipe
+
+    defaults = to_dict(read_recipe(None, []))
+    problems = [f"{k}: {_fmt(a)} -> {_fmt(b)}" for k, a, b in recipe_diff(old_recipe, to_dict(recipe), defaults)]
     fixes = []
     if problems:
         fixes.append("revert these keys to the checkpoint's values")
@@ -396,16 +399,25 @@ def optimizer_changes(ckpt_dir: str | Path, recipe: Recipe) -> list[tuple[str, A
     return [(k, old.get(k, _ABSENT), new[k]) for k in OPTIMIZER_KEYS if old.get(k, _ABSENT) != new[k]]
 
 
-def recipe_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+def recipe_diff(
+    old: Mapping[str, Any], new: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+) -> list[tuple[str, Any, Any]]:
     """``(dotted key, old value, new value)`` for every leaf that differs between two recipe dicts (as from
     :func:`rlvr.config.to_dict`), keys in :data:`MAY_CHANGE_ON_RESUME` left out; a key missing on one side has
-    the value ``<absent>``. Lists are compared whole (``reward.verifiers``)."""
+    the value ``<absent>``. Lists are compared whole (``reward.verifiers``).
+
+    ``defaults``: a recipe dict of every default (resolved). A key absent from ``old`` whose new value is its
+    default is no change: the checkpoint was written by an rlvr that did not have the setting yet, and ran as
+    its default does (e.g. ``judge.*`` and ``algorithm.flawed_penalty``, added by issue 15)."""
     a, b = _flatten(old), _flatten(new)
+    d = _flatten(defaults) if defaults is not None else {}
     out = []
     for key in sorted(set(a) | set(b)):
         if _may_change(key):
             continue
         va, vb = a.get(key, _ABSENT), b.get(key, _ABSENT)
+        if va is _ABSENT and key in d and vb == d[key]:
+            continue
         if va != vb:
             out.append((key, va, vb))
     return out

@@ -42,6 +42,47 @@ def _resume(stage: int, out_dir: str) -> dict:
     return {"version": version, "groups": groups, "clip": clip, "skipped": stats["train/skipped"]}
 
 
+def _two_updates_vs_resumed(stage: int, out_dir: str) -> dict:
+    """Two updates in one worker against one update, saved, then a fresh worker that loads it and takes the second
+    (the same batch both times, the same recipe): the resumed weights must be the uninterrupted ones, which holds
+    only if Adam's moments and step count came back (fresh moments give a different second step)."""
+    import test_optimizer_resume as u
+
+    from rlvr.models import resolve_model
+    from rlvr.recipe import load_recipe
+    from rlvr.runtime.executors import free_port
+    from rlvr.train.policy import PolicyWorker
+
+    model_dir, port = resolve_model("tiny-random"), free_port()
+    recipe = load_recipe(u.TINY, [*u.SMALL, "trainer.backend=deepspeed", f"trainer.zero_stage={stage}",
+                                  "model.dtype=float32"])  # fmt: skip
+    weights = lambda w: {n: p.detach().clone() for n, p in w.module.named_parameters()}  # noqa: E731
+    whole = PolicyWorker(recipe, model_dir, 0, 1, "127.0.0.1", port)
+    whole.train_step(u._batch())
+    one = weights(whole)
+    whole.train_step(u._batch())
+    two = weights(whole)
+    first = PolicyWorker(recipe, model_dir, 0, 1, "127.0.0.1", port)
+    first.train_step(u._batch())
+    first.save_state(out_dir)
+    resumed = PolicyWorker(recipe, model_dir, 0, 1, "127.0.0.1", port)
+    resumed.load_state(out_dir)
+    resumed.train_step(u._batch())
+    again = weights(resumed)
+    return {"gap": max(float((two[n] - again[n]).abs().max()) for n in two),
+            "moved": sum(float((two[n] - one[n]).abs().max()) > 1e-5 for n in two), "tensors": len(two)}
+
+
+@pytest.mark.timeout(300)
+def test_resumed_deepspeed_worker_takes_the_uninterrupted_second_update(tmp_path):
+    """ZeRO-2 (the GPU recipe's stage): N = 1 + resumed 1 equals N = 2, weight for weight (the loop-level resume
+    test, tests/integration/test_resume.py, runs the torch backend)."""
+    got = call_in_child("test_deepspeed_resume_settings", "_two_updates_vs_resumed", 2, str(tmp_path / "trainer"),
+                        timeout_s=280, path=(UNIT,))
+    assert got["moved"] >= got["tensors"] // 2, got  # the second update moved the weights ...
+    assert got["gap"] <= 1e-6, got  # ... and the resumed worker moved them the same way
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("stage", [0, 2, 3])  # ZeRO-0 fp32: the client optimizer clips; 2: the clip is in the state
 def test_resumed_deepspeed_worker_takes_the_new_optimizer_settings(stage, tmp_path):

@@ -44,7 +44,12 @@ def _ckpt_weights(ckpt: Path) -> dict[str, torch.Tensor]:
     return out
 
 
-@pytest.mark.parametrize(("backend", "lag"), [("deepspeed", 0), ("torch", 1)])  # torch at lag 0: the same path
+# The torch backend (the default at one rank) at lag 1: lag 0 is the same path. The DeepSpeed variant (three runs
+# under Ray, ~3 min, the suite's slowest test) was dropped to keep CI under 25 minutes: DeepSpeed's own state
+# round trip is checked at the worker instead (test_deepspeed_resume_settings.py: 1 + resumed 1 updates equal 2,
+# weight for weight, at ZeRO-2; the settings at ZeRO-0/2/3); the controller's part of resume does not depend on
+# the backend.
+@pytest.mark.parametrize(("backend", "lag"), [("torch", 1)])
 def test_n_steps_equal_half_plus_resumed_half(tmp_path, backend, lag):
     """``lag``: rollout.max_staleness; at 1 the half run's last checkpoint holds batch 3, generated during step 2
     with the weights of version 1, and the resumed run trains on it as the uninterrupted run does."""

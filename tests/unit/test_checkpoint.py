@@ -211,6 +211,14 @@ def test_recipe_diff_lists_absent_keys_and_whole_lists():
         "reward.verifiers": ("[{'name': 'math'}]", "[{'name': 'numeric'}]"),
         "trainer.extra": ("<absent>", "1"),
     }
+    # a setting newer than the checkpoint (absent there) is no change while it has its default value
+    defaults = {"trainer": {"extra": 1}, "judge": {"model": None}}
+    newer = {**new, "judge": {"model": None}}
+    assert "trainer.extra" not in {k for k, _, _ in ck.recipe_diff(old, newer, defaults)}
+    assert "judge.model" not in {k for k, _, _ in ck.recipe_diff(old, newer, defaults)}
+    judged = {**new, "judge": {"model": "smollm2-135m-instruct"}}
+    assert ("judge.model", "<absent>", "'smollm2-135m-instruct'") in {
+        (k, repr(a), repr(b)) for k, a, b in ck.recipe_diff(old, judged, defaults)}
 
 
 def test_fingerprints():
