@@ -113,7 +113,7 @@ def probe(args: argparse.Namespace, out: Path) -> None:
         rows.append({"task": name, "metrics": m, "distinct": distinct, "tokens": mean_tokens,
                      "truncated": truncated, "seconds": seconds})  # fmt: skip
     n = args.n
-    ks = [k for k in (1, 4, 16, n) if k <= n]
+    ks = sorted({k for k in (1, 4, 16, n) if k <= n})
     print(f"\n## The starting model on the candidate tasks ({args.problems} held-out problems x n = {n}, T = 1, "
           f"at most {args.max_new_tokens} new tokens)\n")
     head = " | ".join(f"pass@{k}" for k in ks)
@@ -267,11 +267,11 @@ def main() -> None:
     ap.add_argument("stages", nargs="+", choices=["probe", "train", "report"])
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "passk_preservation")
     ap.add_argument("--tasks", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES), help="probe: candidates")
-    ap.add_argument("--task", default="times1", choices=list(CANDIDATES), help="train: the task")
+    ap.add_argument("--task", default="plus2", choices=list(CANDIDATES), help="train: the task")
     ap.add_argument("--methods", nargs="+", default=list(METHODS))
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--val-every", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--val-every", type=int, default=4)
     ap.add_argument("--problems", type=int, default=32, help="held-out problems validated")
     ap.add_argument("--n", type=int, default=16, help="validation samples per problem (pass@k for k <= n)")
     ap.add_argument("--prompts-per-step", type=int, default=8)
