@@ -1,7 +1,7 @@
 """The judge verifier (rlvr/reward/judge.py) and FAPO's flawed-positive penalty: the parse rules on hand-made
 verdicts, the prompt, the batch with a fake engine (per-sample failures), the penalty and the judge metrics by
 hand, the recipe checks, and one fake loop (the judge's place in the step; not in the weight sync; not in
-validation). The real model is in tests/integration/test_judge.py."""
+validation). The real model is in tests/integration/test_judge_engine.py."""
 
 from __future__ import annotations
 
