@@ -45,6 +45,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from rlvr.evaluate import _cell  # noqa: E402 - "value [low, high]", as rlvr eval's table prints a metric
+
 TEMPLATE = "{question} Answer with only the final number, in \\boxed{}."
 """The user message: a short answer keeps responses (and so every stage) short on a CPU; the ``math`` verifier
 reads the last ``\\boxed{}`` (or the last number)."""
@@ -54,14 +56,16 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "mixed1": {"kind": "arithmetic", "ops": ["plus", "minus", "times"], "digits": 1},
     "plus2": {"kind": "arithmetic", "ops": ["plus"], "digits": 2},
 }
-"""Candidate generated tasks (``data.generated`` settings), each with 1000 rows and the last 100 held out."""
+"""Candidate generated tasks (``data.generated`` settings), each with :data:`SIZE` rows, the last :data:`HOLDOUT` held out."""
+SIZE, HOLDOUT = 1000, 100
+"""Rows of every candidate task and how many of them (the last) are held out for validation."""
 METHODS = ("grpo", "passk", "pkpo", "dph")
 """``recipes/methods/<name>.yaml``; every one runs with :func:`common_overrides` on top of its own settings."""
 
 
 def task_settings(name: str) -> str:
     """``data.generated`` of a candidate as a flow mapping for a dotted override."""
-    g = dict(CANDIDATES[name], size=1000, holdout=100)
+    g = dict(CANDIDATES[name], size=SIZE, holdout=HOLDOUT)
     return "{" + ", ".join(f"{k}: {json.dumps(v)}" for k, v in g.items()) + "}"
 
 
@@ -71,7 +75,7 @@ def holdout_file(name: str, out: Path, seed: int) -> Path:
     from rlvr.data.generated import generated_split
 
     g = CANDIDATES[name]
-    cfg = GeneratedTaskConfig(ops=tuple(g["ops"]), digits=g["digits"], size=1000, holdout=100)
+    cfg = GeneratedTaskConfig(ops=tuple(g["ops"]), digits=g["digits"], size=SIZE, holdout=HOLDOUT)
     path = out / f"holdout_{name}.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in generated_split(cfg, seed, "holdout")))
     return path
@@ -124,10 +128,6 @@ def probe(args: argparse.Namespace, out: Path) -> None:
         print(f"| {r['task']} | {cells} | {_cell(r['metrics'][f'maj@{n}'])} | {r['distinct']:.1f} | "
               f"{r['tokens']:.1f} | {r['truncated']:.0%} | {r['seconds']:.0f} |")
     (out / "probe.json").write_text(json.dumps(rows, indent=2))
-
-
-def _cell(m: dict[str, Any]) -> str:
-    return f"{m['value']:.3f} [{m['ci'][0]:.3f}, {m['ci'][1]:.3f}]"
 
 
 def common_overrides(args: argparse.Namespace, method: str, out: Path) -> list[str]:
@@ -224,7 +224,7 @@ def report(args: argparse.Namespace, out: Path) -> None:
                     row[k]["minus_grpo"] = {"value": float(diff[:, i].mean()), "ci": [float(dlo[i]), float(dhi[i])]}
             results["methods"][m][step] = row
     (out / "results.json").write_text(json.dumps(results, indent=2))
-    show = [f"pass@1", f"pass@{ks[len(ks) // 2]}", f"pass@{n}", f"maj@{n}"]
+    show = ["pass@1", f"pass@{ks[len(ks) // 2]}", f"pass@{n}", f"maj@{n}"]
     print(f"\n## Held-out {args.problems} problems x n = {n} (95% bootstrap intervals over problems)\n")
     print("| method | step | " + " | ".join(show) + f" | pass@{n} - GRPO's (paired) |")
     print("|" + "---|" * (len(show) + 3))

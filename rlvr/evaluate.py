@@ -47,7 +47,7 @@ from typing import Any, Literal, TextIO
 
 from rlvr.config import DataConfig, ModelConfig, RecipeError, RewardConfig, RolloutConfig, VerifierSpec, plain
 from rlvr.metrics.intervals import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CONFIDENCE, bootstrap_ci
-from rlvr.runtime.validation import mean_over_problems, problem_metrics
+from rlvr.runtime.validation import mean_over_problems, problem_metrics, problem_outcomes
 from rlvr.types import Completion, Prompt, SamplingConfig
 
 log = logging.getLogger("rlvr.eval")
@@ -399,9 +399,7 @@ def run_set(engine: Any, pool: Any, ls: LoadedSet, cfg: EvalConfig, out: TextIO)
         done, tokens = start + len(chunk), sum(len(c.token_ids) for c in completions)
         log.info("%s: %d/%d problems, %d tokens, %.0f tokens/s", ls.spec.name, done, len(prompts), tokens,
                  tokens / max(t_gen, 1e-9))  # fmt: skip
-    correct = [[s.results[key].score >= 1.0 for s in scored[i : i + cfg.n]] for i in range(0, len(scored), cfg.n)]
-    parsed = [[s.results[key].parsed for s in scored[i : i + cfg.n]] for i in range(0, len(scored), cfg.n)]
-    per = problem_metrics(correct, parsed, range(1, cfg.n + 1))
+    per = problem_metrics(*problem_outcomes(scored, cfg.n, key), range(1, cfg.n + 1))
     tokens = sum(len(c.token_ids) for c in completions)
     return {
         "source": ls.spec.source, "question_field": ls.spec.question, "answer_field": ls.spec.answer,

@@ -42,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from rlvr.config import Recipe, RecipeError, dump_yaml, to_dict
+from rlvr.config import Recipe, RecipeError, dump_yaml, read_recipe, to_dict
 
 log = logging.getLogger(__name__)
 
@@ -366,9 +366,7 @@ def check_compatible(ckpt_dir: str | Path, recipe: Recipe, data_fp: Mapping[str,
         if not (ckpt / name).is_file():
             raise FileNotFoundError(f"checkpoint {ckpt} lacks {name}: it was not written by this version of rlvr")
     old_recipe = yaml.safe_load((ckpt / RECIPE).read_text()) or {}
-    from rlvr.config import read_recipe
-
-    defaults = to_dict(read_recipe(None, []))
+    defaults = to_dict(read_recipe(None, []))  # every setting at its default, resolved as a recipe's are
     problems = [f"{k}: {_fmt(a)} -> {_fmt(b)}" for k, a, b in recipe_diff(old_recipe, to_dict(recipe), defaults)]
     fixes = []
     if problems:

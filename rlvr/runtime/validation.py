@@ -27,11 +27,13 @@ which the same metrics with intervals over problems can be recomputed (``benchma
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections import Counter, defaultdict
 from fractions import Fraction
 from functools import lru_cache
 from math import comb
+from pathlib import Path
 from typing import Any, Sequence
 
 from rlvr.config import Recipe, default_ks
@@ -154,6 +156,15 @@ def mean_over_problems(per_problem: dict[str, list[float]]) -> dict[str, float]:
     return {key: sum(vals) / len(vals) for key, vals in per_problem.items()}
 
 
+def problem_outcomes(scored: Sequence[Any], n: int, primary: str) -> tuple[list[list[bool]], list[list[str | None]]]:
+    """``(correct, parsed)``, each [P][n]: sample j of problem p is ``scored[p * n + j]`` (prompt-major, P = B / n),
+    correct when the ``primary`` verifier gives it full marks (score >= 1), parsed its extracted answer (None: none).
+    The input of :func:`problem_metrics`; a trailing partial group (B not a multiple of n) becomes a shorter problem."""
+    groups = [scored[i : i + n] for i in range(0, len(scored), n)]
+    return ([[s.results[primary].score >= 1.0 for s in g] for g in groups],
+            [[s.results[primary].parsed for s in g] for g in groups])  # fmt: skip
+
+
 def validation_metrics(scored: list, completions: list, n: int, primary: str) -> dict[str, float]:
     """``val/*`` metrics (module docstring) of P problems x n samples, prompt-major (``scored[p * n + j]``).
 
@@ -164,11 +175,8 @@ def validation_metrics(scored: list, completions: list, n: int, primary: str) ->
     b = len(scored)
     if b == 0 or b % n or len(completions) != b:
         raise ValueError(f"validation_metrics needs P x n = {b} scores and as many completions (n = {n})")
-    correct = [s.results[primary].score >= 1.0 for s in scored]
-    parsed = [s.results[primary].parsed for s in scored]
-    groups = range(0, b, n)
     ks = default_ks(n)
-    per = problem_metrics([correct[i : i + n] for i in groups], [parsed[i : i + n] for i in groups], ks)
+    per = problem_metrics(*problem_outcomes(scored, n, primary), ks)
     means = mean_over_problems(per)
     out = {mn.val_pass(k): means[f"pass@{k}"] for k in ks}
     out[mn.val_maj(n)] = means[f"maj@{n}"]
@@ -190,30 +198,25 @@ def validation_record(step: int, prompts: list[Prompt], scored: list, n: int, pr
     """
     if len(scored) != len(prompts) * n:
         raise ValueError(f"validation_record needs {len(prompts)} x {n} scores, got {len(scored)}")
-    problems = []
-    for i, p in enumerate(prompts):
-        group = scored[i * n : (i + 1) * n]
-        problems.append({"index": p.index, "gold": p.gold, "correct": [s.results[primary].score >= 1.0 for s in group],
-                         "parsed": [s.results[primary].parsed for s in group]})  # fmt: skip
+    correct, parsed = problem_outcomes(scored, n, primary)
+    problems = [{"index": p.index, "gold": p.gold, "correct": c, "parsed": a} for p, c, a in zip(prompts, correct, parsed)]
     return {"step": int(step), "n": int(n), "problems": problems}
 
 
 def run_validation(
-    generate: Any, prompts: list[Prompt], recipe: Recipe, primary: str, *, step: int | None = None,
-    record: Any = None,
+    generate: Any, prompts: list[Prompt], recipe: Recipe, primary: str, *, step: int = 0, record: Path | None = None
 ) -> dict[str, float]:
     """Sample ``validation.samples`` completions per held-out prompt with the engines' current weights; score them.
 
-    ``record``: a path; when given (with ``step``), :func:`validation_record` is appended to it as one JSON line."""
+    ``record``: a file (``RUN/validation.jsonl``); when given, :func:`validation_record` at ``step`` is appended to it
+    as one JSON line."""
     va = recipe.validation
     sampling = SamplingConfig(n=va.samples, max_new_tokens=recipe.rollout.max_new_tokens, temperature=va.temperature)
     t0 = time.perf_counter()
     completions, scored, _ = generate(prompts, sampling)
     out = validation_metrics(scored, completions, va.samples, primary)
     out[mn.TIMING_VALIDATION_S] = time.perf_counter() - t0
-    if record is not None and step is not None:
-        import json
-
+    if record is not None:
         with open(record, "a", encoding="utf-8") as f:
             f.write(json.dumps(validation_record(step, prompts, scored, va.samples, primary)) + "\n")
     return out

@@ -19,8 +19,9 @@ UNIT = HERE.parent / "unit"
 NEW = ["trainer.lr=2e-5", "trainer.betas=[0.8, 0.99]", "trainer.weight_decay=0.1", "trainer.grad_clip=0.5"]
 
 
-def _resume(stage: int, out_dir: str) -> dict:
-    """One update at tiny_test.yaml's settings, saved; a worker of the changed recipe loads it and updates once."""
+def _worker_factory(stage: int):
+    """``make(*overrides)``: a one-rank DeepSpeed ZeRO-``stage`` PolicyWorker of tiny_test.yaml's small settings
+    (fp32) plus ``overrides``, on the tiny random model; every worker of one factory shares one rendezvous port."""
     import test_optimizer_resume as u
 
     from rlvr.models import resolve_model
@@ -30,10 +31,18 @@ def _resume(stage: int, out_dir: str) -> dict:
 
     model_dir, port = resolve_model("tiny-random"), free_port()
     base = [*u.SMALL, "trainer.backend=deepspeed", f"trainer.zero_stage={stage}", "model.dtype=float32"]
-    first = PolicyWorker(load_recipe(u.TINY, base), model_dir, 0, 1, "127.0.0.1", port)
+    return lambda *overrides: PolicyWorker(load_recipe(u.TINY, [*base, *overrides]), model_dir, 0, 1, "127.0.0.1", port)
+
+
+def _resume(stage: int, out_dir: str) -> dict:
+    """One update at tiny_test.yaml's settings, saved; a worker of the changed recipe loads it and updates once."""
+    import test_optimizer_resume as u
+
+    worker = _worker_factory(stage)
+    first = worker()
     first.train_step(u._batch())
     first.save_state(out_dir)
-    resumed = PolicyWorker(load_recipe(u.TINY, [*base, *NEW]), model_dir, 0, 1, "127.0.0.1", port)
+    resumed = worker(*NEW)
     version = resumed.load_state(out_dir)
     opt = resumed.optimizer
     groups = sorted({(g["lr"], tuple(g["betas"]), g["weight_decay"]) for g in opt.param_groups})
@@ -48,24 +57,17 @@ def _two_updates_vs_resumed(stage: int, out_dir: str) -> dict:
     only if Adam's moments and step count came back (fresh moments give a different second step)."""
     import test_optimizer_resume as u
 
-    from rlvr.models import resolve_model
-    from rlvr.recipe import load_recipe
-    from rlvr.runtime.executors import free_port
-    from rlvr.train.policy import PolicyWorker
-
-    model_dir, port = resolve_model("tiny-random"), free_port()
-    recipe = load_recipe(u.TINY, [*u.SMALL, "trainer.backend=deepspeed", f"trainer.zero_stage={stage}",
-                                  "model.dtype=float32"])  # fmt: skip
+    worker = _worker_factory(stage)
     weights = lambda w: {n: p.detach().clone() for n, p in w.module.named_parameters()}  # noqa: E731
-    whole = PolicyWorker(recipe, model_dir, 0, 1, "127.0.0.1", port)
+    whole = worker()
     whole.train_step(u._batch())
     one = weights(whole)
     whole.train_step(u._batch())
     two = weights(whole)
-    first = PolicyWorker(recipe, model_dir, 0, 1, "127.0.0.1", port)
+    first = worker()
     first.train_step(u._batch())
     first.save_state(out_dir)
-    resumed = PolicyWorker(recipe, model_dir, 0, 1, "127.0.0.1", port)
+    resumed = worker()
     resumed.load_state(out_dir)
     resumed.train_step(u._batch())
     again = weights(resumed)
