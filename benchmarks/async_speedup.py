@@ -8,6 +8,12 @@ the trainer's ``train_step`` and the engine's ``receive_weights`` sleep for give
 The goal: the N = 1 step at most max(rollout, train) + sync + 5%, against rollout + train + sync for N = 0.
 Medians over the steps after the first.
 
+Part 1b, uneven generation (every fourth batch 9x longer: 1, 1, 1, 9 against an update of 3, x ``--scale``):
+N = 0 and N = 1, the sum of step times, against N = 1's bound (the sum over steps of max(rollout, train)) and the
+bound of a pipeline that kept several generations in flight (max(sum of rollouts, sum of updates)), the slack an
+N > 1 would have to buy. rlvr refuses N > 1: its sync needs idle engines, so one generation is ever in flight (an
+N = 2 measured before the refusal ran 5.98 s against N = 1's 5.44 s at scale 0.1, 12 steps; the bound 3.6 s).
+
 Part 2, the real loop on this machine (``--real-steps K``, 0 skips it): ``recipes/smoke_cpu.yaml`` for K steps
 (validation and sample tables off) with N = 0, with N = 1 on the same threads, and with N = 1 and the two cores
 split (engine on core 0, trainer on core 1, one thread each: ``rollout.cpus``, ``trainer.cpus``). Per run: the
@@ -80,6 +86,31 @@ def pipeline(scale: float, steps: int, out: Path) -> None:
     print()
 
 
+def uneven(scale: float, steps: int, out: Path) -> None:
+    from loop_fakes import FakeExecutor
+
+    from rlvr.metrics import names as mn
+    from rlvr.recipe import load_recipe
+    from rlvr.runtime.controller import train
+
+    gen, tr = tuple(x * scale for x in (1.0, 1.0, 1.0, 9.0)), 3.0 * scale
+    per_step = [gen[i % len(gen)] for i in range(1, steps + 1)]  # batch s is generate call s (call 0: batch 1 ahead)
+    print(f"## Part 1b: uneven generation ({', '.join(f'{x:.2f}' for x in gen)} s cycled, update {tr:.2f} s, "
+          f"{steps} steps)\n")
+    print("| N | sum of step s | N = 1 bound: sum max(rollout, train) | several in flight: max(sums) |")
+    print("|---|---|---|---|")
+    for n in (0, 1):
+        ex = FakeExecutor(generate_s=gen, train_s=tr)
+        r = load_recipe(str(REPO / "recipes" / "tiny_test.yaml"), [
+            f"run.output_dir={out}", f"run.name=uneven-{n}", "run.executor=local", f"run.steps={steps}",
+            "run.save_final=false", "checkpoint.every_steps=0", "sync.probe_every=0", "metrics.progress=false",
+            f"rollout.max_staleness={n}"])  # fmt: skip
+        total = sum(x[mn.TIMING_STEP_S] for x in _rows(train(r, executor=ex).run_dir))
+        print(f"| {n} | {total:.2f} | {sum(max(g, tr) for g in per_step):.2f} | "
+              f"{max(sum(per_step), tr * steps):.2f} |")
+    print()
+
+
 def real(steps: int, out: Path) -> None:
     from rlvr.metrics import names as mn
 
@@ -125,6 +156,7 @@ def main() -> None:
     a = ap.parse_args()
     out = a.out or Path(tempfile.mkdtemp(prefix="rlvr-async-"))
     pipeline(a.scale, a.steps, out)
+    uneven(a.scale, 2 * a.steps, out)
     if a.real_steps:
         real(a.real_steps, out)
 

@@ -22,7 +22,7 @@ processes of this one, interleaved repeat by repeat (this machine's speed drifts
 - **the real loop** (``--real-steps K``, 0 skips it): ``rlvr train recipes/smoke_cpu.yaml`` for K steps
   (validation, sample tables and checkpoints off) with each ``--code`` tree: per-stage medians from its
   ``metrics.jsonl`` (steps after the first), the controller and Ray overhead (``timing/step_s`` minus rollout,
-  reward, train and sync; goal <= 5% of the step), and the reward per step against wall-clock.
+  reward, judge, refill, the update inside the trainer and sync; goal <= 5% of the step), and the reward per step against wall-clock.
 - **TRL** (``--trl PYTHON``, the interpreter of an environment with TRL, see ``benchmarks/trl_smoke.py``): TRL's
   GRPOTrainer on the same task for K steps; goal: rlvr's step <= 0.5x TRL's.
 
@@ -275,7 +275,9 @@ def _sync_peer(port: int, specs, repeats: int, bucket_mb: float, timeout_s: floa
 
 
 # -- the real loop ---------------------------------------------------------------------------------------------------
-STAGES = ("rollout", "reward", "train", "sync")
+STAGES = ("rollout", "reward", "judge", "refill", "train", "sync")
+"""The stages of ``timing/*`` a step is made of (``rlvr.metrics.names``: ``train`` is the update inside the trainer,
+so its call's Ray overhead counts as the controller's; ``judge`` and ``refill`` are absent where unused)."""
 
 
 def real_run(code: Path, steps: int, seed: int, extra: list[str]) -> dict:
@@ -417,13 +419,14 @@ def main() -> None:
             run = real_run(code.resolve(), a.real_steps, a.seed, a.overrides)
             rows = run["rows"]
             med = {k: _med(rows, f"timing/{k}_s") for k in (*STAGES, "step")}
-            other = med["step"] - sum(med[k] for k in STAGES)
+            med = {k: v for k, v in med.items() if v == v or k == "step"}  # stages the recipe does not use: absent
+            other = med["step"] - sum(med[k] for k in STAGES if k in med)
             send = _med(rows, "sync/send_seconds")
             steps_s[str(code)] = med["step"]
             report.setdefault("real", []).append(run)
             print(f"\nreal loop, {code} ({a.real_steps} steps, medians of steps 2..; run wall {run['wall_s']:.0f} s, "
                   f"{run['console_lines']} console lines):", flush=True)
-            print("  " + ", ".join(f"{k} {med[k]:.2f} s" for k in (*STAGES, "step"))
+            print("  " + ", ".join(f"{k} {med[k]:.2f} s" for k in (*STAGES, "step") if k in med)
                   + f"; controller + Ray {other:.2f} s ({other / med['step']:.1%} of the step; goal <= 5%)")
             print(f"  sync: transfer {send:.2f} s, engine reload + probe {med['sync'] - send:.2f} s; rollout "
                   f"{_med(rows, 'rollout/tokens_per_s'):.0f} tokens/s")

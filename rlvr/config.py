@@ -146,13 +146,15 @@ class RolloutConfig:
     """An engine whose process dies during a rollout is replaced (given the current weights, the rollout retried)
     up to this many times per run (Ray executor); then the run stops with the error."""
     max_staleness: int = 0
-    """N, the policy lag of asynchronous rollout. 0: on-policy, each step generates with the weights of the step
-    before (generation and training take turns). N >= 1: the engines generate step s + N's batch while the trainer
-    updates on step s's, so step s trains on samples of policy version s - 1 - N (N versions behind the weights
-    it updates; verl's one-step-off pipeline at N = 1). Weights are pushed after every update and the engines take
+    """N, the policy lag of asynchronous rollout: 0 or 1. 0: on-policy, each step generates with the weights of
+    the step before (generation and training take turns). 1: the engines generate step s + 1's batch while the
+    trainer updates on step s's, so step s trains on samples of policy version s - 2 (one version behind the
+    weights it updates; verl's one-step-off pipeline). Weights are pushed after every update and the engines take
     them between batches. A sample older than N versions at its update is dropped and regenerated
-    (``async/dropped_stale``). Correct the lag with ``algorithm.tis_cap`` or ``algorithm.rollout_correction:
-    decoupled`` (AReaL). The batches generated ahead are saved in checkpoints (a resumed run trains on the same)."""
+    (``async/dropped_stale``). The lag is corrected by ``algorithm.rollout_correction`` (by default AReaL's
+    decoupled objective at N = 1). The batches generated ahead are saved in checkpoints (a resumed run trains on
+    the same). N > 1 is refused: the sync needs idle engines, so one generation is ever in flight and a larger N
+    only adds lag (measured: ``benchmarks/async_speedup.py``, uneven generation times)."""
     cpus: tuple[int, ...] = ()
     """CPU cores the engines' threads are bound to (``VLLM_CPU_OMP_THREADS_BIND``; with tensor parallel, the
     workers take consecutive ``rollout.threads`` of them); empty: vLLM's own choice. With ``trainer.cpus`` this
@@ -257,13 +259,17 @@ class AlgorithmConfig:
     """Truncated importance sampling (every policy loss) between the rollout engine's and the trainer's old logprobs: each
     token's loss is multiplied by the detached ``min(exp(old - rollout), tis_cap)``; 0: off, else >= 1. With
     ``rollout_correction: decoupled``, the cap above which a token is dropped instead (0: no cap, else > 1)."""
-    rollout_correction: Literal["tis", "decoupled"] = "tis"
+    rollout_correction: Literal["auto", "tis", "decoupled", "none"] = "auto"
     """How the loss corrects for the sampler not being the policy it updates: ``tis`` weights each token by
     ``min(pi_old / pi_rollout, tis_cap)`` (off at ``tis_cap: 0``); ``decoupled`` is AReaL's decoupled PPO
-    objective (Fu et al. 2025, arXiv 2505.24298, eq. 5): the trainer's pi_old (the weights before this update,
-    recomputed) is the proximal policy the ratio is clipped against, and every token is weighted by
-    ``pi_prox / pi_behav`` (pi_behav: the engine's logprobs, N versions older under ``rollout.max_staleness``),
-    uncapped, or dropped from the loss above ``tis_cap`` (AReaL's ``behav_imp_weight_cap``)."""
+    objective (Fu et al. 2025, arXiv 2505.24298, eq. 5; ``policy_loss: ppo_clip`` only): the trainer's pi_old (the
+    weights before this update, recomputed) is the proximal policy the ratio is clipped against, and every token is
+    weighted by ``pi_prox / pi_behav`` (pi_behav: the engine's logprobs, N versions older under
+    ``rollout.max_staleness``), uncapped, or dropped from the loss above ``tis_cap`` (AReaL's
+    ``behav_imp_weight_cap``); ``none``: no correction, said on purpose (asynchronous rollout then trains the
+    on-policy gradient on stale samples, with a warning at start). ``auto`` (the default) resolves at load:
+    ``decoupled`` under asynchronous rollout (``rollout.max_staleness`` >= 1) with ``ppo_clip``, else ``tis``.
+    Asynchronous rollout with no correction that was not asked for (``tis`` at ``tis_cap: 0``) is refused."""
     dynamic_sampling: bool = False
     """DAPO dynamic sampling (Yu et al. 2025, arXiv 2503.14476, sec. 3.2): drop the groups whose rewards are all
     equal (``rlvr.algos.dapo.informative_groups``) and generate more prompts until P informative groups are

@@ -73,7 +73,50 @@ def resolve(recipe: Recipe) -> Recipe:
     policy_loss, loss_errs = _resolve_spec(al.policy_loss, POLICY_LOSSES, "algorithm.policy_loss")
     if errs + loss_errs:
         raise RecipeError("invalid recipe:\n  - " + "\n  - ".join(errs + loss_errs))
-    return dataclasses.replace(recipe, algorithm=dataclasses.replace(al, advantage=advantage, policy_loss=policy_loss))
+    return dataclasses.replace(recipe, algorithm=dataclasses.replace(
+        al, advantage=advantage, policy_loss=policy_loss,
+        rollout_correction=resolved_correction(al.rollout_correction, recipe.rollout.max_staleness, policy_loss.name)))
+
+
+def resolved_correction(mode: str, max_staleness: int, policy_loss: str) -> str:
+    """``algorithm.rollout_correction`` as it runs: ``auto`` is AReaL's ``decoupled`` objective under asynchronous
+    rollout (``max_staleness`` >= 1) with ``ppo_clip`` (the loss it is defined for), else ``tis`` (off at
+    ``tis_cap: 0``; :func:`correction_errors` then refuses an uncorrected asynchronous run); other modes as given."""
+    if mode != "auto":
+        return mode
+    return "decoupled" if max_staleness >= 1 and policy_loss == "ppo_clip" else "tis"
+
+
+def correction_errors(r: Recipe) -> list[str]:
+    """The lag correction against the loop and the loss (``r`` resolved): asynchronous rollout must be corrected
+    or say ``none``; ``decoupled`` only under ``ppo_clip``; ``tis_cap`` in range for its mode."""
+    errs: list[str] = []
+    al, n = r.algorithm, r.rollout.max_staleness
+    mode, cap, loss = al.rollout_correction, al.tis_cap, al.policy_loss.name
+    if n >= 1 and mode == "tis" and cap == 0:
+        errs.append(
+            f"rollout.max_staleness={n} with algorithm.rollout_correction=tis and algorithm.tis_cap=0 trains the "
+            f"on-policy gradient on samples {n} version(s) old with no correction (at one optimizer step the clip "
+            "does nothing). Set algorithm.tis_cap (e.g. 2: truncated importance sampling), or "
+            "algorithm.rollout_correction=decoupled (AReaL; policy_loss ppo_clip), or "
+            "algorithm.rollout_correction=none to train uncorrected on purpose"
+        )
+    if mode == "decoupled" and loss != "ppo_clip":
+        errs.append(
+            f"algorithm.rollout_correction=decoupled with algorithm.policy_loss={loss}: AReaL's decoupled objective "
+            f"is defined for the token-level PPO clip; under {loss} (a sequence ratio or an already "
+            "importance-weighted loss) its token weight makes a hybrid no paper defines. Use policy_loss ppo_clip, "
+            "or rollout_correction=tis with algorithm.tis_cap (e.g. 2)"
+        )
+    if mode == "none" and cap != 0:
+        errs.append(f"algorithm.rollout_correction=none with algorithm.tis_cap={cap}: set tis_cap=0, or "
+                    "rollout_correction=tis to use the cap")
+    if mode == "decoupled" and cap != 0 and not cap > 1:
+        errs.append(f"algorithm.tis_cap={cap} with rollout_correction=decoupled must be 0 (no cap) or > 1 "
+                    "(tokens whose weight pi_prox / pi_behav exceeds it leave the loss; AReaL uses e.g. 5)")
+    elif mode != "decoupled" and cap != 0 and not cap >= 1:
+        errs.append(f"algorithm.tis_cap={cap} must be 0 (off) or >= 1 (a cap below 1 shrinks every token; 2 is common)")
+    return errs
 
 
 def non_default_keys(recipe: Recipe) -> dict[str, Any]:
@@ -141,6 +184,12 @@ def _rollout_errors(r: Recipe) -> list[str]:
         errs.append("rollout.max_new_tokens must be >= 1")
     if ro.max_staleness < 0:
         errs.append(f"rollout.max_staleness={ro.max_staleness} must be >= 0 (0: on-policy; 1: one step off-policy)")
+    elif ro.max_staleness > 1:
+        errs.append(
+            f"rollout.max_staleness={ro.max_staleness}: rlvr's asynchronous rollout keeps one generation in flight "
+            "(the weight sync needs idle engines), so N > 1 only adds lag without more overlap (measured with "
+            "benchmarks/async_speedup.py on uneven generation times: N = 2 no faster than N = 1). Use 1"
+        )
     for key, cpus in (("rollout.cpus", ro.cpus), ("trainer.cpus", r.trainer.cpus)):
         if any(c < 0 for c in cpus) or len(set(cpus)) != len(cpus):
             errs.append(f"{key}={list(cpus)} must list distinct core numbers >= 0 (os.cpu_count() shows how many)")
@@ -226,13 +275,7 @@ def _check(r: Recipe) -> None:
         errs.append("algorithm.ppo_epochs must be >= 1")
     if al.kl_coef < 0:
         errs.append("algorithm.kl_coef must be >= 0")
-    if al.rollout_correction == "decoupled" and al.tis_cap != 0 and not al.tis_cap > 1:
-        errs.append(f"algorithm.tis_cap={al.tis_cap} with rollout_correction=decoupled must be 0 (no cap) or > 1 "
-                    "(tokens whose weight pi_prox / pi_behav exceeds it leave the loss; AReaL uses e.g. 5)")
-    elif al.tis_cap != 0 and not al.tis_cap >= 1:
-        errs.append(
-            f"algorithm.tis_cap={al.tis_cap} must be 0 (off) or >= 1 (a cap below 1 shrinks every token; 2 is common)"
-        )
+    errs.extend(correction_errors(r))
     errs.extend(dapo_errors(al, ro.samples_per_prompt, ro.max_new_tokens))
     errs.extend(extra_errors(r))
     errs.extend(judge_errors(r))

@@ -250,6 +250,8 @@ def gspo(
     to every masked token of sequence i. With the ``seq_mean_token_mean`` aggregation this is exactly the
     paper's ``-(1/G) sum_i min(...)``; ``token_mean`` weights sequences by length instead.
     TIS (``tis_cap > 0``) multiplies each token's loss by its token-level weight, as in ``ppo_clip``.
+    ``rollout_correction="decoupled"`` is refused at recipe load (:func:`rlvr.recipe.correction_errors`): a
+    token weight on a sequence ratio is a hybrid no paper defines; called directly, it weights each token as TIS.
     logprobs, old_logprobs, mask: [B, T]; advantages: [B] (one per sequence; [B, T] is refused).
     stats: as ``ppo_clip`` (``clipped*`` and ``ratio`` are the sequence's, broadcast to its tokens;
     ``approx_kl`` is per token). Errors: ``ValueError`` on mismatched shapes or [B, T] advantages.
@@ -312,7 +314,9 @@ def cispo(
     ``ratio = exp(clamp(logprobs - old_logprobs))``; ``token_loss = -w * A * logprobs``. Every token keeps a
     gradient (``-w * A`` w.r.t. its logprob); clipping only bounds the weight. The loss VALUE is not a
     surrogate of the return (it carries log pi); only its gradient is meaningful. The paper pairs it with
-    the ``token_mean`` aggregation (normaliser: all tokens of the batch). TIS as in ``ppo_clip``.
+    the ``token_mean`` aggregation (normaliser: all tokens of the batch). TIS as in ``ppo_clip``;
+    ``rollout_correction="decoupled"`` is refused at recipe load (:func:`rlvr.recipe.correction_errors`): CISPO's
+    weight is already an importance weight, a second one makes a hybrid no paper defines.
     logprobs, old_logprobs, mask: [B, T]; advantages: [B] or [B, T].
     stats: as ``ppo_clip``, where ``clipped_high`` / ``clipped_low`` mark weights that were capped
     (``ratio > 1 + high`` / ``ratio < 1 - low``), whatever the advantage's sign.

@@ -67,7 +67,9 @@ def micro_batch_loss(
         rollout_logprobs=rollout_logprobs,
         tis_cap=cfg.tis_cap,
         # passed only when set, so a user's loss written before the option keeps working with the default
-        **({"rollout_correction": cfg.rollout_correction} if cfg.rollout_correction != "tis" else {}),
+        # (``none`` is ``tis`` at tis_cap 0, which the recipe checks enforce; ``auto`` is resolved at recipe load,
+        # and a settings object built by hand without it reads as ``tis``)
+        **({"rollout_correction": cfg.rollout_correction} if cfg.rollout_correction == "decoupled" else {}),
     )
     stats = dict(stats)
     if ref_logprobs is not None:

@@ -222,6 +222,8 @@ TIMING_SYNC_S = timing("sync")
 TIMING_STEP_S = timing("step")
 TIMING_VALIDATION_S = timing("validation")
 TIMING_JUDGE_S = timing("judge")
+TIMING_TRAIN_WAIT_S = timing("train_wait")
+TIMING_REFILL_S = timing("refill")
 TIMING_TRAIN_INNER_S = timing("train_inner")
 TIMING_CRITIC_INNER_S = timing("critic_inner")
 TIMING_ENGINE_RESTARTS = _name(NS_TIMING, "engine_restarts")
@@ -324,15 +326,20 @@ CATALOGUE: tuple[Metric, ...] = (
     _M(ADV_TOKEN_MEAN, "advantage", "token advantage per response token"),
     _M(ADV_TOKEN_ABS_MEAN, "advantage", "|token advantage| per response token"),
     # timing/
-    _M(TIMING_ROLLOUT_S, "seconds", "generation, until the last engine finished"),
-    _M(TIMING_REWARD_S, "seconds", "scoring not hidden behind generation"),
-    _M(TIMING_TRAIN_S, "seconds", "the policy (and critic) update, as the controller waited for it"),
+    _M(TIMING_ROLLOUT_S, "seconds", "generation of the batch trained (this step's, or N steps ago under "
+       "rollout.max_staleness), until the last engine finished"),
+    _M(TIMING_REWARD_S, "seconds", "scoring of the batch trained, not hidden behind its generation"),
+    _M(TIMING_REFILL_S, "seconds", "DAPO dynamic sampling's extra generate-and-score rounds of the batch trained"),
+    _M(TIMING_TRAIN_S, "seconds", "the policy (and critic) update inside the trainer: the longest rank's (or the "
+       "critic's) own time, in both loops"),
+    _M(TIMING_TRAIN_WAIT_S, "seconds", "the controller's wait for the update, from when it had nothing else to do "
+       "(on-policy: the whole update and its call; asynchronous: what the next batch's rollout did not hide)"),
     _M(TIMING_SYNC_S, "seconds", "the weight sync and its probe, as the controller waited for it"),
     _M(TIMING_STEP_S, "seconds", "the whole training step (validation excluded)"),
     _M(TIMING_VALIDATION_S, "seconds", "one validation pass"),
-    _M(TIMING_JUDGE_S, "seconds", "the judge role's verdicts on the step's rollouts, after the rule verifiers' scores"),
-    _M(TIMING_TRAIN_INNER_S, "seconds", "the policy update inside the trainer (returned, not logged)"),
-    _M(TIMING_CRITIC_INNER_S, "seconds", "the critic update inside its process (returned, not logged)"),
+    _M(TIMING_JUDGE_S, "seconds", "the judge role's verdicts on the batch trained, after the rule verifiers' scores"),
+    _M(TIMING_TRAIN_INNER_S, "seconds", "the policy update inside one trainer rank (returned; logged as timing/train_s)"),
+    _M(TIMING_CRITIC_INNER_S, "seconds", "the critic update inside its process (returned; in timing/train_s)"),
     _M(TIMING_ENGINE_RESTARTS, "count", "engines replaced after dying, so far in this run"),
     # sync/
     _M(SYNC_SECONDS, "seconds", "the weight transfer (send and receive), checks and probe excluded"),

@@ -108,6 +108,10 @@ def preflight(recipe: Recipe) -> None:
                     "stages compete for them (measured on 2 cores: steps 1.25x slower than max_staleness=0, "
                     "benchmarks/async_speedup.py); overlap pays where they have hardware of their own (GPUs, or "
                     "rollout.cpus / trainer.cpus on a machine with cores to spare)", ro.max_staleness)
+    if ro.max_staleness and recipe.algorithm.rollout_correction == "none":
+        log.warning("rollout.max_staleness=%d with algorithm.rollout_correction=none: the update is the on-policy "
+                    "gradient evaluated on samples %d version(s) old, uncorrected (the default, auto, would use AReaL's "
+                    "decoupled objective)", ro.max_staleness, ro.max_staleness)
     import importlib.util
 
     packages = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
@@ -483,12 +487,12 @@ def _one_step(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sa
     started = _start_rollout(step + n, roles, prompts, sampler, sampling, r)
     if not n:  # 1-2: generate and score, before the update
         ahead[step] = _finish_rollout(started, roles, prompts, sampler, sampling, r, primary, rows_of(step))
-    roll, dropped = _drop_stale(ahead.pop(step), step, roles, prompts, sampling, r)
+    roll, dropped = _drop_stale(ahead.pop(step), step, roles, prompts, sampling, r, primary)
     batch, critic_inputs, adv_metrics = _advantage_batch(roll, roles, r, pad_id)  # 3a: advantages
-    t0 = time.perf_counter()
     calls = _submit_update(roles, batch, critic_inputs, dph_batch(dph_buffer, step, r, pad_id), step)  # 3b: update
     if n:  # 1-2 for step s + N, beside the update
         ahead[step + n] = _finish_rollout(started, roles, prompts, sampler, sampling, r, primary, rows_of(step + n))
+    t0 = time.perf_counter()  # the controller has nothing left to do but wait for the update
     train_stats = _wait_update(roles, calls, critic_inputs is not None, r)
     t1 = time.perf_counter()
     sync_stats = roles.sync(version=step)  # 4: push the new weights to every engine
@@ -497,8 +501,12 @@ def _one_step(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sa
 
 def _step_metrics(step: int, roll: _Rollout, adv_metrics: dict, train_stats: dict, sync_stats: dict, dropped: int,
                   sampler: Any, r: Recipe, t_step: float, t0: float, t1: float) -> dict[str, float]:
-    """Step 5 of :func:`_one_step`: the step's metrics (logged by the caller).
-    ``t_step``, ``t0``, ``t1``: ``time.perf_counter()`` at the step's start, the update's submission, its end."""
+    """Step 5 of :func:`_one_step`: the step's metrics (logged by the caller). Every ``timing/*`` means the same
+    in both loops (:mod:`rlvr.metrics.names`): the rollout stages are those of the batch trained (generated this
+    step, or N steps ago under asynchronous rollout), ``timing/train_s`` the update inside the trainer
+    (``train_stats``), ``timing/train_wait_s`` the controller's wait for it.
+    ``t_step``, ``t0``, ``t1``: ``time.perf_counter()`` at the step's start, when the controller began to wait for
+    the update (after the overlapped rollout, if any), the update's end."""
     return {
         **staleness_metrics([c.policy_version for c in roll.completions], step - 1, r.rollout.max_staleness),
         mn.ASYNC_DROPPED_STALE: float(dropped),
@@ -507,7 +515,7 @@ def _step_metrics(step: int, roll: _Rollout, adv_metrics: dict, train_stats: dic
         **train_stats,
         **sync_stats,
         **roll.timings,
-        mn.TIMING_TRAIN_S: t1 - t0,
+        mn.TIMING_TRAIN_WAIT_S: t1 - t0,
         mn.TIMING_SYNC_S: time.perf_counter() - t1,
         mn.TIMING_STEP_S: time.perf_counter() - t_step,
         mn.ROLLOUT_TOKENS_PER_S: sum(len(c.token_ids) for c in roll.completions)
@@ -518,11 +526,12 @@ def _step_metrics(step: int, roll: _Rollout, adv_metrics: dict, train_stats: dic
 
 
 def _drop_stale(roll: _Rollout, step: int, roles: "Roles", prompts: list[Prompt], sampling: SamplingConfig,
-                r: Recipe) -> tuple[_Rollout, int]:
+                r: Recipe, primary: str) -> tuple[_Rollout, int]:
     """Step ``step`` updates the weights of version ``step - 1``: a group holding a sample of a policy version
     below ``step - 1 - rollout.max_staleness`` is regenerated with the engines' current weights (seeded by the
-    step, round :data:`rlvr.seeding.STALE_ROUND`) and rescored, its rows of ``roll.rewards`` [P, G] shaped anew;
-    returns (the rollout, the number of samples dropped: G per regenerated group).
+    step, round :data:`rlvr.seeding.STALE_ROUND`) and rescored, its rows of ``roll.rewards`` [P, G] shaped anew,
+    and the batch's rollout metrics (reward, pass@k, lengths) recomputed on what is trained (the dropped samples'
+    own are gone with them); returns (the rollout, the number of samples dropped: G per regenerated group).
     The pipeline of :func:`_one_step` never produces such samples; this bounds the lag whatever happens
     (an engine restarted with other weights, a schedule change)."""
     g = r.rollout.samples_per_prompt
@@ -541,7 +550,9 @@ def _drop_stale(roll: _Rollout, step: int, roles: "Roles", prompts: list[Prompt]
         scored[gi * g : (gi + 1) * g] = scs[k * g : (k + 1) * g]
     rewards = roll.rewards.clone()
     rewards[stale] = shaped_rewards(comps, scs, r)
-    return dataclasses.replace(roll, completions=completions, scored=scored, rewards=rewards), len(stale) * g
+    metrics = {**roll.metrics, **rollout_metrics(completions, scored, r.pass_k, g, primary=primary)}
+    return (dataclasses.replace(roll, completions=completions, scored=scored, rewards=rewards, metrics=metrics),
+            len(stale) * g)
 
 
 def _rollout(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sampling: SamplingConfig, r: Recipe,
@@ -578,9 +589,11 @@ def _finish_rollout(started: _Started, roles: "Roles", prompts: list[Prompt], sa
     rows = sample_rows(batch_prompts, completions, scored, primary, n_rows) if n_rows else []
     rewards = shaped_rewards(completions, scored, r)  # [P, G]
     if r.algorithm.dynamic_sampling:
+        t_refill = time.perf_counter()
         completions, scored, rewards, ds = refill_groups(roles.generate_and_score, prompts, sampler, sampling,
                                                           completions, scored, rewards, r, step, primary)  # fmt: skip
         metrics.update(ds)
+        timings = {**timings, mn.TIMING_REFILL_S: time.perf_counter() - t_refill}
     return _Rollout(completions, scored, rewards, metrics, rows, timings)
 
 
@@ -613,12 +626,14 @@ def _submit_update(roles: "Roles", batch: TrainBatch, critic_inputs: dict | None
 
 
 def _wait_update(roles: "Roles", calls: list, with_critic: bool, r: Recipe) -> dict[str, float]:
-    """Wait for :func:`_submit_update`'s calls (``timeouts.train_s``); rank 0's statistics with the critic's
-    (their inner timings left out)."""
+    """Wait for :func:`_submit_update`'s calls (``timeouts.train_s``); rank 0's statistics with the critic's, and
+    ``timing/train_s``: the longest of the ranks' (and the critic's) own update time, as each measured it."""
     updates = roles.get(calls, r.timeouts.train_s, "policy update", "timeouts.train_s")
+    inner = [u.get(mn.TIMING_TRAIN_INNER_S, u.get(mn.TIMING_CRITIC_INNER_S, 0.0)) for u in updates]
     stats = {k: v for k, v in updates[0].items() if k != mn.TIMING_TRAIN_INNER_S}
     if with_critic:
         stats.update({k: v for k, v in updates[-1].items() if mn.namespace(k) != mn.NS_TIMING})
+    stats[mn.TIMING_TRAIN_S] = max(inner)
     return stats
 
 

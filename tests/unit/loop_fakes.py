@@ -14,6 +14,7 @@ DeepSpeed or verifier processes.
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from pathlib import Path
@@ -43,22 +44,33 @@ class CallLog:
 
 class FakeEngine:
     def __init__(self, model_dir: str, *, log: CallLog, role: str, all_right_calls: int = 0, delay_s: float = 0.0,
-                 stale_call: int = -1, sync_s: float = 0.0, **_: Any) -> None:
-        self.log, self.role, self.version, self.all_right_calls = log, role, 0, all_right_calls
+                 stale_call: int = -1, sync_s: float = 0.0, seeded: bool = False, **_: Any) -> None:
+        self.log, self.role, self.version, self.all_right_calls, self.seeded = log, role, 0, all_right_calls, seeded
         self.delay_s, self.stale_call, self.calls, self.sync_s = delay_s, stale_call, 0, sync_s
         self.versions: list[int] = []  # the policy version each generate call reported
 
     def generate(self, prompts, sampling):
         self.log.add(self.role, "generate")
-        time.sleep(self.delay_s)
+        # a sequence of delays: one per call, cycled (uneven stage times)
+        time.sleep(self.delay_s if isinstance(self.delay_s, (int, float)) else self.delay_s[self.calls % len(self.delay_s)])
         right = self.all_right_calls > 0  # the first ``all_right_calls`` calls answer every sample right
         self.all_right_calls -= 1
-        # call ``stale_call`` (0-based) claims a policy version far in the past (as an engine left behind would)
-        version = self.version - 100 if self.calls == self.stale_call else self.version
+        # call ``stale_call`` (0-based) claims a policy version far in the past (as an engine left behind would),
+        # and answers every sample wrong (so that its rewards differ from its regeneration's)
+        stale = self.calls == self.stale_call
+        version = self.version - 100 if stale else self.version
         self.calls += 1
         self.versions.append(version)
+
+        def ok(p, j):  # seeded: which samples are right depends on the call's seed (each batch differs)
+            if stale:
+                return False
+            if self.seeded and sampling.seed is not None:
+                return random.Random(f"{sampling.seed}-{p.index}-{j}").random() < (sampling.seed % 5 + 1) / 6
+            return right or j % 2 == 0
+
         return [Completion(prompt_index=p.index, sample_index=j, prompt_ids=list(p.prompt_ids),
-                           token_ids=[5, 6], logprobs=[-1.0, -1.0], text=p.gold if right or j % 2 == 0 else "wrong",
+                           token_ids=[5, 6], logprobs=[-1.0, -1.0], text=p.gold if ok(p, j) else "wrong",
                            finish_reason="stop", policy_version=version)
                 for p in prompts for j in range(sampling.n)]  # fmt: skip
 
@@ -104,7 +116,7 @@ class FakeScorer:
 class FakeTrainer:
     def __init__(self, recipe, model_dir, rank, world_size, *_: Any, log: CallLog, role: str, delay_s: float = 0.0,
                  **__: Any) -> None:
-        self.log, self.role, self.updates, self.delay_s = log, role, [], delay_s
+        self.log, self.role, self.updates, self.delay_s, self.batches = log, role, [], delay_s, []
 
     def rendezvous_address(self):
         return "127.0.0.1", 0
@@ -125,9 +137,12 @@ class FakeTrainer:
 
     def train_step(self, batch, dph=None):
         self.log.add(self.role, "train_step")
+        t0 = time.perf_counter()
         time.sleep(self.delay_s)
         self.updates.append(len(batch))
-        return {"train/loss": 0.0, "train/skipped": 0.0, "train/optimizer_steps": 1.0, "train/grad_norm": 1.0}
+        self.batches.append(batch)
+        return {"train/loss": 0.0, "train/skipped": 0.0, "train/optimizer_steps": 1.0, "train/grad_norm": 1.0,
+                "timing/train_inner_s": time.perf_counter() - t0}
 
     def compute_logprobs(self, batch, reference=False, temperature=None):
         self.log.add(self.role, "compute_logprobs")
@@ -181,15 +196,18 @@ class FakeJudge:
 
 class FakeExecutor(LocalExecutor):
     """The in-process executor, with each role's class swapped for its fake (by role name). ``generate_s`` /
-    ``train_s``: how long the engine's ``generate`` and the trainer's ``train_step`` sleep (holding no CPU);
+    ``train_s``: how long the engine's ``generate`` and the trainer's ``train_step`` sleep (holding no CPU;
+    ``generate_s`` may be a sequence of seconds, one per generate call, cycled);
     ``sync_s``: how long the engine's ``receive_weights`` sleeps; ``stale_call``: the engine generate call (0-based)
-    that reports a policy version 100 versions old."""
+    that reports a policy version 100 versions old (every sample wrong); ``seeded``: which samples are right
+    follows the call's sampling seed (a coin seeded by seed, prompt and sample index), so batches differ."""
 
-    def __init__(self, all_right_calls: int = 0, generate_s: float = 0.0, train_s: float = 0.0, stale_call: int = -1,
-                 sync_s: float = 0.0) -> None:
+    def __init__(self, all_right_calls: int = 0, generate_s: float | tuple[float, ...] = 0.0, train_s: float = 0.0,
+                 stale_call: int = -1, sync_s: float = 0.0, seeded: bool = False) -> None:
         super().__init__()
         self.log, self.all_right_calls = CallLog(), all_right_calls
         self.generate_s, self.train_s, self.stale_call, self.sync_s = generate_s, train_s, stale_call, sync_s
+        self.seeded = seeded
         self.objects: dict[str, Any] = {}
 
     def spawn(self, name, cls, *args, resources=None, **kwargs):
@@ -198,7 +216,7 @@ class FakeExecutor(LocalExecutor):
         kw = dict(kwargs, log=self.log, role=name)
         if fake is FakeEngine:
             kw.update(all_right_calls=self.all_right_calls, delay_s=self.generate_s, stale_call=self.stale_call,
-                      sync_s=self.sync_s)
+                      sync_s=self.sync_s, seeded=self.seeded)
         elif fake is FakeTrainer:
             kw["delay_s"] = self.train_s
         handle = super().spawn(name, fake, *args, resources=resources or Resources(), **kw)

@@ -44,9 +44,6 @@ def _engine_calls(ex) -> list[str]:
     # checkpoint); the sync waits for it
     (1, 3, ["generate", "generate", "receive_weights", "generate", "receive_weights", "generate", "receive_weights"],
      [0, 0, 1, 2], [0, 1, 1]),
-    # N = 2: two batches ahead; the lag reaches 2 at step 3 and stays there
-    (2, 4, ["generate", "generate", "generate", "receive_weights", "generate", "receive_weights", "generate",
-            "receive_weights", "generate", "receive_weights"], [0, 0, 0, 1, 2, 3], [0, 1, 2, 2]),
 ])  # fmt: skip
 def test_each_batch_is_trained_n_versions_behind_never_more(tmp_path, n, steps, engine, versions, lags):
     ex = FakeExecutor()
@@ -83,32 +80,69 @@ def test_generation_overlaps_the_update_only_when_asynchronous(tmp_path):
         assert r[mn.role_busy("trainer")] + r[mn.role_idle("trainer")] == pytest.approx(r[mn.TIMING_STEP_S], abs=0.05)
 
 
+def test_each_timing_means_the_same_in_both_loops(tmp_path):
+    """Generation 0.5 s, the update 0.2 s (sleeps). In both loops ``timing/train_s`` is the update inside the
+    trainer (0.2 s: not the next batch's generation the asynchronous controller collects meanwhile) and
+    ``timing/rollout_s`` the trained batch's generation (0.5 s); ``timing/train_wait_s`` is the controller's wait:
+    the whole update on-policy (~0.2 s), nothing under N = 1 (the 0.5 s generation outlasts the 0.2 s update)."""
+    for n in (0, 1):
+        ex = FakeExecutor(generate_s=0.5, train_s=0.2)
+        rows = _metrics(train(_recipe(tmp_path / str(n), "run.steps=3", f"rollout.max_staleness={n}"),
+                              executor=ex).run_dir)[1:]  # fmt: skip
+        for r in rows:
+            assert r[mn.TIMING_TRAIN_S] == pytest.approx(0.2, abs=0.03), n
+            assert r[mn.TIMING_ROLLOUT_S] == pytest.approx(0.5, abs=0.1), n
+            assert r[mn.TIMING_TRAIN_WAIT_S] == pytest.approx(0.2 if n == 0 else 0.0, abs=0.08), n
+            # the step is made of its stages: on-policy they add up, asynchronous the update hides in the rollout
+            stages = r[mn.TIMING_ROLLOUT_S] + r[mn.TIMING_REWARD_S] + r[mn.TIMING_TRAIN_WAIT_S] + r[mn.TIMING_SYNC_S]
+            assert r[mn.TIMING_STEP_S] == pytest.approx(stages, abs=0.1), n
+
+
+def test_dynamic_sampling_refill_rounds_are_timed(tmp_path):
+    """DAPO's extra rounds: the first generate call answers all right (no signal), so a second round runs; with
+    generation sleeping 0.3 s, ``timing/refill_s`` holds that round (~0.3 s) and only the batch that had one."""
+    ex = FakeExecutor(all_right_calls=1, generate_s=0.3)
+    rows = _metrics(train(_recipe(tmp_path, "run.steps=2", "algorithm.dynamic_sampling=true"), executor=ex).run_dir)
+    assert rows[0][mn.DYNAMIC_SAMPLING_ROUNDS] == 1.0 and rows[0][mn.TIMING_REFILL_S] == pytest.approx(0.3, abs=0.1)
+    assert rows[1][mn.DYNAMIC_SAMPLING_ROUNDS] == 0.0 and rows[1][mn.TIMING_REFILL_S] < 0.05
+
+
 def test_a_sample_older_than_n_is_dropped_and_regenerated(tmp_path):
-    """The engine's third generate call (step 2's batch at N = 1) claims a version 100 behind: all of that batch's
-    groups are regenerated at step 2 (16 samples counted), and what is trained is again within the bound."""
+    """The engine's third generate call (step 3's batch at N = 1, generated during step 2) claims a version 100
+    behind and answers every sample wrong: all of that batch's groups are regenerated at step 3 (16 samples counted), and what is trained
+    is again within the bound, with the regeneration's rewards (half right: advantages +-1 per group, where the
+    stale all-wrong groups would give 0) and its metrics (reward/mean 0.5, not the dropped batch's 0)."""
     ex = FakeExecutor(stale_call=2)
     res = train(_recipe(tmp_path, "run.steps=3", "rollout.max_staleness=1"), executor=ex)
     rows = _metrics(res.run_dir)
     assert [r[mn.ASYNC_DROPPED_STALE] for r in rows] == [0.0, 0.0, 16.0]
     assert all(r[mn.ASYNC_STALENESS_MAX] <= 1 for r in rows)
     assert _engine_calls(ex).count("generate") == 5  # 4 batches (one ahead of step 3) + 1 regeneration
+    assert rows[2][mn.REWARD_MEAN] == 0.5  # samples 0 and 2 of each group right (the fake engine's rule)
+    batch = ex.objects["trainer0"].result().batches[2]  # step 3's
+    adv = batch.advantages if batch.advantages.dim() == 1 else batch.advantages[:, 0]
+    # GRPO with std scaling on rewards [1, 0, 1, 0]: (r - 0.5) / std, std = sqrt(1/3) (unbiased) -> +-0.866
+    assert adv.abs().min().item() > 0.8
 
 
 def test_resume_reads_back_the_batches_generated_ahead(tmp_path):
     """4 steps at N = 1 against 2 + 2 resumed from the step-2 checkpoint: the resumed run trains on the batch the
     first run generated ahead (version 1, lag 1 at step 3) without generating it again, and every step's lag and
-    reward match."""
-    full = train(_recipe(tmp_path / "full", "run.steps=4", "rollout.max_staleness=1"), executor=FakeExecutor())
+    reward match. The fake engine answers by each call's seed, so every batch has its own reward: a resume that
+    trained another batch (regenerated with another seed, or batch 4 at step 3) would differ."""
+    full = train(_recipe(tmp_path / "full", "run.steps=4", "rollout.max_staleness=1"), executor=FakeExecutor(seeded=True))
     r2 = _recipe(tmp_path / "half", "run.steps=2", "rollout.max_staleness=1", "checkpoint.every_steps=2")
-    half = train(r2, executor=FakeExecutor())
-    ex = FakeExecutor()
+    half = train(r2, executor=FakeExecutor(seeded=True))
+    ex = FakeExecutor(seeded=True)
     resumed = train(_recipe(tmp_path / "half", "run.steps=4", "rollout.max_staleness=1", "run.resume=auto"),
                     executor=ex)  # fmt: skip
     assert resumed.run_dir == half.run_dir
     # the resumed engine generates batches 4 and 5 (batch 3 comes from the checkpoint), with versions 2 and 3
     assert ex.objects["engine0"].result().versions == [2, 3]
     keys = (mn.ASYNC_STALENESS_MAX, mn.REWARD_MEAN, mn.POLICY_VERSION)
-    assert [[r[k] for k in keys] for r in _metrics(resumed.run_dir)] == [[r[k] for k in keys] for r in _metrics(full.run_dir)]
+    full_rows = [[r[k] for k in keys] for r in _metrics(full.run_dir)]
+    assert len({row[1] for row in full_rows}) == 4  # every batch has its own reward
+    assert [[r[k] for k in keys] for r in _metrics(resumed.run_dir)] == full_rows
 
 
 def test_resume_refuses_a_checkpoint_of_another_lag(tmp_path):
@@ -132,7 +166,11 @@ def test_a_failed_sync_stops_the_asynchronous_loop(tmp_path, monkeypatch):
 
 
 def test_the_timeline_file_holds_each_steps_calls(tmp_path):
-    res = train(_recipe(tmp_path, "run.steps=2", "rollout.max_staleness=1"), executor=FakeExecutor())
+    """Generation 0.3 s and the update 0.2 s (sleeps) at N = 1: each step's row of RUN/timeline.jsonl holds that
+    step's calls with their lengths: one ``train_step`` of ~0.2 s and one ``generate`` of ~0.3 s (the next batch's),
+    each inside the step's window; a row that lost or doubled a span, or kept another step's, fails."""
+    res = train(_recipe(tmp_path, "run.steps=2", "rollout.max_staleness=1"),
+                executor=FakeExecutor(generate_s=0.3, train_s=0.2))  # fmt: skip
     from rlvr.metrics.timeline import read_timeline
 
     rows = read_timeline(Path(res.run_dir) / "timeline.jsonl")
@@ -140,12 +178,49 @@ def test_the_timeline_file_holds_each_steps_calls(tmp_path):
     for r in rows:
         assert r["start"] <= r["end"]
         assert all(r["start"] <= a <= b <= r["end"] for _, _, a, b in r["spans"])
+        length = lambda method: sum(b - a for _, m, a, b in r["spans"] if m == method)  # noqa: E731
+        assert [m for _, m, _, _ in r["spans"]].count("train_step") == 1
+        assert [m for _, m, _, _ in r["spans"]].count("generate") == 1
+        assert length("train_step") == pytest.approx(0.2, abs=0.05)
+        assert length("generate") == pytest.approx(0.3, abs=0.05)
     methods = {m for _, m, _, _ in rows[0]["spans"]}
     assert {"generate", "score", "train_step", "send_weights", "receive_weights"} <= methods
 
 
+def test_asynchronous_rollout_is_corrected_by_default_or_refused(tmp_path):
+    """The lag is never trained on uncorrected without saying so: at N = 1 the default (auto) is AReaL's
+    decoupled objective under ppo_clip; on-policy it stays tis (off at tis_cap 0); an explicit tis at cap 0, or a
+    loss the decoupled weight is not defined for, is refused naming the settings; none is accepted."""
+    from rlvr.config import RecipeError
+
+    assert _recipe(tmp_path, "rollout.max_staleness=1").algorithm.rollout_correction == "decoupled"
+    assert _recipe(tmp_path).algorithm.rollout_correction == "tis"
+    assert _recipe(tmp_path, "rollout.max_staleness=1", "algorithm.rollout_correction=none").algorithm.tis_cap == 0
+    with pytest.raises(RecipeError, match=r"rollout.max_staleness=1 with algorithm.rollout_correction=tis and "
+                                          r"algorithm.tis_cap=0"):
+        _recipe(tmp_path, "rollout.max_staleness=1", "algorithm.rollout_correction=tis")
+    for loss in ("gspo", "cispo"):  # auto resolves to tis there, uncorrected: refused, the TIS cap named
+        with pytest.raises(RecipeError, match="algorithm.tis_cap"):
+            _recipe(tmp_path, "rollout.max_staleness=1", f"algorithm.policy_loss={{name: {loss}}}")
+        with pytest.raises(RecipeError, match=f"rollout_correction=decoupled with algorithm.policy_loss={loss}"):
+            _recipe(tmp_path, f"algorithm.policy_loss={{name: {loss}}}", "algorithm.rollout_correction=decoupled")
+        r = _recipe(tmp_path, "rollout.max_staleness=1", f"algorithm.policy_loss={{name: {loss}}}", "algorithm.tis_cap=2")
+        assert r.algorithm.rollout_correction == "tis"
+
+
+def test_uncorrected_asynchronous_rollout_on_purpose_is_said_at_start(tmp_path, caplog):
+    import logging
+
+    from rlvr.runtime.controller import preflight
+
+    with caplog.at_level(logging.WARNING, logger="rlvr"):
+        preflight(_recipe(tmp_path, "rollout.max_staleness=1", "algorithm.rollout_correction=none"))
+    assert "rollout_correction=none" in caplog.text and "uncorrected" in caplog.text
+
+
 @pytest.mark.parametrize(("override", "fragment"), [
     ("rollout.max_staleness=-1", "rollout.max_staleness=-1 must be >= 0"),
+    ("rollout.max_staleness=2", "rollout.max_staleness=2: rlvr's asynchronous rollout keeps one generation in flight"),
     ("rollout.cpus=[0,0]", "rollout.cpus=[0, 0] must list distinct core numbers"),
     ("trainer.cpus=[-1]", "trainer.cpus=[-1] must list distinct core numbers"),
 ])  # fmt: skip
