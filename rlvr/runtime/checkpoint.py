@@ -388,13 +388,26 @@ def check_compatible(ckpt_dir: str | Path, recipe: Recipe, data_fp: Mapping[str,
         )
 
 
-def optimizer_changes(ckpt_dir: str | Path, recipe: Recipe) -> list[tuple[str, Any, Any]]:
-    """``(key, checkpoint's value, recipe's value)`` for each :data:`OPTIMIZER_KEYS` entry that ``recipe`` changes
-    against the checkpoint's ``recipe.yaml`` (values as plain data: betas as a list). Errors:
-    ``FileNotFoundError`` when the checkpoint lacks ``recipe.yaml``."""
+DRAW_KEYS = ("rollout.num_engines",)
+"""Keys a resumed run may change that change which samples are drawn from the same weights and seeds: each engine
+seeds its sampler with the step's seed and samples its own share of the prompts, so another engine count splits
+the batch otherwise and draws other rollouts than an uninterrupted run would (the resumed run is valid, not
+identical). Logged as a warning at resume (:func:`changed_keys`)."""
+
+
+def changed_keys(ckpt_dir: str | Path, recipe: Recipe, keys: Sequence[str]) -> list[tuple[str, Any, Any]]:
+    """``(key, checkpoint's value, recipe's value)`` for each of ``keys`` that ``recipe`` changes against the
+    checkpoint's ``recipe.yaml`` (values as plain data: betas as a list). Errors: ``FileNotFoundError`` when the
+    checkpoint lacks ``recipe.yaml``."""
     old = _flatten(yaml.safe_load((Path(ckpt_dir) / RECIPE).read_text()) or {})
     new = _flatten(to_dict(recipe))
-    return [(k, old.get(k, _ABSENT), new[k]) for k in OPTIMIZER_KEYS if old.get(k, _ABSENT) != new[k]]
+    return [(k, old.get(k, _ABSENT), new[k]) for k in keys if old.get(k, _ABSENT) != new[k]]
+
+
+def optimizer_changes(ckpt_dir: str | Path, recipe: Recipe) -> list[tuple[str, Any, Any]]:
+    """:func:`changed_keys` of :data:`OPTIMIZER_KEYS`. Errors: ``FileNotFoundError`` when the checkpoint lacks
+    ``recipe.yaml``."""
+    return changed_keys(ckpt_dir, recipe, OPTIMIZER_KEYS)
 
 
 def recipe_diff(

@@ -290,6 +290,10 @@ def _resume_point(r: Recipe, run_dir: Path, data: _Data) -> tuple[Path | None, A
         for key, old, new in ck.optimizer_changes(resume_from, r):  # applied once the optimizer state is loaded
             log.info("resume changes %s: %s -> %s from step %d on (Adam's moments and step count are the "
                      "checkpoint's)", key, old, new, state.step + 1)
+        for key, old, new in ck.changed_keys(resume_from, r, ck.DRAW_KEYS):
+            log.warning("resume changes %s: %s -> %s: the engines split each batch otherwise, so from step %d on the "
+                        "rollouts differ from an uninterrupted run's (valid, not identical)", key, old, new,
+                        state.step + 1)
         _trim_metrics(run_dir / "metrics.jsonl", state.step)
         _trim_metrics(run_dir / "samples.jsonl", state.step)
         _trim_metrics(run_dir / "timeline.jsonl", state.step)

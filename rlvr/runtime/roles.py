@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,8 @@ class PendingRollout:
     t0: float
     judge: bool = True
     """Ask the judge role about the scored samples (training rollouts); False for validation and the DPH buffer."""
+    engines: list = field(default_factory=list)
+    """The engine handles the calls went to (an engine replaced since is not restarted again for them)."""
 
 
 def role_env(recipe: Recipe, run_dir: Path, threads: int) -> dict[str, str]:
@@ -339,7 +341,7 @@ class Roles:
         per = (len(prompts) + e - 1) // e
         chunks = [prompts[i * per : (i + 1) * per] for i in range(e)]
         gen = [eng.call("generate", chunk, sampling) for eng, chunk in zip(self.engines, chunks)]
-        return PendingRollout(prompts, sampling, chunks, gen, time.perf_counter(), judge)
+        return PendingRollout(prompts, sampling, chunks, gen, time.perf_counter(), judge, list(self.engines))
 
     def finish_rollout(self, pending: "PendingRollout") -> tuple[list[Completion], list[Scored], dict[str, float]]:
         """Wait for a :meth:`start_rollout` and score it: each engine's part goes to the reward worker as soon as
@@ -347,7 +349,9 @@ class Roles:
 
         An engine whose process dies is replaced and given the current weights (:meth:`restart_dead_engines`),
         and the whole rollout is retried (seeded sampling draws the same samples), up to ``rollout.max_restarts``
-        times per run; ``timing/engine_restarts`` counts the restarts so far. Returns (completions [B], scored
+        times per run; ``timing/engine_restarts`` counts the restarts so far. A call that went to an engine
+        replaced since (it died in another rollout queued behind this one) is retried on the replacement, which is
+        not restarted again. Returns (completions [B], scored
         [B], timings). Timings: ``timing/rollout_s`` (from the submission until the last engine finished: with
         asynchronous rollout this includes the wait behind the engines' earlier calls) and ``timing/reward_s``
         (from then until the last score arrived: the reward time not hidden by rollout) and, when a judge verifier
@@ -359,13 +363,23 @@ class Roles:
                 out[2][mn.TIMING_ENGINE_RESTARTS] = float(self.restarts)
                 return out
             except RoleError as err:
-                if not (err.died and (err.role or "").startswith("engine")) or self.restarts >= self.recipe.rollout.max_restarts:
+                if not (err.died and (err.role or "").startswith("engine")):
+                    raise
+                role = err.role or ""
+                i = int(role[len("engine"):]) if role[len("engine"):].isdigit() else None
+                if i is not None and i < len(pending.engines) and pending.engines[i] is not self.engines[i]:
+                    # the call went to an engine replaced since (it died during another rollout, e.g. the
+                    # regeneration of stale groups queued behind this one): retry on its replacement, restart nothing
+                    log.warning("%s; engine%d was replaced since this rollout was submitted: retrying it on the "
+                                "replacement", err, i)
+                    pending = self.start_rollout(pending.prompts, pending.sampling, pending.judge)
+                    continue
+                if self.restarts >= self.recipe.rollout.max_restarts:
                     raise
                 self.restarts += 1
                 log.warning("%s; replacing it (restart %d of at most %d) and retrying the rollout", err,
                             self.restarts, self.recipe.rollout.max_restarts)
-                role = err.role or ""
-                replaced = self.restart_dead_engines((int(role[len("engine"):]),) if role[len("engine"):].isdigit() else ())
+                replaced = self.restart_dead_engines((i,) if i is not None else ())
                 log.warning("engines %s replaced and given policy version %d", replaced, self.version)
                 pending = self.start_rollout(pending.prompts, pending.sampling, pending.judge)
 

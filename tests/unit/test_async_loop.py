@@ -255,3 +255,85 @@ def test_async_on_shared_cpu_cores_warns(tmp_path, caplog):
         preflight(_recipe(tmp_path, "rollout.max_staleness=1", "rollout.cpus=[0]", "trainer.cpus=[0]"))
         preflight(_recipe(tmp_path))
         assert "compete" not in caplog.text
+
+
+class _Died(Exception):
+    """An engine process gone (as Ray's ActorDiedError)."""
+
+
+def _dying_executor(die_at_call: int, **kw):
+    """The fake executor where engine0's generate call ``die_at_call`` (0-based, counted over the run) kills its
+    process: that call and every later call on the same handle fail as a died actor does (``RoleError``,
+    ``died=True``); ``kill`` marks a handle dead and the role is built anew."""
+    from loop_fakes import FakeExecutor
+
+    from rlvr.runtime.executors import RoleError, _timed
+
+    class Dying(FakeExecutor):
+        def __init__(self):
+            super().__init__(**kw)
+            self.dead, self.generates = set(), 0
+
+        def _submit(self, target, method, args, kwargs):
+            thread, obj = target
+
+            def run():  # in the role's own thread, in call order, as LocalExecutor runs it
+                if id(target) in self.dead:
+                    raise _Died("actor died")
+                if method == "generate" and target is self.engine_target:
+                    self.generates += 1
+                    if self.generates - 1 == die_at_call:
+                        self.dead.add(id(target))
+                        raise _Died("actor died")
+                return _timed(obj.result(), method, args, kwargs)
+
+            return thread.submit(run)
+
+        def spawn(self, name, cls, *args, **kwargs):
+            h = super().spawn(name, cls, *args, **kwargs)
+            if name == "engine0":
+                self.engine_target = h._target
+            return h
+
+        def get(self, calls, timeout_s, what, setting=None):
+            try:
+                return super().get(calls, timeout_s, what, setting)
+            except RoleError as e:
+                c = next((c for c in calls if c.future.done() and isinstance(c.future.exception(), _Died)), None)
+                if c is None:
+                    raise
+                raise RoleError(f"{what}: the {c.role} actor died during {c.method}", c.role, died=True) from e
+
+        def kill(self, handle):
+            self.dead.add(id(handle._target))
+
+    return Dying()
+
+
+def test_an_engine_dead_during_the_stale_regeneration_is_restarted_once(tmp_path):
+    """N = 1, batch 3 stale (the third generate call): step 3 submits batch 4's generation (call 3), then the
+    regeneration of batch 3 queues behind it on the same engine. The engine dies in call 3: the regeneration fails
+    as died, engine0 is replaced (restart 1) and the regeneration retried on the replacement; then collecting batch
+    4, whose call went to the dead handle, retries on the replacement without replacing it again: one restart,
+    not two (the healthy replacement killed by index), and the run finishes every step."""
+    ex = _dying_executor(3, stale_call=2)
+    res = train(_recipe(tmp_path, "run.steps=4", "rollout.max_staleness=1", "rollout.max_restarts=2"), executor=ex)
+    rows = _metrics(res.run_dir)
+    assert [r[mn.POLICY_VERSION] for r in rows] == [1, 2, 3, 4]
+    assert rows[2][mn.ASYNC_DROPPED_STALE] == 16.0
+    assert max(r[mn.TIMING_ENGINE_RESTARTS] for r in rows) == 1.0
+
+
+def test_resume_with_another_engine_count_says_the_rollouts_differ(tmp_path, caplog):
+    """rollout.num_engines may change on resume (scale-out), but it re-splits each batch over the engines, which
+    seed their samplers alike: the resumed run is warned that its rollouts differ from an uninterrupted one's."""
+    import logging
+
+    common = ["rollout.engine=hf", "rollout.prompts_per_step=4", "checkpoint.every_steps=1"]
+    train(_recipe(tmp_path, "run.steps=1", *common), executor=FakeExecutor())
+    with caplog.at_level(logging.WARNING, logger="rlvr"):
+        train(_recipe(tmp_path, "run.steps=2", *common, "run.resume=auto"), executor=FakeExecutor())
+        assert "rollout.num_engines" not in caplog.text
+        train(_recipe(tmp_path, "run.steps=3", *common, "run.resume=auto", "rollout.num_engines=2"),
+              executor=FakeExecutor())  # fmt: skip
+    assert "resume changes rollout.num_engines: 1 -> 2" in caplog.text and "not identical" in caplog.text
