@@ -102,9 +102,21 @@ def uses_judge(recipe: Recipe) -> bool:
     return any(s.name == JUDGE for s in recipe.reward.verifiers)
 
 
+GROUP_SETTINGS = {
+    "trainer": "trainer.num_workers, trainer.num_gpus, trainer.resources",
+    "engines": "rollout.num_engines, rollout.tensor_parallel_size, rollout.num_gpus, rollout.resources",
+    "reward": "reward.resources",
+    "judge": "judge.num_gpus, judge.resources",
+    "critic": "critic.num_gpus, critic.resources",
+}
+"""The recipe keys that size each group of :func:`role_resources` (named when a group does not fit)."""
+
+
 def placement_groups(resources: dict[str, list[Resources]]) -> list[Group]:
-    """One :class:`Group` per role group of :func:`role_resources` (``PACK``: as few nodes as hold them)."""
-    return [Group(name, tuple(x.bundle_dict() for x in res), "PACK") for name, res in resources.items()]
+    """One :class:`Group` per role group of :func:`role_resources` (``PACK``: as few nodes as hold them), with
+    the recipe keys that size it (:data:`GROUP_SETTINGS`)."""
+    return [Group(name, tuple(x.bundle_dict() for x in res), "PACK", GROUP_SETTINGS.get(name, ""))
+            for name, res in resources.items()]
 
 
 class Roles:
