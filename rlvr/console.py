@@ -74,8 +74,23 @@ as lines (C++ messages, print() calls, progress bars and warnings alike), and th
 (``TORCH_CPP_LOG_LEVEL``, a logger's level, ``warnings.filterwarnings``) would take them out of ``train.log``
 too, and the unknown messages of the same source with them."""
 
+PERIODIC_RAYLET: tuple[Noise, ...] = (
+    Noise(r"file_system_monitor\.cc:\d+: .* is over \d+% full",
+          "Ray's disk-space check (src/ray/common/file_system_monitor.cc): the same warning every 10 s while the "
+          "disk stays over its threshold"),
+)
+"""Raylet messages that repeat on a timer while one condition lasts: shown once (numbers aside), every repeat
+kept in ``train.log``. Every other raylet line shows each time: a worker death or an OOM kill is an event, and
+Ray's summary of them (``1 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due
+to other reasons at node ...``) reads the same for the second kill as for the first."""
+
 _NOISE = re.compile("|".join(f"(?:{n.pattern})" for n in KNOWN_NOISE))
+_PERIODIC = re.compile("|".join(f"(?:{n.pattern})" for n in PERIODIC_RAYLET))
 _WARNING_LINE = re.compile(r"^\S.*:\d+: \w*Warning: ")  # the first line of a Python warning, as warnings prints it
+# the source line Python prints under a warning (warnings.formatwarning: two spaces, the code stripped), and the
+# indented lines of a traceback, which look alike but must never go with it (a frame, an exception group's bars)
+_SOURCE_LINE = re.compile(r"^  \S")
+_TRACEBACK_LINE = re.compile(r'^\s*(?:File "[^"]*", line \d+|[|+])')
 _NUMBERS = re.compile(r"\d+")
 
 
@@ -133,9 +148,10 @@ class RoleOutput:
     """Ray's handler of the actors' output on the driver, quieted: each batch (one actor's stdout or stderr
     lines, ``data["lines"]``) is logged line by line to ``rlvr.roles`` for ``train.log`` (``console=False``;
     a progress bar as its last state) and passed to ``ray_print`` (Ray's own printer) without the lines of
-    :data:`KNOWN_NOISE` (nor the source line a known Python warning prints under it), and without a raylet line
-    that repeats one already shown (numbers aside: Ray's disk-space warning comes every 10 s). With
-    ``RLVR_CONSOLE=all`` every line is printed."""
+    :data:`KNOWN_NOISE` (nor the source line a known Python warning prints under it: the next line of that
+    stream when it is indented by two spaces and is not a traceback's line), and without a repeat of a periodic
+    raylet message already shown (:data:`PERIODIC_RAYLET`, numbers aside; other raylet lines, such as worker
+    deaths and OOM kills, show every time). With ``RLVR_CONSOLE=all`` every line is printed."""
 
     def __init__(self, ray_print: Callable[[dict[str, Any]], None], logger: logging.Logger | None = None):
         self.ray_print = ray_print
@@ -167,13 +183,13 @@ class RoleOutput:
                 continue
             under_warning = stream in self._after_warning
             self._after_warning.discard(stream)
-            if under_warning and line[:1] in (" ", "\t"):
+            if under_warning and _SOURCE_LINE.match(line) and not _TRACEBACK_LINE.match(line):
                 continue  # the source line Python prints under a known warning
             if is_noise(line):
                 if _WARNING_LINE.match(line):
                     self._after_warning.add(stream)
                 continue
-            if data.get("pid") == "raylet":
+            if data.get("pid") == "raylet" and _PERIODIC.search(line):
                 canon = _NUMBERS.sub("N", line)
                 if canon in self._shown_raylet:
                     continue

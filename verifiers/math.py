@@ -348,16 +348,22 @@ class MathVerifier:
     def gold_answer(self, gold: str) -> str:
         """The gold's answer text: its last box (or run of boxes) if it has any, cleaned like an answer; with
         ``units="number"``, a number followed by a label is the number (``9 (apples)`` -> ``9``)."""
+        return self._gold(gold)[0]
+
+    def _gold(self, gold: str) -> tuple[str, str | None]:
+        """``(answer, label)``: :meth:`gold_answer` and the label it dropped (None when none was)."""
         text = _normalize(str(gold))
         boxed = _last_box_run(text)
-        return self._unlabel(clean_answer(boxed if boxed is not None else text))
+        answer = clean_answer(boxed if boxed is not None else text)
+        found = split_label(answer) if self.units == "number" else None
+        return (found[0], found[1]) if found else (answer, None)
 
-    def _unlabel(self, answer: str) -> str:
-        """The number of ``answer`` when it is one number followed by a label (the unit rule), else
-        ``answer``."""
+    def _unlabel(self, answer: str, known: str | None = None) -> str:
+        """The number of ``answer`` when it is one number followed by a label (the unit rule; ``known``, the
+        gold's label, is accepted in any form), else ``answer``."""
         if self.units != "number":
             return answer
-        found = split_label(answer)
+        found = split_label(answer, known)
         return found[0] if found else answer
 
     def equivalent(self, gold_answer: str, answer: str) -> bool:
@@ -382,11 +388,11 @@ class MathVerifier:
     def verify(self, response: str, gold: str, **row: object) -> VerifyResult:
         """Score one response against ``gold``; ``row`` (the data row's other fields) is ignored."""
         try:
-            gold_ans = self.gold_answer(gold)
+            gold_ans, label = self._gold(gold)
             if not gold_ans:
                 return VerifyResult(score=0.0, parsed=None, reason="bad_gold")
             answer, _ = extract_answer(str(response), self.fallback, self.answer_pattern)
-            answer = self._unlabel(answer) if answer else answer
+            answer = self._unlabel(answer, label) if answer else answer
             if not answer:
                 return VerifyResult(score=0.0, parsed=answer, reason="no_answer")
             candidates = split_items(answer)

@@ -11,6 +11,9 @@ Also the number-reading rules shared with :mod:`rlvr_verifiers.math`:
 - **Unit rule** (``units="number"``, the default of ``numeric`` and ``math``): a gold that is one number
   followed by a label (:func:`split_label`: ``9 (apples)``, ``5 cents``, ``12 km/h``, ``18 \\text{ dollars}``)
   is that number; the label is not compared and units are not converted (``180 minutes`` is not ``3 hours``).
+  Every label form counts (issue 23): one-letter units (``42 (g)``), words math-verify reads as products of
+  symbols (``42 (times)``), ratios (``12 (m/s)``); a label of one- or two-letter words only is made of
+  :data:`UNIT_SYMBOLS`, so ``2 xy``, ``2(x)`` and ``3 (x)`` keep their meaning.
   ``units="refuse"``: such a gold is a bad gold at load time (``rlvr.reward.golds``), with this setting as the
   fix.
 """
@@ -40,6 +43,13 @@ _LABEL_RE = re.compile(
     + _LABEL_WORDS + r"\s*)\}|\s+(?P<bare>" + _LABEL_WORDS + r"))\s*\.?"
 )
 _NOT_LABELS = frozenset("or and to times plus minus over divided percent percentage per cent".split())
+UNIT_SYMBOLS = frozenset(
+    "g m s h l L K N J W V "  # one letter: SI / common symbols (``t``, ``A``, ``C``, ``F``, ``T`` read as variables)
+    "cm mm km dm nm um kg mg mL ml cL cl dL dl kL hr ft in yd mi lb oz kW MW Hz mA mV kV kJ kN ha ac pt qt gal "
+    "GB MB KB kB TB Gb Mb kb yr wk mo pm am sq cu fl AU au ly".split()
+)
+"""Unit symbols of one or two letters: a label whose words are all this short must be made of them (``42 (g)``,
+``5 (cm)``, ``12 (m/s)``), so that ``2 xy`` and ``2(ab)`` stay products (case-sensitive: ``42 (L)`` litres)."""
 _VERBS = frozenset("is are was were be been has have had will can should would needs need".split())
 _AFTER_MARKER_RE = re.compile(r"[\s$*:]*")  # allowed between '####' and its number
 
@@ -77,28 +87,54 @@ def marked_number(text: str) -> tuple[bool, str | None]:
     return True, (number_token(m.group(0)) if m else None)
 
 
-def split_label(text: str) -> tuple[str, str] | None:
+def split_label(text: str, known: str | None = None, numeric: bool = False) -> tuple[str, str] | None:
     """``(number, label)`` when ``text`` is one number followed by a label, else None.
 
     The number: a number token (``9``, ``-2.5``, ``1,000``, ``3/4``, ``$5``) or ``\\frac{a}{b}``; the label:
     words of letters (``apples``, ``km/h``, ``square feet``, ``cm^2``), bare, in parentheses or in
-    ``\\text{}`` / ``\\mbox{}`` / ``\\mathrm{}``, with a word of two or more letters, and not a joining word
-    (``5 or 7``, ``2 times``: None), not a phrase with a verb or of more than four words (``42 is the
-    answer``: None), and not a percent word (``28 percent`` keeps the percent rule, case V4).
-    ``"9 (apples)"`` -> ``("9", "apples")``; ``"5 m"``, ``"3x"``, ``"2 \\sqrt{2}"`` -> None.
+    ``\\text{}`` / ``\\mbox{}`` / ``\\mathrm{}``, that is
+    - not a phrase with a verb or of more than four words (``42 is the answer``: None), nor a percent word
+      (``28 percent`` keeps the percent rule, case V4);
+    - not a joining word followed by more (``2 times x``, ``5 per cent``: None; ``2 times`` alone is a label);
+    - when every word has one or two letters, made of :data:`UNIT_SYMBOLS` (``42 (g)``, ``5 (cm)``, ``12 (m/s)``;
+      ``2 xy``, ``2(ab)``, ``3 (x)``: None), and, with only one-letter words, in parentheses after a space
+      (``42 (g)``; ``2(m)``: None) or in ``\\text{}``, or bare only as a ratio (``12 m/s``; ``6 m``: None, it
+      may be an algebra answer).
+    ``known``: a label (the gold's) accepted as it is, whatever its form (an answer ``42 L`` to the gold
+    ``42 (L)`` is 42). ``numeric``: the text can only be a number (a ``numeric`` gold, never algebra), so a
+    bare one-letter unit is a label too (``42 g``, ``42 m^2``). ``"9 (apples)"`` -> ``("9", "apples")``; ``"5 m"``, ``"3x"``, ``"2 \\sqrt{2}"`` -> None.
     """
-    m = _LABEL_RE.fullmatch(text.strip())
+    text = text.strip()
+    m = _LABEL_RE.fullmatch(text)
     if m is None:
         return None
     label = (m.group("paren") or m.group("tex") or m.group("bare") or "").strip().rstrip(".").strip()
+    number = m.group("number").replace("$", "").strip()
+    if known is not None and _label_key(label) == _label_key(known):
+        return number, label
     words = re.findall(r"[A-Za-z]+", label)
-    if not any(len(w) >= 2 for w in words) or words[0].lower() in _NOT_LABELS or len(words) > 4:
+    if not words or len(words) > 4:
         return None
     if _VERBS.intersection(w.lower() for w in words):  # ``42 is the answer``: a sentence, not a label
         return None
     if any(w.lower() in ("percent", "percentage") for w in words):
         return None
-    return m.group("number").replace("$", "").strip(), label
+    if words[0].lower() in _NOT_LABELS and len(words) > 1:  # ``2 times x``, ``5 per cent``; ``2 times`` a label
+        return None
+    paren, bare = m.group("paren") is not None, m.group("bare") is not None
+    if all(len(w) <= 2 for w in words):  # short words: unit symbols only (``2 xy`` is a product)
+        if not all(w in UNIT_SYMBOLS for w in words):
+            return None
+        if all(len(w) == 1 for w in words):  # ``42 (g)``, ``42 \text{ g}``, ``12 m/s``; not ``2(m)``, ``6 m``
+            if paren and not re.search(r"\s", text[m.end("number") : m.start("paren")]):
+                return None
+            if bare and "/" not in label and not numeric:
+                return None
+    return number, label
+
+
+def _label_key(label: str) -> str:
+    return re.sub(r"[\s.]+", "", label).lower()
 
 
 def to_float(token: str) -> float | None:
@@ -119,19 +155,20 @@ def _gold_text(gold: str) -> str:
 
 
 def gold_label(gold: str) -> str | None:
-    """The label after the gold's number (``"9 (apples)"`` -> ``"apples"``), or None when it has none."""
-    found = split_label(_gold_text(gold))
+    """The label after a numeric gold's number (``"9 (apples)"`` -> ``"apples"``, ``"42 g"`` -> ``"g"``), or None
+    when it has none."""
+    found = split_label(_gold_text(gold), numeric=True)
     return found[1] if found else None
 
 
 def parse_gold_number(gold: str, units: str = "number") -> float | None:
     """The gold as a float when the whole gold is one number (``"1,000"``, ``"$5"``, ``"18.0"``, ``"-2"``,
     ``"3/4"``, ``"#### 42"``, ``"28%"``), or, with ``units="number"``, one number followed by a label
-    (``"9 (apples)"`` -> 9.0, :func:`split_label`); None otherwise."""
+    (``"9 (apples)"`` -> 9.0, ``"42 g"`` -> 42.0: :func:`split_label` with ``numeric``); None otherwise."""
     text = _gold_text(gold)
     m = NUMBER_RE.fullmatch(text)
     if m is None and units == "number":
-        found = split_label(text)
+        found = split_label(text, numeric=True)
         m = NUMBER_RE.fullmatch(found[0].strip("$ ")) if found else None
     return to_float(number_token(m.group(0))) if m else None
 

@@ -350,15 +350,16 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
     first = state.step + 1 if state is not None else 1
     progress = Progress(r.run.steps, enabled=r.metrics.progress, start_step=first - 1)
     t_start = time.perf_counter()
-    roles = Roles(r, data.model_dir, run_dir, executor)
-    log.info("roles up in %.1fs (sync over %s, %.3f GB per sync)", time.perf_counter() - t_start, roles.sync_backend, roles.sync_bytes / 1e9)
     metrics: dict[str, float] = {}
     final_dir = None
-    primary = verifier_keys(r.reward.verifiers)[0]
-    val_every, every_s, every_ck = r.validation.every_steps, r.metrics.samples_every, r.checkpoint.every_steps
-    val_prompts = validation_prompts(r, data.tokenizer) if val_every else []
     saved_step = state.step if state is not None else 0
-    try:
+    roles: Roles | None = None
+    try:  # from here on every path closes the sinks and stops the roles (Roles stops its own on a failed start)
+        roles = Roles(r, data.model_dir, run_dir, executor)
+        log.info("roles up in %.1fs (sync over %s, %.3f GB per sync)", time.perf_counter() - t_start, roles.sync_backend, roles.sync_bytes / 1e9)
+        primary = verifier_keys(r.reward.verifiers)[0]
+        val_every, every_s, every_ck = r.validation.every_steps, r.metrics.samples_every, r.checkpoint.every_steps
+        val_prompts = validation_prompts(r, data.tokenizer) if val_every else []
         if state is not None:
             _restore(roles, resume_from, state)
             ck.set_rng_state(state.rng)
@@ -399,7 +400,8 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
     finally:
         progress.close()
         sink.close()
-        roles.shutdown()
+        if roles is not None:
+            roles.shutdown()
     log.info("last checkpoint: step %d", saved_step)
     return RunResult(str(run_dir), final_dir, r.run.steps, metrics)
 

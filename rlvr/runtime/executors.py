@@ -89,12 +89,14 @@ class Resources:
 
 @dataclass(frozen=True)
 class Group:
-    """A placement group to reserve: one bundle per role (:meth:`Resources.bundle_dict`) and Ray's strategy
-    (``PACK``: as few nodes as hold them, ``STRICT_PACK``: one node, ``SPREAD``)."""
+    """A placement group to reserve: one bundle per role (:meth:`Resources.bundle_dict`), Ray's strategy
+    (``PACK``: as few nodes as hold them, ``STRICT_PACK``: one node, ``SPREAD``) and ``settings``, the recipe
+    keys that size it (named when it does not fit)."""
 
     name: str
     bundles: tuple[dict[str, float], ...]
     strategy: str = "PACK"
+    settings: str = ""
 
 
 def fit_bundles(groups: list[Group], nodes: dict[str, dict[str, float]]) -> list[str]:
@@ -124,6 +126,68 @@ def fit_bundles(groups: list[Group], nodes: dict[str, dict[str, float]]) -> list
             ask = ", ".join(f"{k} {v:g}" for k, v in need.items())
             missing.append(f"{what} needs {{{ask}}} on one node")
     return missing
+
+
+RESERVE_LOG_EVERY_S = 30.0
+"""How often :meth:`RayExecutor.reserve` logs the placement groups it still waits for (seconds)."""
+
+
+def shown_resources(res: dict[str, float]) -> str:
+    """``{CPU 0.3, GPU 1}``: the resources a recipe asks for, sorted; node markers (``node:IP``), memory and
+    Ray's placement-group bookkeeping (``CPU_group_<id>``, ``bundle_group_<id>``) left out."""
+    keep = [(k, v) for k, v in sorted(res.items())
+            if not k.startswith(("node:", "bundle_group")) and "memory" not in k and "_group_" not in k]  # fmt: skip
+    return "{" + ", ".join(f"{k} {v:g}" for k, v in keep) + "}"
+
+
+def _per_node(nodes: dict[str, dict[str, float]]) -> str:
+    return "; ".join(f"{n}: {shown_resources(r)}" for n, r in nodes.items()) or "no alive node"
+
+
+def _held(holders: list[str]) -> str:
+    return "; ".join(holders) if holders else "nothing rlvr can name (`ray status` shows the cluster)"
+
+
+def reserve_problems(groups: list[Group], totals: dict[str, dict[str, float]], free: dict[str, dict[str, float]],
+                     holders: list[str]) -> tuple[str | None, str | None]:
+    """What stands in the way of reserving ``groups``: ``(error, warning)``, each None when there is none.
+
+    ``totals``/``free``: node -> its total / currently unreserved resources; ``holders``: what holds resources
+    now (other placement groups, actors), one description each. ``error``: some bundle fits no node even with
+    the whole cluster free (:func:`fit_bundles` on ``totals``): names each such bundle and what it asks, the
+    nodes' totals and free resources, and the recipe keys that size its group (:attr:`Group.settings`).
+    ``warning`` (no error): everything fits the totals but not what is free now (:func:`fit_bundles` on
+    ``free``): names the bundles that wait, the free resources and the holders."""
+    missing = fit_bundles(groups, totals)
+    if missing:
+        named = [g for g in groups if g.settings and any(m.startswith((f"{g.name}[", f"{g.name} (")) for m in missing)]
+        keys = "; ".join(f"{g.name}: {g.settings}" for g in named)
+        fix = f"lower the recipe keys that size them ({keys})" if keys else "ask for less in the recipe"
+        return (
+            "the recipe asks for more than the Ray cluster has: " + "; ".join(missing) + ". The cluster's nodes: "
+            f"{_per_node(totals)}; free now: {_per_node(free)}. Fix: {fix}, add nodes, or start nodes with the "
+            "custom resources the recipe names (ray start --resources)",
+            None,
+        )
+    busy = fit_bundles(groups, free)
+    if busy:
+        return None, (
+            "the placement groups fit the cluster but not what is free now: " + "; ".join(busy) + f". Free now: "
+            f"{_per_node(free)}. Held by: {_held(holders)}. Waiting for them to be released"
+        )
+    return None, None
+
+
+def waiting_message(waited_s: float, pending: list[Group], free: dict[str, dict[str, float]], holders: list[str],
+                    timeout_s: float, setting: str | None) -> str:
+    """The periodic line of a placement-group wait: how long so far (of ``timeout_s``, the recipe key
+    ``setting``), each group still pending with what its bundles ask, the free resources per node and what holds
+    the rest."""
+    asks = "; ".join(f"{g.name} ({len(g.bundles)} x " + ", ".join(shown_resources(b) for b in g.bundles) + ")"
+                     for g in pending)  # fmt: skip
+    limit = f"{timeout_s:g}s, {setting}" if setting else f"{timeout_s:g}s"
+    return (f"waiting {waited_s:.0f}s (of at most {limit}) for placement groups: {asks}. Free now: "
+            f"{_per_node(free)}. Held by: {_held(holders)}")
 
 
 @dataclass
@@ -312,36 +376,89 @@ class RayExecutor:
         return {f"{n['NodeManagerAddress']} ({n['NodeID'][:8]})": dict(n.get("Resources", {}))
                 for n in self._ray.nodes() if n.get("Alive")}  # fmt: skip
 
+    def free_resources(self) -> dict[str, dict[str, float]]:
+        """Alive nodes (named as :meth:`nodes` names them) -> resources not reserved or in use now. Per node from
+        Ray's GCS (``ray._private.state.available_resources_per_node``, internal); if that is unavailable, one
+        entry for the whole cluster (``ray.available_resources()``)."""
+        try:
+            from ray._private import state
+
+            per_node = state.available_resources_per_node()
+            names = {n["NodeID"]: f"{n['NodeManagerAddress']} ({n['NodeID'][:8]})" for n in self._ray.nodes() if n.get("Alive")}
+            return {names[k]: dict(v) for k, v in per_node.items() if k in names}
+        except Exception as e:  # noqa: BLE001 - an internal API: fall back to the cluster's sum
+            log.debug("free resources per node: %s", e)
+            return {"the cluster (all nodes)": dict(self._ray.available_resources())}
+
+    def holders(self, limit: int = 8) -> list[str]:
+        """What holds cluster resources now, other than this executor: placement groups (id prefix, name, state,
+        bundles) and alive actors (class, job), at most ``limit`` of each kind. Empty when Ray cannot say."""
+        out: list[str] = []
+        try:
+            ours = {pg.id.hex() for pg in self._groups.values()}
+            from ray.util import placement_group_table
+
+            table = placement_group_table()
+            others = [g for k, g in table.items() if k not in ours and g.get("state") in ("CREATED", "RESCHEDULING")]
+            for g in others[:limit]:
+                name = f" {g['name']!r}" if g.get("name") else ""
+                bundles = ", ".join(shown_resources(b) for b in g.get("bundles", {}).values())
+                out.append(f"placement group {g['placement_group_id'][:8]}{name} ({g['state']}: {bundles})")
+            if len(others) > limit:
+                out.append(f"{len(others) - limit} more placement groups")
+            from ray._private import state
+
+            mine = {a._actor_id.hex() for a in self._actors}
+            alive = [a for k, a in state.actors().items() if a.get("State") == "ALIVE" and k not in mine]
+            for a in alive[:limit]:
+                out.append(f"actor {a.get('ActorClassName')} (job {a.get('JobID')})")
+            if len(alive) > limit:
+                out.append(f"{len(alive) - limit} more actors")
+        except Exception as e:  # noqa: BLE001 - a description only; the wait goes on without it
+            log.debug("what holds the cluster's resources: %s", e)
+        return out
+
     def reserve(self, groups: list[Group], timeout_s: float, setting: str | None = None) -> None:
         """Create one placement group per :class:`Group` and wait (within ``timeout_s``) until all are placed.
 
-        Checked first against the cluster's nodes (:func:`fit_bundles`): a recipe asking for more than the cluster
-        has fails here, naming each bundle without room and what every node has, instead of waiting forever.
+        Checked first (:func:`reserve_problems`) against the nodes' totals: a recipe asking for more than the
+        cluster has fails here, naming each bundle without room, the nodes' totals and free resources and the
+        recipe keys that size it, instead of waiting; then against what is free now: a warning names the bundles
+        that must wait and what holds the resources. While waiting, every :data:`RESERVE_LOG_EVERY_S` seconds a
+        line says which groups are pending, what they ask and what is free (:func:`waiting_message`).
         Errors: :class:`RoleError` (does not fit; or not placed in time: resources held by other jobs)."""
         from ray.util.placement_group import placement_group, remove_placement_group
 
-        nodes = self.nodes()
-        missing = fit_bundles(groups, nodes)
-        if missing:
-            have = "; ".join(f"{n}: " + ", ".join(f"{k} {v:g}" for k, v in sorted(res.items())
-                                                  if not k.startswith("node:") and "memory" not in k)
-                             for n, res in nodes.items())  # fmt: skip
-            raise RoleError(
-                "the recipe asks for more than the Ray cluster has: " + "; ".join(missing) + f". The cluster: {have}. "
-                "Lower trainer.num_workers / rollout.num_engines / rollout.tensor_parallel_size / *.num_gpus, add "
-                "nodes, or start nodes with the custom resources the recipe names (ray start --resources)"
-            )
+        totals, free = self.nodes(), self.free_resources()
+        error, warning = reserve_problems(groups, totals, free, [])
+        if error:
+            raise RoleError(error)
+        if warning:  # only now ask what holds them (a few GCS calls)
+            log.warning("%s", reserve_problems(groups, totals, free, self.holders())[1])
+        t0 = time.monotonic()
         deadline = _deadline(timeout_s)
         for g in groups:
             self._groups[g.name] = placement_group(list(g.bundles), strategy=g.strategy, name="")
-        for name, pg in self._groups.items():
-            ready, _ = self._ray.wait([pg.ready()], timeout=_left(deadline))
-            if not ready:
+        pending = dict(self._groups)
+        while pending:
+            waits = {pg.ready(): name for name, pg in pending.items()}
+            left = _left(deadline)
+            ready, _ = self._ray.wait(list(waits), num_returns=len(waits),
+                                      timeout=RESERVE_LOG_EVERY_S if left is None else min(RESERVE_LOG_EVERY_S, left))  # fmt: skip
+            for ref in ready:
+                pending.pop(waits[ref], None)
+            if not pending:
+                break
+            if _left(deadline) == 0.0:
+                name = next(iter(pending))
                 for p in self._groups.values():
                     remove_placement_group(p)
                 self._groups.clear()
                 raise _overran(f"reserving the placement group {name!r} (resources held by other jobs? `ray status`)",
                                None, None, timeout_s, setting)  # fmt: skip
+            by_name = {g.name: g for g in groups}
+            log.info("%s", waiting_message(time.monotonic() - t0, [by_name[n] for n in pending], self.free_resources(),
+                                           self.holders(), timeout_s, setting))  # fmt: skip
 
     def node_ips(self, handles: list[Handle], timeout_s: float) -> list[str]:
         """The IP of the node each role's actor runs on (asked inside the actor)."""

@@ -104,9 +104,21 @@ def uses_judge(recipe: Recipe) -> bool:
     return any(s.name == JUDGE for s in recipe.reward.verifiers)
 
 
+GROUP_SETTINGS = {
+    "trainer": "trainer.num_workers, trainer.num_gpus, trainer.resources",
+    "engines": "rollout.num_engines, rollout.tensor_parallel_size, rollout.num_gpus, rollout.resources",
+    "reward": "reward.resources",
+    "judge": "judge.num_gpus, judge.resources",
+    "critic": "critic.num_gpus, critic.resources",
+}
+"""The recipe keys that size each group of :func:`role_resources` (named when a group does not fit)."""
+
+
 def placement_groups(resources: dict[str, list[Resources]]) -> list[Group]:
-    """One :class:`Group` per role group of :func:`role_resources` (``PACK``: as few nodes as hold them)."""
-    return [Group(name, tuple(x.bundle_dict() for x in res), "PACK") for name, res in resources.items()]
+    """One :class:`Group` per role group of :func:`role_resources` (``PACK``: as few nodes as hold them), with
+    the recipe keys that size it (:data:`GROUP_SETTINGS`)."""
+    return [Group(name, tuple(x.bundle_dict() for x in res), "PACK", GROUP_SETTINGS.get(name, ""))
+            for name, res in resources.items()]
 
 
 class Roles:
@@ -115,12 +127,13 @@ class Roles:
     Start-up: the placement groups are reserved (the Ray executor; a recipe asking for more than the cluster has
     fails here), the roles spawned into them, the trainer ranks set up on the address trainer rank 0 picked on
     its own node (``rendezvous["trainer"]``), then the weight-sync group formed, its master again trainer rank 0
-    (``rendezvous["sync"]``): with W trainer ranks and E engines of tensor parallel N, ``1 + E x N`` ranks."""
+    (``rendezvous["sync"]``): with W trainer ranks and E engines of tensor parallel N, ``1 + E x N`` ranks.
+
+    When any of that raises (a role's constructor or ``setup`` fails, a deadline passes, a group does not fit),
+    :meth:`shutdown` runs before the error propagates: no actor, placement group or role thread outlives a
+    failed start. Errors: :class:`RoleError`, or what a role's start raised."""
 
     def __init__(self, recipe: Recipe, model_dir: str, run_dir: Path, executor: Any | None = None):
-        from rlvr.reward.pool import RewardWorker
-        from rlvr.train.policy import PolicyWorker
-
         r = recipe
         self.recipe = r
         threads = r.rollout.threads
@@ -128,11 +141,25 @@ class Roles:
         if executor is None:
             executor = LocalExecutor() if r.run.executor == "local" else RayExecutor(r.run.ray_address, r.run.num_cpus, env)
         self.ex = executor
+        self.reward: Handle | None = None  # set once spawned: what shutdown() closes
+        self.step = 0  # the step the loop is on (named in timeout errors); set by train()
+        try:
+            self._start(model_dir, env)
+        except BaseException:  # a role that fails to start: stop every role, group and thread started so far
+            self.shutdown()
+            raise
+
+    def _start(self, model_dir: str, env: dict[str, str]) -> None:
+        """Reserve the placement groups, spawn every role, set up the trainer ranks and form the weight-sync
+        group (the class docstring); ``__init__`` shuts down what this started when it raises."""
+        from rlvr.reward.pool import RewardWorker
+        from rlvr.train.policy import PolicyWorker
+
+        r = self.recipe
         self.model_dir, self.env, self.version, self.restarts = model_dir, env, 0, 0
         # the policy version the trainer holds once its submitted calls have run (the controller sets it when it
         # submits an update; ahead of ``version``, the engines', while an update runs beside generation)
         self.trainer_version = 0
-        self.step = 0  # the step the loop is on (named in timeout errors); set by train()
         self.res = role_resources(r, env)
         self.ex.reserve(placement_groups(self.res), r.timeouts.startup_s, "timeouts.startup_s")
         self.rendezvous: dict[str, tuple[str, int]] = {}
@@ -447,8 +474,16 @@ class Roles:
                         "timeouts.train_s")[0]
 
     def shutdown(self) -> None:
+        """Close the reward pool (when the reward role was spawned) and stop every role through the executor
+        (actors killed, placement groups removed, role threads stopped). Safe on a partly started ``Roles``;
+        never raises (a failure is logged)."""
+        if self.reward is not None:
+            try:
+                self.get([self.reward.call("close")], self.recipe.timeouts.reward_s, "closing the reward pool",
+                         "timeouts.reward_s")
+            except Exception as e:  # noqa: BLE001 - shutting down: the executor stops the role anyway
+                log.debug("closing the reward pool: %s", e)
         try:
-            self.get([self.reward.call("close")], self.recipe.timeouts.reward_s, "closing the reward pool", "timeouts.reward_s")
-        except Exception:
-            pass
-        self.ex.shutdown()
+            self.ex.shutdown()
+        except Exception as e:  # noqa: BLE001 - never hide the error that led here
+            log.warning("stopping the roles: %s: %s", type(e).__name__, e)

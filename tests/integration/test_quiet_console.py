@@ -1,6 +1,9 @@
 """The quiet console through a real Ray (issue 14): an actor's known third-party noise reaches the driver's
-log file and not its console; an unknown warning and an actor's traceback reach both. Guards the hook into Ray's
-log forwarding (rlvr.console.route_role_output), a Ray internal."""
+log file and not its console; an unknown warning and an actor's traceback reach both; a known Python warning's
+source line is dropped with it, a traceback frame after such a warning is not (issue 23). Guards the hook into
+Ray's log forwarding (rlvr.console.route_role_output), a Ray internal. The raylet's de-duplication (periodic
+messages once, worker deaths and OOM kills every time) needs a full disk or an OOM kill to happen for real: it
+is tested on the raylet's real lines in tests/unit/test_console.py."""
 
 from __future__ import annotations
 
@@ -21,11 +24,18 @@ from rlvr.runtime.executors import RayExecutor
 setup_console(logging.INFO)
 logging.getLogger().addHandler(logging.FileHandler(sys.argv[1]))
 
+WARNED = ("/x/site-packages/vllm/triton_utils/dispatcher.py:138: FutureWarning: `torch.distributed.reduce_op` is "
+          "deprecated, please use `torch.distributed.ReduceOp` instead")
+
 class Talker:
     def talk(self):
         print("Triton is installed, but doesn't include CPU backend. Disabling Triton.", file=sys.stderr, flush=True)
         print("Loading weights: 100%|##########| 21/21 [00:00<00:00, 8937.63it/s]", file=sys.stderr, flush=True)
         print("WARNING some_library: a third-party warning nobody has seen", file=sys.stderr, flush=True)
+        # a known Python warning and the source line under it (both dropped from the console) ...
+        print(WARNED + "\n  if hasattr(value, '__dict__'):", file=sys.stderr, flush=True)
+        # ... and one that another thread's traceback frame follows (the frame must show)
+        print(WARNED + '\n  File "/work/rlvr/train/policy.py", line 12, in update', file=sys.stderr, flush=True)
         try:
             raise RuntimeError("the actor's own error")
         except RuntimeError:
@@ -54,6 +64,9 @@ def test_an_actors_known_noise_goes_to_the_log_file_only(tmp_path):
     assert "talked" in console and "Traceback (most recent call last):" in console
     assert "in talk" in console and "RuntimeError: the actor's own error" in console
     assert "Triton is installed" not in console and "Loading weights" not in console
+    # the rule that drops a known warning's source line: the source line goes, a traceback frame never does
+    assert "reduce_op" not in console and "if hasattr(value, '__dict__'):" not in console
+    assert 'File "/work/rlvr/train/policy.py", line 12, in update' in console
     for line in ("Triton is installed, but doesn't include CPU backend", "Loading weights: 100%",
                  "WARNING some_library: a third-party warning nobody has seen", "RuntimeError: the actor's own error",
                  "talked"):  # fmt: skip

@@ -1,5 +1,7 @@
 """The quiet console (issue 14): the roles' known third-party noise goes to train.log and not to the console;
-rlvr's own messages, tracebacks and unknown third-party warnings still show; ``RLVR_CONSOLE=all`` shows all."""
+rlvr's own messages, tracebacks and unknown third-party warnings still show; ``RLVR_CONSOLE=all`` shows all.
+Issue 23: only periodic raylet messages are shown once (worker deaths and OOM kills every time), and the line
+dropped under a known warning is never a traceback's."""
 
 from __future__ import annotations
 
@@ -102,13 +104,54 @@ def test_the_source_line_of_a_known_warning_goes_even_in_the_next_batch(routed):
     assert [b["lines"] for b in printed] == [["  indented, but not under a warning: shown"]]
 
 
-def test_a_repeated_raylet_warning_shows_once(routed):
+def test_a_repeated_periodic_raylet_warning_shows_once(routed):
     out, printed, log = routed
     disk = "[2026-12-01 19:12:{} E 20179 20190] (raylet) file_system_monitor.cc:116: /tmp/ray/session_x is over 95% full"
     for s in ("27,160", "37,181", "47,211"):
         out({"pid": "raylet", "ip": "192.0.2.2", "localhost": "192.0.2.2", "is_err": False, "lines": [disk.format(s)]})
     assert [b["lines"] for b in printed] == [[disk.format("27,160")]]
     assert len(log.read_text().splitlines()) == 3 and "(raylet) [2026" in log.read_text()
+
+
+def _raylet(line):
+    return {"pid": "raylet", "ip": "192.0.2.2", "localhost": "192.0.2.2", "is_err": True, "lines": [line]}
+
+
+# the raylet's summary of worker deaths and OOM kills (node_manager.cc, Ray 2.60: the text of the raylet binary,
+# filled in as it prints it); each is a new event, though the second reads like the first, numbers aside
+OOM = ("[2026-12-02 03:1{}:07,412 E 20179 20179] (raylet) node_manager.cc:3245: 1 Workers (tasks / actors) killed due "
+       "to memory pressure (OOM), 0 Workers crashed due to other reasons at node (ID: 54bc6540a1, IP: 192.0.2.2) over "
+       "the last time period. To see more information about the Workers killed on this node, use `ray logs raylet.out "
+       "-ip 192.0.2.2`")  # fmt: skip
+CRASH = ("[2026-12-02 03:1{}:41,096 E 20179 20179] (raylet) node_manager.cc:3245: 0 Workers (tasks / actors) killed "
+         "due to memory pressure (OOM), 1 Workers crashed due to other reasons at node (ID: 54bc6540a1, IP: 192.0.2.2) "
+         "over the last time period. To see more information about the Workers killed on this node, use `ray logs "
+         "raylet.out -ip 192.0.2.2`")  # fmt: skip
+
+
+def test_repeated_worker_deaths_and_oom_kills_show_every_time(routed):
+    out, printed, log = routed
+    for minute in (1, 2, 3):
+        out(_raylet(OOM.format(minute)))
+        out(_raylet(CRASH.format(minute)))
+    assert [b["lines"] for b in printed] == [[x.format(m)] for m in (1, 2, 3) for x in (OOM, CRASH)]
+    assert len(log.read_text().splitlines()) == 6
+
+
+def test_a_traceback_line_is_never_taken_for_a_warnings_source_line(routed):
+    out, printed, _ = routed
+    frame = '  File "/work/rlvr/train/policy.py", line 12, in update'
+    tb = ["Traceback (most recent call last):", frame, "    loss = 1 / 0", "ZeroDivisionError: division by zero"]
+    # a known warning, its source line (dropped), then a traceback: every traceback line shows
+    out(_batch([SEEN[1], '  if hasattr(value, "__dict__"):', *tb]))
+    # another thread's known warning lands between a traceback's first line and its frame (and at a batch's end)
+    out(_batch([tb[0], SEEN[1]]))
+    out(_batch(tb[1:]))
+    # an exception group's bars under a known warning
+    out(_batch([SEEN[1], "  + Exception Group Traceback (most recent call last):", "  | ValueError: two"]))
+    assert [b["lines"] for b in printed] == [tb, tb[:1], tb[1:],
+                                             ["  + Exception Group Traceback (most recent call last):",
+                                              "  | ValueError: two"]]  # fmt: skip
 
 
 def test_rlvr_console_all_shows_everything(routed, monkeypatch):

@@ -158,10 +158,37 @@ def test_generated_pairs_have_no_false_verdicts() -> None:
         ("5 or 7", None),  # two answers, not a label
         ("28 percent", None),  # the percent rule (case V4)
         ("42 is the answer", None),  # a sentence
+        # issue 23: every label form, and the products that must stay products
+        ("42 (g)", ("42", "g")),  # one-letter unit: math-verify alone reads 42*g
+        ("-7 (s)", ("-7", "s")),
+        ("3.5 (m)", ("3.5", "m")),
+        ("3/4 (h)", ("3/4", "h")),
+        ("$42 (g)", ("42", "g")),
+        (r"\frac{3}{4} (m)", (r"\frac{3}{4}", "m")),
+        (r"42 \text{ g}", ("42", "g")),
+        ("42 (times)", ("42", "times")),  # math-verify alone reads 42*t*i*m*e*s
+        ("42 times", ("42", "times")),
+        ("12 (m/s)", ("12", "m/s")),
+        ("12 m/s", ("12", "m/s")),
+        ("5 (cm^2)", ("5", "cm^2")),
+        ("2(x)", None),  # 2x
+        ("3 (x)", None),  # x is no unit symbol
+        ("2(m)", None),  # one letter right after the number: a product
+        ("2 xy", None),  # two letters that are no unit symbol
+        ("2(xy)", None),
+        ("2 times x", None),
+        ("2(a/b)", None),
+        (r"2\mathrm{e}", None),
     ],
 )
 def test_split_label(text: str, split: tuple[str, str] | None) -> None:
     assert split_label(text) == split
+
+
+def test_known_label_and_numeric_golds() -> None:
+    assert split_label("42 L") is None and split_label("42 L", known="L") == ("42", "L")  # the gold's own label
+    assert split_label("6 m") is None and split_label("6 m", numeric=True) == ("6", "m")  # a numeric gold
+    assert split_label("2 xy", numeric=True) is None
 
 
 def test_labelled_gold_math(mv: MathVerifier) -> None:
@@ -177,11 +204,35 @@ def test_labelled_gold_math(mv: MathVerifier) -> None:
         MathVerifier(units="strip")
 
 
+@pytest.mark.parametrize("gold", ["42 (g)", "42 (m)", "42 (s)", "42 (L)", "42 (times)", "42 (m/s)", r"42 \text{ g}"])
+def test_every_label_form_math(mv: MathVerifier, gold: str) -> None:
+    # issue 23: each of these scored 0 "wrong" for every right response before (benchmarks/label_golds.py)
+    label = gold.split("(")[-1].rstrip(")") if "(" in gold else "g"
+    assert mv.verify(r"\boxed{42}", gold).score == 1.0
+    assert mv.verify("The answer is 42", gold).score == 1.0
+    assert mv.verify(f"The answer is 42 {label}.", gold).score == 1.0
+    assert mv.verify(rf"\boxed{{42 \text{{ {label}}}}}", gold).score == 1.0
+    assert mv.verify(rf"\boxed{{42 {label}}}", gold).score == 1.0  # bare: the gold's own label (``known``)
+    assert mv.verify(r"\boxed{43}", gold).reason == "wrong"
+
+
+def test_products_keep_their_meaning(mv: MathVerifier) -> None:
+    assert mv.verify(r"\boxed{2}", "2(x)").score == 0.0 and mv.verify(r"\boxed{2x}", "2(x)").score == 1.0
+    assert mv.verify(r"\boxed{3}", "3 (x)").score == 0.0 and mv.verify(r"\boxed{3x}", "3 (x)").score == 1.0
+    assert mv.verify(r"\boxed{2}", "2 xy").score == 0.0 and mv.verify(r"\boxed{2xy}", "2 xy").score == 1.0
+    assert mv.verify(r"\boxed{2}", "2(xy)").score == 0.0
+    assert mv.verify(r"\boxed{(1, 2)}", "(1, 2)").score == 1.0 and mv.verify(r"\boxed{[1, 2]}", "(1, 2)").score == 0
+    assert mv.verify(r"\boxed{a}", "(a+b)").score == 0.0 and mv.verify(r"\boxed{f}", "f(x)").score == 0.0
+
+
 def test_labelled_gold_numeric() -> None:
     nv = NumericVerifier()
     assert nv.verify("#### 9", "9 (apples)").score == 1.0
     assert nv.verify("about 12 km/h", "12 km/h").score == 1.0
     assert parse_gold_number("1,000 square feet") == 1000.0
+    assert parse_gold_number("42 (g)") == 42.0 and parse_gold_number("42 g") == 42.0
+    assert parse_gold_number("-3.5 (times)") == -3.5 and parse_gold_number("12 (m/s)") == 12.0
+    assert parse_gold_number("2 xy") is None
     assert NumericVerifier(units="refuse").verify("9", "9 (apples)").reason == "bad_gold"
     with pytest.raises(ValueError, match="units"):
         NumericVerifier(units="strip")

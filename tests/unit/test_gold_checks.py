@@ -189,6 +189,20 @@ def test_labelled_gold_rule(name: str) -> None:
     assert "units: number" in report.bad[0].reason
 
 
+@pytest.mark.parametrize("name", ["math", "numeric"])
+def test_every_label_form_is_read_or_refused_at_load(name: str) -> None:
+    # issue 23: one-letter units and words math-verify reads as products are labels too: usable under units:
+    # number, refused with the fix under units: refuse (never a silent product such as 42*g)
+    rows = rows_of("42 (g)", "3.5 (times)", "12 (m/s)", "7")
+    kept, report = check_golds(rows, [VerifierSpec(name=name)])
+    assert len(kept) == 4 and report.bad == ()
+    kept, report = check_golds(rows, [VerifierSpec(name=name, args={"units": "refuse"})])
+    assert [r["gold"] for r in kept] == ["7"]
+    assert [b.reason.split(" under")[0] for b in report.bad] == [
+        "a number followed by a label ('g')", "a number followed by a label ('times')",
+        "a number followed by a label ('m/s')"]  # fmt: skip
+
+
 def test_gsm8k_verifier_check_gold_follows_its_unit_rule():
     """The gsm8k verifier's load check reads a labelled gold the way its verify does (units: number by default)."""
     from rlvr_verifiers.gsm8k import Gsm8kVerifier
