@@ -90,12 +90,14 @@ def test_each_timing_means_the_same_in_both_loops(tmp_path):
         rows = _metrics(train(_recipe(tmp_path / str(n), "run.steps=3", f"rollout.max_staleness={n}"),
                               executor=ex).run_dir)[1:]  # fmt: skip
         for r in rows:
-            assert r[mn.TIMING_TRAIN_S] == pytest.approx(0.2, abs=0.03), n
-            assert r[mn.TIMING_ROLLOUT_S] == pytest.approx(0.5, abs=0.1), n
-            assert r[mn.TIMING_TRAIN_WAIT_S] == pytest.approx(0.2 if n == 0 else 0.0, abs=0.08), n
+            # bounds loose enough for a loaded machine (the sleeps are exact, the threads' wake-ups are not); the
+            # broken readings are far outside them: train_s 0.5 (the generation), train_wait_s 0.5 under N = 1
+            assert r[mn.TIMING_TRAIN_S] == pytest.approx(0.2, abs=0.06), n
+            assert r[mn.TIMING_ROLLOUT_S] == pytest.approx(0.5, abs=0.25), n
+            assert r[mn.TIMING_TRAIN_WAIT_S] == pytest.approx(0.2 if n == 0 else 0.0, abs=0.15), n
             # the step is made of its stages: on-policy they add up, asynchronous the update hides in the rollout
             stages = r[mn.TIMING_ROLLOUT_S] + r[mn.TIMING_REWARD_S] + r[mn.TIMING_TRAIN_WAIT_S] + r[mn.TIMING_SYNC_S]
-            assert r[mn.TIMING_STEP_S] == pytest.approx(stages, abs=0.1), n
+            assert r[mn.TIMING_STEP_S] == pytest.approx(stages, abs=0.2), n
 
 
 def test_dynamic_sampling_refill_rounds_are_timed(tmp_path):
