@@ -45,8 +45,8 @@ class PendingRollout:
 
 def role_env(recipe: Recipe, run_dir: Path, threads: int) -> dict[str, str]:
     """Environment for every role process: thread counts and caches inside writable places. The engines' own
-    settings (KV cache, vLLM's thread binding) are theirs to pass to vLLM (:class:`rlvr.rollout.vllm_engine.VLLMEngine`),
-    not variables shared by every role."""
+    settings (KV cache, vLLM's thread binding) are theirs to pass to vLLM
+    (:class:`rlvr.rollout.vllm_engine.VLLMEngine`), not variables shared by every role."""
     cache = os.environ.get("RLVR_CACHE", str(Path.home() / ".cache" / "rlvr"))
     env = {
         "OMP_NUM_THREADS": str(max(1, threads)),

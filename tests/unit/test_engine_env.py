@@ -169,3 +169,11 @@ def test_tensor_parallel_without_the_probe_is_refused_naming_both_keys_and_the_f
 def test_a_kv_cache_of_zero_is_refused_at_load():
     with pytest.raises(RecipeError, match=r"rollout\.kv_cache_gib=0\.0 must be > 0 GiB"):
         load_recipe(TINY, ["rollout.kv_cache_gib=0"])
+
+
+def test_reward_resources_reach_the_reward_bundle():
+    """What pins the reward role in the two-node test (tests/integration/test_scale_out.py)."""
+    from rlvr.runtime.roles import role_resources
+
+    res = role_resources(load_recipe(TINY, ["reward.resources={head_node: 1}"]), {})
+    assert res["reward"][0].bundle_dict() == {"CPU": 0.1, "head_node": 1}
