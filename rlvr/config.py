@@ -125,7 +125,7 @@ class RolloutConfig:
     top_k: int = -1
     """Top-k sampling; training needs -1 (off), for the same reason as ``top_p``."""
     kv_cache_gib: float = 1.0
-    """KV cache per engine on CPU (``VLLM_CPU_KVCACHE_SPACE``)."""
+    """KV cache per engine worker on CPU, GiB (vLLM's ``kv_cache_memory_bytes``)."""
     gpu_memory_utilization: float = 0.4
     """vLLM's share of GPU memory per engine (GPU only)."""
     enforce_eager: bool = True
@@ -210,7 +210,8 @@ class JudgeConfig:
     """Ray custom resources of the judge role (e.g. ``{judge_node: 1}``): pins it to chosen nodes. Empty: anywhere
     it fits."""
     kv_cache_gib: float = 1.0
-    """KV cache of the judge engine on CPU (``VLLM_CPU_KVCACHE_SPACE`` of its process), GiB."""
+    """KV cache of the judge engine on CPU, GiB (vLLM's ``kv_cache_memory_bytes``: its own, whichever engine
+    started first in the process)."""
     max_model_len: int = 1024
     """Tokens of a judge prompt (template + question + response) plus its verdict; a longer prompt is a per-sample
     ``judge_unparseable`` failure, not an error."""

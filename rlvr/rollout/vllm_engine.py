@@ -11,6 +11,7 @@ import os
 import time
 
 from rlvr.rollout.base import checkpoint_shapes, set_threads
+from rlvr.runtime.environ import recording_env, scoped_env
 from rlvr.types import Completion, Prompt, SamplingConfig
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,43 @@ def cpu_bind(tensor_parallel_size: int, threads: int, cores: list[int] | None = 
         mine = [cores[(j * n + t) % len(cores)] for t in range(n)]
         parts.append(",".join(str(c) for c in mine))
     return "|".join(parts)
+
+
+GIB = 1 << 30
+
+
+def kv_cache_bytes(kv_cache_gib: float) -> int:
+    """vLLM's ``kv_cache_memory_bytes`` for a KV cache of ``kv_cache_gib`` GiB (per worker): bytes, at least 1 MiB.
+    Errors: ValueError for a size that is not > 0."""
+    if not kv_cache_gib > 0:
+        raise ValueError(f"kv_cache_gib={kv_cache_gib} must be > 0 GiB (rollout.kv_cache_gib / judge.kv_cache_gib)")
+    return max(1 << 20, int(kv_cache_gib * GIB))
+
+
+def construction_env(gpu: bool, tensor_parallel_size: int, threads: int,
+                     cpus: tuple[int, ...] = ()) -> tuple[dict[str, str], tuple[str, ...]]:
+    """The variables vLLM 0.32 reads only from the environment, as one engine's construction needs them: (set,
+    unset). vLLM's worker processes (tensor parallel) are started during the construction and keep them; the
+    engine's own process has them only while it is built (:func:`rlvr.runtime.environ.scoped_env`).
+
+    On CPU: ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (the engine core in this process: ~3 s to start instead of
+    25-45 s); ``OMP_NUM_THREADS`` = ``threads`` (> 0); ``VLLM_CPU_OMP_THREADS_BIND`` = :func:`cpu_bind` over
+    ``cpus`` or, with tensor parallel, over this process's cores, else ``nobind``; ``VLLM_CPU_KVCACHE_SPACE``
+    unset, as it would override the explicit ``kv_cache_memory_bytes`` (vLLM's CPU platform reads it last).
+    On GPU: nothing."""
+    if gpu:
+        return {}, ()
+    tp = tensor_parallel_size
+    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    if threads > 0:
+        env["OMP_NUM_THREADS"] = str(threads)
+    if cpus:  # rollout.cpus: the recipe's cores for generation (the trainer's are elsewhere)
+        env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_bind(tp, threads, list(cpus))
+    elif tp > 1:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_bind(tp, threads)
+    elif threads > 0:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+    return env, ("VLLM_CPU_KVCACHE_SPACE",)
 
 
 class VLLMEngine:
@@ -62,21 +100,6 @@ class VLLMEngine:
     ) -> None:
         gpu = _on_gpu()
         tp = tensor_parallel_size
-        if not gpu:
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, int(round(kv_cache_gib)))))
-            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-            if threads > 0:
-                os.environ["OMP_NUM_THREADS"] = str(threads)
-            if cpus:  # rollout.cpus: the recipe's cores for generation (the trainer's are elsewhere)
-                os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_bind(tp, threads, list(cpus))
-            elif tp > 1:
-                os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_bind(tp, threads))
-            elif threads > 0:
-                os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-        set_threads(threads)
-        from vllm import LLM
-
-        t0 = time.perf_counter()
         kwargs = dict(
             model=model_dir,
             dtype=dtype,
@@ -92,7 +115,16 @@ class VLLMEngine:
             kwargs["distributed_executor_backend"] = "mp"  # vLLM's worker processes, inside this actor's bundle
         if gpu:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
-        self.llm = LLM(**kwargs)
+        else:
+            kwargs["kv_cache_memory_bytes"] = kv_cache_bytes(kv_cache_gib)
+        with recording_env(), scoped_env(*construction_env(gpu, tp, threads, cpus)):
+            set_threads(threads)
+            from vllm import LLM, envs
+
+            # vLLM caches its environment variables once an engine is up in this process: read this one's afresh
+            envs.disable_envs_cache()
+            t0 = time.perf_counter()
+            self.llm = LLM(**kwargs)
         self.model_dir = model_dir
         self.tensor_parallel_size = tp
         self.policy_version = 0

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlvr.console import route_role_output
+from rlvr.runtime.environ import clean_env, env_difference, recording_env, restore_env, scoped_env
 
 log = logging.getLogger(__name__)
 
@@ -265,21 +266,25 @@ class LocalExecutor:
     def __init__(self) -> None:
         self._threads: list[cf.ThreadPoolExecutor] = []
         self.timeline = Timeline()
+        self._env_before: dict[str, str | None] = {}
+        """What the roles changed in this process's environment (variable -> earlier value): undone at shutdown."""
 
     def spawn(self, name: str, cls: type, *args: Any, resources: Resources = Resources(), **kwargs: Any) -> Handle:
-        for k, v in resources.env.items():
-            os.environ.setdefault(k, v)
+        # every role shares this process's environment: the first role's value of a variable holds until shutdown
+        with recording_env(self._env_before):
+            for k, v in resources.env.items():
+                os.environ.setdefault(k, v)
         thread = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"rlvr-{name}")
         self._threads.append(thread)
         return Handle(name, (thread, thread.submit(self._construct, cls, args, kwargs)), self)
 
     _BUILD_LOCK = threading.Lock()
 
-    @classmethod
-    def _construct(cls_, cls: type, args: tuple, kwargs: dict) -> Any:
+    def _construct(self, cls: type, args: tuple, kwargs: dict) -> Any:
         # one role is built at a time: model loading (transformers, vLLM) touches process-global state, and two
-        # loads on two threads were seen to fail ("Cannot copy out of meta tensor"); roles' calls still overlap
-        with cls_._BUILD_LOCK:
+        # loads on two threads were seen to fail ("Cannot copy out of meta tensor"); roles' calls still overlap.
+        # What the build writes into os.environ (vLLM's LD_PRELOAD, a trainer's MASTER_ADDR, ...) is recorded.
+        with self._BUILD_LOCK, recording_env(self._env_before):
             return cls(*args, **kwargs)
 
     BUILD_METHODS = ("setup",)
@@ -290,7 +295,7 @@ class LocalExecutor:
 
         def run():
             if method in self.BUILD_METHODS:
-                with self._BUILD_LOCK:
+                with self._BUILD_LOCK, recording_env(self._env_before):
                     return _timed(obj.result(), method, args, kwargs)
             return _timed(obj.result(), method, args, kwargs)
 
@@ -334,9 +339,14 @@ class LocalExecutor:
         raise RoleError(f"the local executor cannot restart {handle.name}: use run.executor=ray", handle.name)
 
     def shutdown(self) -> None:
+        """Stop the roles' threads and give this process's environment back as it was before the first spawn
+        (the variables the roles set or changed, :mod:`rlvr.runtime.environ`): a ``ray start`` or child process
+        started afterwards does not inherit them."""
         for t in self._threads:
             t.shutdown(wait=False, cancel_futures=True)
         self._threads.clear()
+        restore_env(self._env_before)
+        self._env_before.clear()
 
 
 class RayExecutor:
@@ -362,7 +372,10 @@ class RayExecutor:
             )
             if address is None and num_cpus is not None:
                 kwargs["num_cpus"] = num_cpus
-            ray.init(**kwargs)
+            # a Ray of our own starts its raylet from this process's environment: without what roles built in
+            # this process left there (their settings are the runtime_env's)
+            with scoped_env(*env_difference(clean_env())):
+                ray.init(**kwargs)
         # the actors' stdout/stderr: every line to RUN/train.log, known third-party noise left off the console
         if not route_role_output():
             log.debug("the roles' output is Ray's to print: no ray_print_logs handler to route (log_to_driver off?)")

@@ -46,12 +46,13 @@ class PendingRollout:
 
 
 def role_env(recipe: Recipe, run_dir: Path, threads: int) -> dict[str, str]:
-    """Environment for every role process: thread counts and caches inside writable places."""
+    """Environment for every role process: thread counts and caches inside writable places. The engines' own
+    settings (KV cache, vLLM's thread binding) are theirs to pass to vLLM
+    (:class:`rlvr.rollout.vllm_engine.VLLMEngine`), not variables shared by every role."""
     cache = os.environ.get("RLVR_CACHE", str(Path.home() / ".cache" / "rlvr"))
     env = {
         "OMP_NUM_THREADS": str(max(1, threads)),
         "TOKENIZERS_PARALLELISM": "false",
-        "VLLM_CPU_KVCACHE_SPACE": str(max(1, int(round(recipe.rollout.kv_cache_gib)))),
         "VLLM_CACHE_ROOT": os.environ.get("VLLM_CACHE_ROOT", str(Path(cache) / "vllm")),
         # vLLM logs every weight of a reload at WARNING; the step lines are what a user reads
         "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"),
@@ -88,8 +89,7 @@ def role_resources(recipe: Recipe, env: dict[str, str]) -> dict[str, list[Resour
         "reward": [Resources(num_cpus=ROLE_CPUS, env=env, custom=dict(r.reward.resources), group="reward")],
     }
     if uses_judge(r):
-        jenv = dict(env, OMP_NUM_THREADS=str(max(1, r.judge.threads)),
-                    VLLM_CPU_KVCACHE_SPACE=str(max(1, int(round(r.judge.kv_cache_gib)))))
+        jenv = dict(env, OMP_NUM_THREADS=str(max(1, r.judge.threads)))  # its KV cache: an engine argument
         out["judge"] = [Resources(num_cpus=ROLE_CPUS, num_gpus=r.judge.num_gpus, env=jenv, custom=dict(r.judge.resources),
                                   group="judge")]  # fmt: skip
     if uses_critic(r):
