@@ -71,3 +71,10 @@ def test_train_statistics_are_token_means_over_the_whole_batch(micro):
     assert 0.0 < expect[mn.TRAIN_TIS_WEIGHT_DEV] and expect[mn.TRAIN_ENTROPY] > 1.0  # not a vacuous zero
     for k, v in expect.items():
         assert stats[k] == pytest.approx(v, rel=1e-5), (k, stats[k], v)
+
+
+def test_the_catalogue_says_which_train_statistics_are_token_means_over_all_ranks():
+    said = {e.pattern for e in mn.CATALOGUE if "token mean over all ranks" in e.meaning}
+    assert said == set(mn.TRAIN_TOKEN_MEANS)
+    assert {mn.TRAIN_ENTROPY, mn.TRAIN_KL, mn.TRAIN_CLIPPED, mn.TRAIN_TIS_WEIGHT_DEV} <= said
+    assert not said & {mn.TRAIN_LOSS, mn.TRAIN_GRAD_NORM, mn.TRAIN_TIS_WEIGHT_MAX, mn.TRAIN_TIS_WEIGHT_DEV_MAX}
