@@ -16,9 +16,11 @@ Namespaces (per training step unless said otherwise):
 - ``rollout/``: generation throughput (response tokens per second).
 - ``dynamic_sampling/``: DAPO's refill rounds (``algorithm.dynamic_sampling``).
 - ``data/``: the prompt sampler's position (epochs).
-- ``train/``: the policy update, rank 0's numbers; the policy loss's own statistics are forwarded as
-  ``train/<stat>`` (:func:`train_stat`): token means (nats, fractions of tokens, ratios) averaged over
-  micro-batches, ``*_max`` a max.
+- ``train/``: the policy update; the policy loss's own statistics are forwarded as ``train/<stat>``
+  (:func:`train_stat`). Per-token statistics (:data:`TRAIN_TOKEN_MEANS`, and a loss's own [B, T] statistics) are
+  token means over every response token of the update, all micro-batches and all data-parallel ranks (sums and
+  counts all-reduced, so W ranks report what one rank does on the same batch); ``*_max`` a max; a loss's 0-dim
+  statistics a mean over micro-batches.
 - ``critic/``: the value model (``algorithm.advantage=gae``): its loss, values and returns (reward units).
 - ``adv/``: token advantages (with token-level advantages only: gae, KL in the reward).
 - ``timing/``: wall-clock seconds of each stage, ``timing/<stage>_s`` (:func:`timing`), and
@@ -203,6 +205,15 @@ TRAIN_ROLLOUT_KL_K3 = train_stat("rollout_kl_k3")
 TRAIN_TIS_WEIGHT = train_stat("tis_weight")
 TRAIN_TIS_CAPPED = train_stat("tis_capped")
 TRAIN_TIS_WEIGHT_MAX = train_stat("tis_weight_max")
+# derived by the trainer from tis_weight (rlvr.train.policy): how far the correction weight is from 1
+TRAIN_TIS_WEIGHT_DEV = train_stat("tis_weight_dev")
+TRAIN_TIS_WEIGHT_DEV_MAX = train_stat("tis_weight_dev_max")
+TRAIN_TOKEN_MEANS: tuple[str, ...] = (
+    TRAIN_ENTROPY, TRAIN_KL, TRAIN_DPH_DIV, TRAIN_CLIPPED, TRAIN_CLIPPED_HIGH, TRAIN_CLIPPED_LOW, TRAIN_CLIPPED_DUAL,
+    TRAIN_RATIO, TRAIN_APPROX_KL, TRAIN_ROLLOUT_GAP_ABS, TRAIN_ROLLOUT_KL_K3, TRAIN_TIS_WEIGHT, TRAIN_TIS_CAPPED,
+    TRAIN_TIS_WEIGHT_DEV)  # fmt: skip
+"""The ``train/`` statistics that are token means over all ranks' response tokens (their catalogue meaning says
+"token mean over all ranks"); ``train/dph_div``'s tokens are those of the DPH-RL buffer samples."""
 
 # critic/ (rlvr.train.critic; value_mean and return_mean from the advantage stage), adv/ (the advantage stage)
 CRITIC_VALUE_LOSS = _name(NS_CRITIC, "value_loss")
@@ -298,24 +309,27 @@ CATALOGUE: tuple[Metric, ...] = (
     _M(POLICY_VERSION, "version", "policy version (= step) the engines hold after the step; 0 at validation at start"),
     # train/
     _M(TRAIN_LOSS, "loss", "the whole batch's policy loss per optimizer step"),
-    _M(TRAIN_ENTROPY, "nats", "policy entropy per response token"),
-    _M(TRAIN_KL, "nats", "KL to the reference per response token (algorithm.kl_estimator; kl_coef > 0)"),
+    _M(TRAIN_ENTROPY, "nats", "policy entropy per response token; token mean over all ranks"),
+    _M(TRAIN_KL, "nats", "KL to the reference per response token (algorithm.kl_estimator; kl_coef > 0); token mean over all ranks"),
     _M(TRAIN_GRAD_NORM, "norm", "policy gradient L2 norm before clipping, mean over optimizer steps"),
     _M(TRAIN_SKIPPED, "count", "optimizer steps skipped for a NaN/inf gradient"),
     _M(TRAIN_OPTIMIZER_STEPS, "count", "optimizer steps per rollout batch"),
-    _M(TRAIN_DPH_DIV, "nats", "DPH-RL divergence to the starting policy per token of its buffer samples"),
-    _M(TRAIN_CLIPPED, "fraction", "response tokens whose objective clipping changed (either side, or the dual clip)"),
-    _M(TRAIN_CLIPPED_HIGH, "fraction", "response tokens clipped at 1 + clip_high"),
-    _M(TRAIN_CLIPPED_LOW, "fraction", "response tokens clipped at 1 - clip_low"),
-    _M(TRAIN_CLIPPED_DUAL, "fraction", "response tokens capped by the dual clip (ppo_clip dual_clip_c)"),
-    _M(TRAIN_RATIO, "ratio", "importance ratio pi / pi_old per response token"),
-    _M(TRAIN_APPROX_KL, "nats", "k3 estimate of KL(pi_old || pi) per response token"),
-    _M(TRAIN_ROLLOUT_GAP_ABS, "nats", "|trainer old logprob - engine logprob| per response token"),
+    _M(TRAIN_DPH_DIV, "nats", "DPH-RL divergence to the starting policy per token of its buffer samples; token mean over all ranks"),
+    _M(TRAIN_CLIPPED, "fraction", "response tokens whose objective clipping changed (either side, or the dual clip); token mean over all ranks"),
+    _M(TRAIN_CLIPPED_HIGH, "fraction", "response tokens clipped at 1 + clip_high; token mean over all ranks"),
+    _M(TRAIN_CLIPPED_LOW, "fraction", "response tokens clipped at 1 - clip_low; token mean over all ranks"),
+    _M(TRAIN_CLIPPED_DUAL, "fraction", "response tokens capped by the dual clip (ppo_clip dual_clip_c); token mean over all ranks"),
+    _M(TRAIN_RATIO, "ratio", "importance ratio pi / pi_old per response token; token mean over all ranks"),
+    _M(TRAIN_APPROX_KL, "nats", "k3 estimate of KL(pi_old || pi) per response token; token mean over all ranks"),
+    _M(TRAIN_ROLLOUT_GAP_ABS, "nats", "|trainer old logprob - engine logprob| per response token; token mean over all ranks"),
     _M(TRAIN_ROLLOUT_GAP_ABS_MAX, "nats", "largest |trainer old logprob - engine logprob| of any token"),
-    _M(TRAIN_ROLLOUT_KL_K3, "nats", "k3 estimate of KL(pi_rollout || pi_old) per response token"),
-    _M(TRAIN_TIS_WEIGHT, "ratio", "truncated importance-sampling weight per response token (algorithm.tis_cap)"),
-    _M(TRAIN_TIS_CAPPED, "fraction", "response tokens whose TIS weight hit algorithm.tis_cap (decoupled: dropped over it)"),
+    _M(TRAIN_ROLLOUT_KL_K3, "nats", "k3 estimate of KL(pi_rollout || pi_old) per response token; token mean over all ranks"),
+    _M(TRAIN_TIS_WEIGHT, "ratio", "truncated importance-sampling weight per response token (algorithm.tis_cap); token mean over all ranks"),
+    _M(TRAIN_TIS_CAPPED, "fraction", "response tokens whose TIS weight hit algorithm.tis_cap (decoupled: dropped over it); token mean over all ranks"),
     _M(TRAIN_TIS_WEIGHT_MAX, "ratio", "largest rollout-correction weight of a response token (max over micro-batches)"),
+    _M(TRAIN_TIS_WEIGHT_DEV, "ratio", "|w - 1| per response token, w the rollout-correction weight (tis_cap or "
+       "decoupled; 0 when w is 1 everywhere); token mean over all ranks"),
+    _M(TRAIN_TIS_WEIGHT_DEV_MAX, "ratio", "largest |w - 1| of a response token (max over micro-batches and ranks)"),
     # critic/, adv/
     _M(CRITIC_VALUE_LOSS, "loss", "clipped value loss per optimizer step, mean over steps"),
     _M(CRITIC_VALUE_CLIP_FRAC, "fraction", "response tokens where the clipped value term was the larger"),

@@ -6,7 +6,8 @@ an optional frozen reference model, and the trainer side of weight sync. Every r
 batch and takes its own slice of each mini-batch; the loss normalisers are the counts of the *whole* mini-batch
 (all ranks, all micro-batches), so the update does not depend on how the batch is split (see
 :mod:`rlvr.algos.losses`). The no-grad passes (old and reference logprobs) are split over the ranks and
-all-gathered (:meth:`PolicyWorker.compute_logprobs`), and the step's statistics combined over the ranks.
+all-gathered (:meth:`PolicyWorker.compute_logprobs`), and the step's token statistics are sums and counts
+combined over the ranks (token means over all ranks' tokens).
 
 Start-up is two-phase, so that the data-parallel group's master lives where rank 0 does: construct every rank
 (cheap), ask rank 0 for :meth:`PolicyWorker.rendezvous_address` (its node's IP, a port free there), then call
@@ -323,10 +324,12 @@ class PolicyWorker:
 
         Old logprobs are recomputed with the current weights before the first step when more than one optimizer
         step is taken; with exactly one, the detached logprobs of that step's own forward pass are the same numbers
-        and are used instead (one forward pass saved). Returns rank 0's metrics: each ``train/*`` statistic is a
-        token mean within a micro-batch (normaliser: its response tokens), averaged over micro-batches (``*_max``:
-        the max); ``train/loss`` is the whole batch's loss per optimizer step. With W ranks every rank returns the
-        statistics of all ranks combined (:meth:`_across_ranks`).
+        and are used instead (one forward pass saved). Returns the step's metrics, the same on every rank: each
+        per-token ``train/*`` statistic (entropy, KL, the loss's [B, T] statistics) is a token mean over every
+        response token the step's forwards saw (all micro-batches, mini-batches, epochs and ranks: sums over
+        counts, :meth:`_across_ranks`), so it does not depend on W or the micro-batch size; a loss's 0-dim
+        statistics are averaged over micro-batches (``*_max``: the max); ``train/grad_norm`` is the mean over
+        optimizer steps; ``train/loss`` is the whole batch's loss per optimizer step.
         """
         r = self.recipe
         t0 = time.perf_counter()
@@ -343,6 +346,7 @@ class PolicyWorker:
                              f"{r.samples_per_step} (prompts_per_step x samples_per_prompt)")
         micro = min(r.trainer.micro_batch_size, mb_size // world)
         stats: dict[str, list[float]] = {}
+        sums: dict[str, list[float]] = {}  # token statistic -> [sum over response tokens, token count], this rank
         g = torch.Generator().manual_seed(policy_order_seed(r.run.seed, self.version))
         lengths = batch.attention_mask.sum(1)  # [B] tokens of each sequence
         for _epoch in range(r.algorithm.ppo_epochs):
@@ -358,14 +362,19 @@ class PolicyWorker:
                 mine = mini[self.rank :: world]  # this rank's share of the mini-batch
                 for k in range(0, len(mine), micro):
                     idx = mine[k : k + micro]
-                    s = self._micro_step(batch.select(idx), old, ref, idx, num_tokens, num_seqs, dph if k == 0 else None)
+                    s, toks = self._micro_step(batch.select(idx), old, ref, idx, num_tokens, num_seqs,
+                                               dph if k == 0 else None)  # fmt: skip
                     for key, v in s.items():
                         stats.setdefault(key, []).append(v)
+                    for key, (total, count) in toks.items():
+                        acc = sums.setdefault(key, [0.0, 0.0])
+                        acc[0] += total
+                        acc[1] += count
                 grad_norm, applied = self._optimizer_step()
                 stats.setdefault(mn.TRAIN_GRAD_NORM, []).append(grad_norm)
                 stats.setdefault(mn.TRAIN_SKIPPED, []).append(float(not applied))
         self.version += 1
-        # per-micro-batch means averaged over micro-batches; "_max" statistics take the max
+        # scalar statistics (a loss's 0-dim ones, the grad norm): averaged over micro-batches / steps; "_max" the max
         summed = (mn.TRAIN_LOSS, mn.TRAIN_SKIPPED)
         out = {k: float(max(v) if k.endswith("_max") else sum(v) / len(v)) for k, v in stats.items() if k not in summed}
         out[mn.TRAIN_SKIPPED] = float(sum(stats[mn.TRAIN_SKIPPED]))
@@ -374,30 +383,44 @@ class PolicyWorker:
         out[mn.TRAIN_LOSS] = float(sum(stats.get(mn.TRAIN_LOSS, [0.0]))) / steps
         out[mn.TRAIN_OPTIMIZER_STEPS] = float(steps)
         out[mn.TIMING_TRAIN_INNER_S] = time.perf_counter() - t0
-        return self._across_ranks(out)
+        return self._across_ranks(out, sums)
 
-    def _across_ranks(self, stats: dict[str, float]) -> dict[str, float]:
+    def _across_ranks(self, stats: dict[str, float], sums: dict[str, list[float]]) -> dict[str, float]:
         """Combine every rank's statistics (each rank holds its share of the micro-batches, the same number on
-        each): ``train/loss`` summed (the whole batch's loss), ``*_max`` and timings the max, the rest the mean
-        over the ranks that have the statistic. One rank: ``stats`` as they are. Every rank must call it."""
-        if self.world_size == 1 or not self.ds:
-            return stats
-        import torch.distributed as dist
+        each). ``sums``: token statistic -> [sum over this rank's response tokens, their count]; the result is
+        the sums of all ranks over the counts of all ranks, a token mean over every rank's tokens (0.0 when there
+        were none), so W ranks report what one rank reports on the same batch. ``stats`` (scalars):
+        ``train/loss`` summed (the whole batch's loss), ``*_max``, timings, skipped and optimizer steps the max,
+        the rest the mean over the ranks that have the statistic. Every rank must call it."""
+        parts: list[tuple[dict[str, float], dict[str, list[float]]]] = [(stats, sums)]
+        if self.world_size > 1 and self.ds:
+            import torch.distributed as dist
 
-        parts: list[dict[str, float]] = [{} for _ in range(self.world_size)]
-        dist.all_gather_object(parts, stats)
+            parts = [({}, {}) for _ in range(self.world_size)]
+            dist.all_gather_object(parts, (stats, sums))
         out: dict[str, float] = {}
-        for k in sorted({k for p in parts for k in p}):
-            vals = [p[k] for p in parts if k in p]
+        for k in sorted({k for p, _ in parts for k in p}):
+            vals = [p[k] for p, _ in parts if k in p]
             if k == mn.TRAIN_LOSS:
                 out[k] = float(sum(vals))
             elif k.endswith("_max") or k == mn.TIMING_TRAIN_INNER_S or k in (mn.TRAIN_SKIPPED, mn.TRAIN_OPTIMIZER_STEPS):
                 out[k] = float(max(vals))
             else:
                 out[k] = float(sum(vals) / len(vals))
+        for k in sorted({k for _, q in parts for k in q}):
+            total = sum(q[k][0] for _, q in parts if k in q)
+            count = sum(q[k][1] for _, q in parts if k in q)
+            out[k] = float(total / count) if count > 0 else 0.0
         return out
 
-    def _micro_step(self, mb: TrainBatch, old, ref, idx, num_tokens: float, num_seqs: float, dph: TrainBatch | None) -> dict[str, float]:
+    def _micro_step(self, mb: TrainBatch, old, ref, idx, num_tokens: float, num_seqs: float,
+                    dph: TrainBatch | None) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+        """Forward, loss and backward of one micro-batch. Returns (scalars, token sums): scalars are
+        ``train/loss`` (this micro-batch's share of the mini-batch loss), the policy loss's 0-dim statistics and
+        ``train/tis_weight_dev_max``; token sums map each per-token statistic (entropy, KL, the loss's [B, T]
+        statistics, ``train/tis_weight_dev`` = |w - 1| of the rollout-correction weight w) to (sum over the
+        micro-batch's response tokens, their count), and ``train/dph_div`` to (sum, count) over its own samples'
+        tokens. :meth:`_across_ranks` turns the sums into token means."""
         al = self.algo
         mask = mb.loss_mask.to(self.device)
         lp, ent = self._forward(self.module, mb, need_entropy=True, entropy_grad=al.entropy_coef > 0)
@@ -422,24 +445,30 @@ class PolicyWorker:
             self.scaler.scale(out_loss.backward).backward()
         else:
             out_loss.backward.backward()
-        n = mask.sum().clamp(min=1.0)
-        out = {
-            mn.TRAIN_LOSS: float(loss.detach()),
-            mn.TRAIN_ENTROPY: float((ent.detach() * mask).sum() / n),
-        }
+        n = float(mask.sum())
+        out = {mn.TRAIN_LOSS: float(loss.detach())}
+        toks = {mn.TRAIN_ENTROPY: (float((ent.detach() * mask).sum()), n)}
         for k, v in pstats.items():
             if torch.is_tensor(v) and v.dim() > 0:
-                v = (v.float() * mask).sum() / n
-            out[mn.train_stat(k)] = float(v)
+                v = v.detach().float()
+                toks[mn.train_stat(k)] = (float((v * mask).sum()), n)
+                if k == "tis_weight":  # how far the rollout correction's weight is from 1 (1: no correction)
+                    dev = (v - 1.0).abs() * mask
+                    toks[mn.TRAIN_TIS_WEIGHT_DEV] = (float(dev.sum()), n)
+                    out[mn.TRAIN_TIS_WEIGHT_DEV_MAX] = float(dev.max()) if dev.numel() else 0.0
+            else:
+                out[mn.train_stat(k)] = float(v)
         if kl is not None:
-            out[mn.TRAIN_KL] = float((kl.detach() * mask).sum() / n)
-        out.update(dph_stats)
-        return out
+            toks[mn.TRAIN_KL] = (float((kl.detach() * mask).sum()), n)
+        toks.update(dph_stats)
+        return out, toks
 
-    def _dph_loss(self, dph: TrainBatch) -> tuple[torch.Tensor, dict[str, float]]:
+    def _dph_loss(self, dph: TrainBatch) -> tuple[torch.Tensor, dict[str, tuple[float, float]]]:
         """DPH-RL term (Li et al. 2025, arXiv 2509.07430, sec. 4) on this rank's share of the starting policy's
         samples: ``dph_coef * sum(div * mask) / (response tokens of the whole dph batch)``; div per token from
-        :func:`rlvr.algos.kl.dph_forward_kl` or :func:`~rlvr.algos.kl.dph_js` against the stored pi_ref logprobs."""
+        :func:`rlvr.algos.kl.dph_forward_kl` or :func:`~rlvr.algos.kl.dph_js` against the stored pi_ref logprobs.
+        Returns (loss, {``train/dph_div``: (divergence summed over this rank's share's tokens, their count)}; {}
+        for a rank with no share)."""
         total = float(dph.loss_mask.sum().clamp(min=1.0))
         mine = list(range(self.rank, len(dph), self.world_size))
         # a rank with no share (len(dph) < world size) still runs the forward and backward, on row 0 with weight 0:
@@ -450,7 +479,7 @@ class PolicyWorker:
         lp, _ = self._forward(self.module, part, need_entropy=False)
         ref_lp = part.rollout_logprobs[:, : lp.shape[1]].to(self.device)
         loss, div = dph_term(self.dph_fn, lp, ref_lp, m, self.algo.dph_coef, total, weight)
-        return loss, ({mn.TRAIN_DPH_DIV: float(div.detach().sum() / m.sum().clamp(min=1.0))} if mine else {})
+        return loss, ({mn.TRAIN_DPH_DIV: (float(div.detach().sum()), float(m.sum()))} if mine else {})
 
     def _optimizer_step(self) -> tuple[float, bool]:
         """Finish one optimizer step: (gradient L2 norm before clipping, whether the update was applied).

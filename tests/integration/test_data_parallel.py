@@ -5,7 +5,14 @@ rows only (half the forward work each), all-gathered so that every rank trains o
 The batch: 8 sequences of varied lengths, advantages of both signs; mini-batches of 4 and two epochs (4 optimizer
 steps) so the old logprobs are recomputed (sharded) rather than taken from the step's own forward, and the second
 epoch's permutation hands each rank rows the other computed; the KL to the reference in the loss, so reference
-logprobs are sharded too. The logprobs alone are also checked on 7 rows (not a multiple of W: rank 1 pads)."""
+logprobs are sharded too. The logprobs alone are also checked on 7 rows (not a multiple of W: rank 1 pads).
+
+"The same update" is checked where a scale shows: the gradient norm before clipping (``train/grad_norm``; AdamW's
+weights alone would not see a W = 2 gradient that forgot its ``* world_size``, Adam being invariant to a constant
+gradient scale), the loss, and the weights. The per-token ``train/*`` statistics are token means over every rank's
+tokens: each is worked out here from the per-token values the W = 1 run's loss saw (recorded in the child by
+wrapping ``micro_batch_loss``), and both runs must report it; the length-sorted dealing gives rank 0 the longer
+sequence of each pair, so the ranks hold different token counts and a mean of per-rank means is off."""
 
 from __future__ import annotations
 
@@ -46,15 +53,27 @@ def _rank_main(stage: int, rank: int, world: int, port: int, out: str) -> None:
     from rlvr.recipe import load_recipe
     from rlvr.train.policy import PolicyWorker
 
+    import rlvr.train.policy as policy
+
+    seen: list[dict[str, torch.Tensor]] = []  # per micro-batch: the mask and every per-token value the loss saw
+    real = policy.micro_batch_loss
+
+    def spy(cfg, logprobs, old_logprobs, advantages, mask, **kw):
+        res = real(cfg, logprobs, old_logprobs, advantages, mask, **kw)
+        per_token = {k: v for k, v in res.stats.items() if torch.is_tensor(v) and v.dim() > 0}
+        seen.append({k: v.detach().float().cpu() for k, v in
+                     {"mask": mask, "entropy": kw["entropy"], **per_token}.items()})  # fmt: skip
+        return res
+
+    policy.micro_batch_loss = spy
     r = load_recipe(TINY, COMMON + [f"trainer.zero_stage={stage}", f"trainer.num_workers={world}"])
-    w = PolicyWorker(r, resolve_model("tiny-random"), rank, world, "127.0.0.1", port)
+    w = policy.PolicyWorker(r, resolve_model("tiny-random"), rank, world, "127.0.0.1", port)
     batch = _batch()
     old = w.compute_logprobs(batch.select(list(range(7))))  # the all-gathered [7, S-1] every rank returns
     w.logprob_rows = 0
     stats = w.train_step(batch)
     weights = {n: t.clone() for n, t in w._named_weights()}  # every rank joins each ZeRO-3 gather
-    if rank == 0:
-        torch.save({"weights": weights, "old": old}, out + ".pt")
+    torch.save({"weights": weights, "old": old, "seen": seen} if rank == 0 else {"seen": seen}, out + ".pt")
     Path(out).write_text(json.dumps({"stats": stats, "rows": w.logprob_rows}))
 
 
@@ -74,8 +93,20 @@ def _run(stage: int, world: int, tmp: Path) -> list[dict]:
                 p.kill()
     assert [p.returncode for p in procs] == [0] * world, "\n".join(x[-3000:] for x in logs)
     res = [json.loads(Path(o).read_text()) for o in outs]
-    res[0].update(torch.load(outs[0] + ".pt"))
+    for r, o in zip(res, outs):
+        r.update(torch.load(o + ".pt"))
     return res
+
+
+# the per-token statistics of this recipe (ppo_clip, KL in the loss, engine logprobs given, no TIS)
+TOKEN_STATS = ("entropy", "kl", "clipped", "clipped_high", "clipped_low", "clipped_dual", "ratio", "approx_kl",
+               "rollout_gap_abs", "rollout_kl_k3")  # fmt: skip
+
+
+def _token_means(seen: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+    """Each statistic summed over every response token of every micro-batch, over the number of those tokens."""
+    n = sum(float(s["mask"].sum()) for s in seen)
+    return {f"train/{k}": sum(float((s[k] * s["mask"]).sum()) for s in seen) / n for k in TOKEN_STATS}
 
 
 @pytest.mark.timeout(900)
@@ -88,9 +119,20 @@ def test_two_ranks_take_the_same_update_as_one(stage, tmp_path):
     # train_step's forwards without gradient: the old logprobs (policy) and the reference's, B rows each at W = 1;
     # ceil(B / W) = 4 each per rank at W = 2
     assert one[0]["rows"] == 16 and [r["rows"] for r in two] == [8, 8]
-    for k in ("train/loss", "train/kl", "train/clip_frac"):
-        if k in one[0]["stats"]:
-            assert two[0]["stats"][k] == pytest.approx(one[0]["stats"][k], abs=1e-5), k
+    s1, s2 = one[0]["stats"], two[0]["stats"]
+    assert two[1]["stats"] == s2  # every rank returns the combined statistics
+    # scale-sensitive: the gradient before clipping (mean over the 4 optimizer steps) and the loss
+    assert s1["train/grad_norm"] > 1e-3
+    assert s2["train/grad_norm"] == pytest.approx(s1["train/grad_norm"], rel=1e-4), (s1, s2)
+    assert s2["train/loss"] == pytest.approx(s1["train/loss"], abs=1e-5)
+    # token means over all ranks' tokens, worked out from the W = 1 run's per-token values
+    tokens = [sum(int(s["mask"].sum()) for s in r["seen"]) for r in two]
+    assert sum(tokens) == sum(int(s["mask"].sum()) for s in one[0]["seen"]) and tokens[0] != tokens[1], tokens
+    expect = _token_means(one[0]["seen"])
+    assert expect["train/entropy"] > 1.0 and expect["train/kl"] > 0.0  # not a vacuous zero
+    for k, v in expect.items():
+        assert s1[k] == pytest.approx(v, rel=1e-6, abs=1e-9), (k, s1[k], v)
+        assert s2[k] == pytest.approx(v, rel=1e-4, abs=1e-7), (k, s2[k], v)
     w1, w2 = one[0]["weights"], two[0]["weights"]
     assert set(w1) == set(w2)
     start = {n: t for n, t in _start_weights().items()}

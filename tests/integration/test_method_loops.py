@@ -69,7 +69,14 @@ def test_method_recipe_runs_two_steps(path, tmp_path):
         assert all("dynamic_sampling/rounds" in r for r in rows)
     if base.rollout.max_staleness:  # asynchronous (areal): step 2 trains on samples one version behind, weighted
         assert [r["async/staleness_max"] for r in rows] == [0.0, 1.0]
-        assert all(0.0 < r["train/tis_weight"] and math.isfinite(r["train/tis_weight_max"]) for r in rows)
+        # the decoupled weight w = pi_prox / pi_behav per token (train/tis_weight_dev: mean |w - 1|, _max: max).
+        # Step 1 (lag 0): the engine sampled with the trainer's weights, w = 1 up to vLLM's and transformers' fp32
+        # difference (measured 9e-8 mean, 5e-7 max). Step 2 (lag 1): pi_behav is the version before one lr-1e-3
+        # update of the tiny model (measured mean 0.32, max 1.77): a weight stuck at 1 reads 0 here.
+        first, second = rows
+        assert first["train/tis_weight_dev_max"] < 1e-4, first
+        assert second["train/tis_weight_dev"] > 0.01 and second["train/tis_weight_dev_max"] > 0.1, second
+        assert all(0.0 < r["train/tis_weight"] and r["train/tis_weight_max"] <= recipe.algorithm.tis_cap for r in rows)
     if base.algorithm.flawed_penalty:  # fapo: the judge role ran on the correct samples, once per step
         for r in rows:
             assert r["timing/judge_s"] > 0.0 and r["reward/judged_frac"] == r["reward/correct_frac"], r

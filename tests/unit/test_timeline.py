@@ -48,3 +48,28 @@ def test_staleness_histogram_by_hand():
     m = staleness_metrics([5, 4, 4, 3], 5, 2)
     assert m[mn.ASYNC_STALENESS_MEAN] == pytest.approx(1.0) and m[mn.ASYNC_STALENESS_MAX] == 2.0
     assert [m[mn.staleness(k)] for k in range(3)] == [0.25, 0.5, 0.25]
+
+
+def test_the_timeline_file_holds_each_span_clipped_to_its_step(tmp_path):
+    """``RUN/timeline.jsonl`` (append_step): a span crossing the step's start or end is written clipped to it, with
+    the clipped length; spans wholly outside the window (or touching it at one instant) are left out; times are
+    seconds after ``origin``, in the spans' order; each call appends one row."""
+    from rlvr.metrics.timeline import TIMELINE_FILE, append_step, read_timeline
+
+    spans = [S("engine0", "generate", 95.0, 103.0),  # crosses the start: 100-103, 3 s
+             S("reward", "score", 101.5, 102.25),  # inside: as it is, 0.75 s
+             S("engine0", "generate", 80.0, 99.0),  # the step before: left out
+             S("trainer0", "train_step", 104.0, 112.5),  # crosses the end: 104-110, 6 s
+             S("engine0", "receive_weights", 110.0, 111.0),  # starts at the end: left out
+             S("engine0", "generate", 111.0, 115.0)]  # the step after: left out  # fmt: skip
+    append_step(tmp_path, 3, 100.0, 110.0, spans, origin=90.0)
+    append_step(tmp_path, 4, 110.0, 116.0, spans, origin=90.0)
+    rows = read_timeline(tmp_path / TIMELINE_FILE)
+    assert rows[0] == {"step": 3, "start": 10.0, "end": 20.0,
+                       "spans": [["engine0", "generate", 10.0, 13.0], ["reward", "score", 11.5, 12.25],
+                                 ["trainer0", "train_step", 14.0, 20.0]]}  # fmt: skip
+    assert [b - a for _, _, a, b in rows[0]["spans"]] == [3.0, 0.75, 6.0]
+    # step 4 (110-116): the rest of the update (110-112.5), the reload, and a generation inside it
+    assert rows[1] == {"step": 4, "start": 20.0, "end": 26.0,
+                       "spans": [["trainer0", "train_step", 20.0, 22.5], ["engine0", "receive_weights", 20.0, 21.0],
+                                 ["engine0", "generate", 21.0, 25.0]]}  # fmt: skip
