@@ -1,0 +1,112 @@
+"""What the engine loaded, read back (issue 23, "The sync check in bf16"): a sync whose reload loads nothing, or only
+half the tensors, fails at that sync in bf16 as in fp32, while the probe's bf16 tolerance lets both through.
+
+The real vLLM engine (CPU, in-process: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``) on ``tiny-random``; the faults are
+injected by replacing the worker extension's ``rlvr_receive`` (as ``test_sync_engine.py`` does), which leaves the
+separate read-back call (``rlvr_readback``) to check what was loaded. The trainer's change between syncs is a step
+the size of an lr-1e-5 update: N(0, 1e-5^2) added to every weight of std 0.02, which moves only the few percent of
+bf16 elements that cross a rounding boundary (the case the bf16 probe cannot see).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlvr.models import resolve_model
+from rlvr.recipe import load_recipe
+from rlvr.sync.probe import run_probe
+from rlvr.sync.weights import WeightSpec, WeightSyncError, receive_into
+
+pytestmark = pytest.mark.integration
+TINY = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny_test.yaml")
+STEP = 1e-5  # std of the trainer's change between syncs: an lr-1e-5 step's size
+
+
+def _roles(tmp_path, *overrides: str):
+    from rlvr.runtime.executors import LocalExecutor
+    from rlvr.runtime.roles import Roles
+
+    recipe = load_recipe(TINY, [f"run.output_dir={tmp_path}", "run.executor=local", "trainer.backend=torch", *overrides])
+    return Roles(recipe, resolve_model("tiny-random"), tmp_path, LocalExecutor())
+
+
+def _trainer(roles) -> torch.nn.Module:
+    return roles.trainers[0]._target[1].result().module  # the object behind a LocalExecutor handle (tests only)
+
+
+def _step(module: torch.nn.Module, seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * STEP)
+
+
+def _probe_mean(roles) -> float:
+    return run_probe(roles.get, roles.engines, roles.trainers, roles.probe_ids, tol=float("inf"), version=roles.version,
+                     dtype=roles.recipe.model.dtype, timeout_s=120)["sync/probe_gap_mean"]
+
+
+def _reload_only(keep):
+    """An ``rlvr_receive`` that receives every tensor (the transfer checksum agrees) and reloads those ``keep``
+    selects from the list of (index, name)."""
+
+    def receive(self, specs, bucket_mb=0.0):
+        ws = [WeightSpec(n, tuple(s), d) for n, s, d in specs]
+        named, total = receive_into(self._rlvr_pg, ws, torch.device("cpu"), self._rlvr_timeout, bucket_mb)
+        dtype = next(self.model_runner.get_model().parameters()).dtype
+        kept = [(n, t.to(dtype)) for i, (n, t) in enumerate(named) if keep(i, n)]
+        if kept:
+            self.reload_weights(weights_iterator=kept, is_checkpoint_format=True)
+        return total
+
+    return receive
+
+
+def _fraction(err: pytest.ExceptionInfo) -> float:
+    """The share of read-back elements that differ, as the error states it ("(d of n read-back elements, f)")."""
+    d, n = re.search(r"\((\d+) of (\d+) read-back elements", str(err.value)).groups()
+    return int(d) / int(n)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_readback_stops_a_reload_that_loads_nothing_or_half(tmp_path, monkeypatch, dtype):
+    """Good sync: passes (0 elements differ). No-op reload, then half the tensors (every other one in send order)
+    skipped: WeightSyncError at that very sync, with the probe off (``sync.probe_every=0``) so the read-back alone
+    decides. In bf16 the probe's mean gap after the no-op is printed beside its 0.1 tolerance. A good sync after the
+    faults passes again (the check judges the sync, not the engine's history)."""
+    import rlvr.sync.vllm_ext as ext
+
+    roles = _roles(tmp_path, f"model.dtype={dtype}", "sync.probe_every=0")
+    try:
+        trainer = _trainer(roles)
+        _step(trainer, seed=1)
+        t0 = time.perf_counter()
+        good = roles.sync(version=1)
+        sync_s = time.perf_counter() - t0
+        good_probe = _probe_mean(roles)
+
+        real = ext.WeightSyncExtension.rlvr_receive
+        monkeypatch.setattr(ext.WeightSyncExtension, "rlvr_receive", _reload_only(lambda i, n: False))
+        _step(trainer, seed=2)
+        with pytest.raises(WeightSyncError, match=r"engine0 \(policy version 2\): the engine's loaded weights differ") as noop:
+            roles.sync(version=2)
+        noop_probe = _probe_mean(roles)
+
+        monkeypatch.setattr(ext.WeightSyncExtension, "rlvr_receive", _reload_only(lambda i, n: i % 2 == 0))
+        _step(trainer, seed=3)
+        with pytest.raises(WeightSyncError, match=r"engine0 \(policy version 3\): the engine's loaded weights differ") as half:
+            roles.sync(version=3)
+
+        monkeypatch.setattr(ext.WeightSyncExtension, "rlvr_receive", real)
+        _step(trainer, seed=4)
+        again = roles.sync(version=4)
+        print(f"{dtype}: good sync {sync_s:.2f}s (transfer {good['sync/seconds']:.3f}s), probe mean after good "
+              f"{good_probe:.3g}, after no-op {noop_probe:.3g}; no-op: {_fraction(noop):.3g}, half skipped: {_fraction(half):.3g} of read-back "
+              f"elements differ; good again: policy {again['sync/policy_version']}")
+    finally:
+        roles.shutdown()
