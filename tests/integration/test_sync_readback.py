@@ -110,3 +110,77 @@ def test_readback_stops_a_reload_that_loads_nothing_or_half(tmp_path, monkeypatc
               f"elements differ; good again: policy {again['sync/policy_version']}")
     finally:
         roles.shutdown()
+
+
+SHARDED = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "o_proj", "down_proj")
+
+
+def _tp_weights(model_dir: str) -> list[tuple[str, torch.Tensor]]:
+    """The weights the tensor-parallel test sends: the checkpoint plus N(0, 0.01^2) (seeded), in bf16."""
+    from safetensors.torch import load_file
+
+    gen = torch.Generator().manual_seed(5)
+    return [(n, (t + torch.randn(t.shape, generator=gen) * 0.01).to(torch.bfloat16))
+            for n, t in load_file(f"{model_dir}/model.safetensors").items()]  # fmt: skip
+
+
+def _swap_to_rank0_shards(self, model_dir: str) -> bool:
+    """Runs in each worker of a tensor-parallel engine (``collective_rpc``, forked workers): worker 1 reloads the
+    sent weights with its shard of every sharded projection replaced by worker 0's (the rows of q/k/v/gate/up, the
+    columns of o/down): "a worker that loads the wrong shard". Worker 0 does nothing."""
+    if int(getattr(self, "rank", 0)) != 1:
+        return False
+    named = []
+    for n, t in _tp_weights(model_dir):
+        if any(k in n for k in SHARDED[:5]):
+            t = torch.cat([t[: t.shape[0] // 2]] * 2)
+        elif any(k in n for k in SHARDED[5:]):
+            t = torch.cat([t[:, : t.shape[1] // 2]] * 2, dim=1)
+        named.append((n, t))
+    self.reload_weights(weights_iterator=named, is_checkpoint_format=True)
+    return True
+
+
+@pytest.mark.slow
+def test_each_tensor_parallel_worker_is_checked_on_the_shard_it_loaded():
+    """A tensor-parallel engine (2 workers, bf16): each worker reads back the checkpoint rectangles of its own shard
+    (q_proj rows 0-63 / 64-127 of 128, o_proj columns 0-63 / 64-127), and a good sync passes. When worker 1 then
+    holds worker 0's shards of the projections the read-back fails on those, in worker 1 only; the transfer checksum (one per worker, equal
+    by construction: every worker receives the full tensors) cannot see this."""
+    import threading
+
+    from rlvr.rollout.vllm_engine import VLLMEngine
+    from rlvr.runtime.executors import free_port
+    from rlvr.sync.readback import check_loaded
+    from rlvr.sync.weights import WeightSender
+
+    model_dir = resolve_model("tiny-random")
+    engine = VLLMEngine(model_dir, dtype="bfloat16", max_model_len=128, tensor_parallel_size=2)
+    port = free_port()
+    joined = threading.Thread(target=engine.init_weight_sync, args=("127.0.0.1", port, 1, 3, "gloo", 60, "tp"))
+    joined.start()
+    sender = WeightSender(host="127.0.0.1", port=port, world_size=3, backend="gloo", timeout_s=60, name="tp")
+    joined.join(60)
+    named = _tp_weights(model_dir)  # other than the engine's start weights
+    specs = [(n, tuple(t.shape), "bfloat16") for n, t in named]
+    wspecs = [WeightSpec(*s) for s in specs]
+    got: dict = {}
+    recv = threading.Thread(target=lambda: got.update(c=engine.receive_weights(specs, 1)))
+    recv.start()
+    sent = sender.send(iter(named))
+    recv.join(60)
+    assert len(got["c"]) == 2
+
+    workers = engine.loaded_blocks([n for n, _ in named], "bfloat16")
+    assert len(workers) == 2
+    q, o = "model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.o_proj.weight"
+    assert [[b[1:5] for b in w if b[0] == q] for w in workers] == [[(0, 64, 0, 128)], [(64, 128, 0, 128)]]
+    assert [[b[1:5] for b in w if b[0] == o] for w in workers] == [[(0, 128, 0, 64)], [(0, 128, 64, 128)]]
+    assert check_loaded(sent["samples"], workers, wspecs, "engine0") == 0.0
+
+    engine.llm.collective_rpc(_swap_to_rank0_shards, args=(model_dir,))
+    with pytest.raises(WeightSyncError, match="worker 1 model.layers") as err:
+        check_loaded(sent["samples"], engine.loaded_blocks([n for n, _ in named], "bfloat16"), wspecs, "engine0")
+    print("TP wrong shard:", str(err.value)[:300])
+    blocks = re.findall(r"worker (\d) (\S+) rows", str(err.value))  # the first 5 bad blocks the error lists
+    assert blocks and all(j == "1" and any(k in n for k in SHARDED) for j, n in blocks), blocks
