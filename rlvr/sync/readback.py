@@ -173,7 +173,7 @@ def vllm_blocks(model: torch.nn.Module, names: Iterable[str], dtype: torch.dtype
                 for pname, p in params.items():
                     name = f"{mod_name}.{pname}"
                     if name in names and p.dim() >= 1:
-                        m = p.reshape(p.shape[0], -1)
+                        m = p.reshape(p.shape[0], n_cols(p.shape))
                         out.append(_block(name, 0, 0, m.shape[1], m[:, _local_cols(name, m.shape[1], 0, m.shape[1])], dtype))
     return [b for b in out if b[0] in names]
 
@@ -184,7 +184,7 @@ def module_blocks(model: torch.nn.Module, names: Iterable[str], dtype: torch.dty
     names, out = set(names), []
     for name, p in model.named_parameters(remove_duplicate=False):
         if name in names:
-            m = p.detach().reshape(p.shape[0], -1)
+            m = p.detach().reshape(p.shape[0], n_cols(p.shape))
             out.append(_block(name, 0, 0, m.shape[1], m[:, sample_columns(name, m.shape[1])], dtype))
     return out
 

@@ -117,7 +117,7 @@ def sample_columns(name: str, cols: int) -> list[int]:
 
 def trainer_sample(name: str, t: torch.Tensor) -> torch.Tensor:
     """The sample of ``t`` as sent: [rows, sampled columns] in ``t``'s dtype, on the CPU."""
-    m = t.detach().reshape(t.shape[0], -1) if t.dim() else t.detach().reshape(1, 1)
+    m = t.detach().reshape(t.shape[0], n_cols(t.shape)) if t.dim() else t.detach().reshape(1, 1)
     return m[:, sample_columns(name, m.shape[1])].cpu().clone()
 
 

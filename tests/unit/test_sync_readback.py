@@ -30,6 +30,7 @@ def test_trainer_sample_is_every_row_at_the_sampled_columns():
     assert s.shape == (4, 16)
     assert s[2, 4].item() == 228.0  # row 2, column 28 (the fifth sampled column of "a")
     assert trainer_sample("n", torch.tensor([1.0, 2.0, 3.0])).tolist() == [[1.0], [2.0], [3.0]]  # 1-D: whole
+    assert trainer_sample("e", torch.empty(0, 4)).shape == (0, 4)  # an empty tensor: an empty sample
 
 
 SPECS = [WeightSpec("a", (4, 3), "float32"), WeightSpec("b", (5,), "float32")]
