@@ -141,10 +141,34 @@ def _swap_to_rank0_shards(self, model_dir: str) -> bool:
     return True
 
 
+@pytest.fixture(scope="module")
+def qwen_tiny(tmp_path_factory) -> str:
+    """A tiny Qwen2: biases on q/k/v, tied embeddings, 2 query heads and ONE kv head (so with tensor parallel 2
+    both workers hold the whole k and v: vLLM replicates kv heads it cannot split)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from rlvr.models import tiny
+
+    folder = tmp_path_factory.mktemp("qwen_tiny")
+    cfg = Qwen2Config(vocab_size=50, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
+                      num_key_value_heads=1, max_position_embeddings=512, tie_word_embeddings=True)
+    cfg.architectures = ["Qwen2ForCausalLM"]
+    model = Qwen2ForCausalLM(cfg)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for n, p in sorted(model.named_parameters()):
+            p.copy_(torch.ones_like(p) if n.endswith("norm.weight") else torch.randn(p.shape, generator=gen) * 0.02)
+    model.save_pretrained(folder, safe_serialization=True)
+    tiny.build_tokenizer().save_pretrained(folder)
+    return str(folder)
+
+
 @pytest.mark.slow
-def test_each_tensor_parallel_worker_is_checked_on_the_shard_it_loaded():
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_each_tensor_parallel_worker_is_checked_on_the_shard_it_loaded(arch, request):
     """A tensor-parallel engine (2 workers, bf16): each worker reads back the checkpoint rectangles of its own shard
-    (q_proj rows 0-63 / 64-127 of 128, o_proj columns 0-63 / 64-127), and a good sync passes. When worker 1 then
+    (q_proj rows 0-63 / 64-127 of 128, o_proj columns 0-63 / 64-127; qwen2's single kv head: k_proj rows 0-63 on
+    both, with its bias), and a good sync passes. When worker 1 then
     holds worker 0's shards of the projections the read-back fails on those, in worker 1 only; the transfer checksum (one per worker, equal
     by construction: every worker receives the full tensors) cannot see this."""
     import threading
@@ -154,7 +178,7 @@ def test_each_tensor_parallel_worker_is_checked_on_the_shard_it_loaded():
     from rlvr.sync.readback import check_loaded
     from rlvr.sync.weights import WeightSender
 
-    model_dir = resolve_model("tiny-random")
+    model_dir = resolve_model("tiny-random") if arch == "llama" else request.getfixturevalue("qwen_tiny")
     engine = VLLMEngine(model_dir, dtype="bfloat16", max_model_len=128, tensor_parallel_size=2)
     port = free_port()
     joined = threading.Thread(target=engine.init_weight_sync, args=("127.0.0.1", port, 1, 3, "gloo", 60, "tp"))
@@ -176,6 +200,10 @@ def test_each_tensor_parallel_worker_is_checked_on_the_shard_it_loaded():
     q, o = "model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.o_proj.weight"
     assert [[b[1:5] for b in w if b[0] == q] for w in workers] == [[(0, 64, 0, 128)], [(64, 128, 0, 128)]]
     assert [[b[1:5] for b in w if b[0] == o] for w in workers] == [[(0, 128, 0, 64)], [(0, 128, 64, 128)]]
+    if arch == "qwen2":
+        k = "model.layers.0.self_attn.k_proj"
+        assert [[b[1:5] for b in w if b[0] == f"{k}.weight"] for w in workers] == [[(0, 64, 0, 128)]] * 2
+        assert [[b[1:5] for b in w if b[0] == f"{k}.bias"] for w in workers] == [[(0, 64, 0, 1)]] * 2
     assert check_loaded(sent["samples"], workers, wspecs, "engine0") == 0.0
 
     engine.llm.collective_rpc(_swap_to_rank0_shards, args=(model_dir,))
