@@ -19,7 +19,7 @@ import torch
 
 from rlvr.models import resolve_model
 from rlvr.recipe import load_recipe
-from rlvr.sync.probe import run_probe
+from rlvr.sync.probe import run_probe, tolerance
 from rlvr.sync.weights import WeightSpec, WeightSyncError, receive_into
 
 pytestmark = pytest.mark.integration
@@ -101,6 +101,11 @@ def test_readback_stops_a_reload_that_loads_nothing_or_half(tmp_path, monkeypatc
         _step(trainer, seed=3)
         with pytest.raises(WeightSyncError, match=r"engine0 \(policy version 3\): the engine's loaded weights differ") as half:
             roles.sync(version=3)
+
+        # measured (this CPU): no-op 19% of the sampled bf16 elements differ (all in fp32), half 39% (48%)
+        assert _fraction(noop) > 0.05 and _fraction(half) > 0.05
+        if dtype == "bfloat16":  # the probe alone would have let the no-op through (measured 0.0011 = the good sync's)
+            assert noop_probe < tolerance(dtype, None)
 
         monkeypatch.setattr(ext.WeightSyncExtension, "rlvr_receive", real)
         _step(trainer, seed=4)
