@@ -409,7 +409,10 @@ class SyncConfig:
     sync). A vLLM engine's reload after the transfer adds 0.3-0.4 s whatever the packing. Not measured over NCCL
     (no machine with two GPUs here)."""
     check: bool = True
-    """After each sync, compare each engine's weight checksum with the trainer's."""
+    """After each sync, compare each engine worker's checksum of what it received with the trainer's, and read back
+    a sample of what it loaded (every row of each tensor at 16 columns) to compare exactly with the tensors as sent
+    (``rlvr.sync.readback``: catches a reload that loads nothing or part of the tensors, in bf16 too, and a
+    tensor-parallel worker holding another shard; ~0.1-0.3 s per sync for a SmolLM2-135M-shaped model on CPU)."""
     probe_every: int = 1
     """Every N-th sync (policy versions divisible by N), compare each engine's logprobs of a fixed probe sequence
     (a fixed prompt of up to 200 tokens and its 8-token greedy continuation) with the trainer's and stop the run

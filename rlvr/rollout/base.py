@@ -43,6 +43,11 @@ class Engine(Protocol):
         Returns the checksum of the received tensors (see :mod:`rlvr.sync.weights`)."""
         ...
 
+    def loaded_blocks(self, names: list[str], dtype: str) -> list[list[tuple]]:
+        """After a sync, a sample of the checkpoint tensors ``names`` read back from the weights the engine computes
+        with, in ``dtype``: one list of blocks per worker (:mod:`rlvr.sync.readback`)."""
+        ...
+
     def get_policy_version(self) -> int:
         """The version of the weights loaded (0: the initial model; a sync stamps the trainer's)."""
         ...

@@ -124,6 +124,14 @@ class HFEngine:
         self.policy_version = version
         return total
 
+    def loaded_blocks(self, names: list[str], dtype: str) -> list[list[tuple]]:
+        """The read-back of the checkpoint tensors ``names`` from the model's parameters (one worker):
+        :func:`rlvr.sync.readback.module_blocks`."""
+        from rlvr.sync.readback import module_blocks
+        from rlvr.sync.weights import DTYPES
+
+        return [module_blocks(self.model, names, DTYPES[dtype])]
+
     def get_policy_version(self) -> int:
         return self.policy_version
 

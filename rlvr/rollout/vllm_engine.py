@@ -219,6 +219,11 @@ class VLLMEngine:
         self.policy_version = version
         return [float(c) for c in checksums]
 
+    def loaded_blocks(self, names: list[str], dtype: str) -> list[list[tuple]]:
+        """Each worker's read-back of the checkpoint tensors ``names`` from the weights it computes with, after the
+        last sync (:func:`rlvr.sync.readback.vllm_blocks`): [tensor_parallel_size] lists of blocks."""
+        return self.llm.collective_rpc("rlvr_readback", args=(list(names), dtype))
+
     def get_policy_version(self) -> int:
         return self.policy_version
 

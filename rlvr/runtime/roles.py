@@ -23,6 +23,7 @@ from rlvr.rollout import engine_class
 from rlvr.runtime.advantage_stage import uses_critic
 from rlvr.runtime.executors import Group, Handle, LocalExecutor, RayExecutor, Resources, RoleError
 from rlvr.seeding import engine_seed
+from rlvr.sync.readback import check_loaded
 from rlvr.sync.weights import WeightSpec, WeightSyncError, check_specs, checksums_match
 from rlvr.types import Completion, Prompt, SamplingConfig
 
@@ -307,9 +308,10 @@ class Roles:
         self.sync_bytes = float(sum(s.nbytes for s in wspecs))
 
     def sync(self, version: int) -> dict[str, float]:
-        """Push the trainer's weights to every engine; check checksums, and on every ``sync.probe_every``-th version
+        """Push the trainer's weights to every engine; check checksums and what each engine worker loaded
+        (``sync.check``: :func:`rlvr.sync.readback.check_loaded`), and on every ``sync.probe_every``-th version
         what the engines compute (:func:`rlvr.sync.probe.run_probe`: ``sync/probe_gap_*``, nats); return ``sync/*``
-        metrics. Errors: :class:`WeightSyncError` on a failed transfer, a checksum or a probe mismatch."""
+        metrics. Errors: :class:`WeightSyncError` on a failed transfer, a checksum, read-back or probe mismatch."""
         r = self.recipe
         t0 = time.perf_counter()
         recv = [e.call("receive_weights", self.specs, version, r.sync.bucket_mb) for e in self.engines]
@@ -329,6 +331,14 @@ class Roles:
                             f"weight sync to engine{i} (worker {j}): checksum {cj!r} != trainer's "
                             f"{sent['checksum']!r} (corrupted transfer)"
                         )
+            # what each engine worker loaded, read back exactly (rlvr.sync.readback): the probe cannot see a skipped
+            # reload in bf16
+            names, dtype = [n for n, _, _ in self.specs], self.specs[0][2]
+            loaded = self.get([e.call("loaded_blocks", names, dtype) for e in self.engines], r.sync.timeout_s + 30,
+                              f"reading back the weights of policy version {version}", "sync.timeout_s")
+            wspecs = [WeightSpec(n, tuple(s), d) for n, s, d in self.specs]
+            for i, workers in enumerate(loaded):
+                check_loaded(sent["samples"], workers, wspecs, f"engine{i} (policy version {version})")
         probe: dict[str, float] = {}
         if r.sync.probe_every > 0 and version % r.sync.probe_every == 0:
             from rlvr.sync.probe import run_probe, tolerance as probe_tolerance

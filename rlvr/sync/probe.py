@@ -2,8 +2,9 @@
 
 The checksum of :mod:`rlvr.sync.weights` covers the transfer only; it passes when the engine received the right
 tensors but computes with others (a reload that loads nothing, a tied output head left stale, a wrong name
-mapping, a prefix cache kept across weights). The probe closes that class: after a sync each engine continues a
-fixed prompt greedily for :data:`PROBE_NEW_TOKENS` tokens on its serving path and scores the prompt's tokens
+mapping, a prefix cache kept across weights). The read-back (:mod:`rlvr.sync.readback`) checks what was loaded,
+exactly in any dtype; the probe checks what the engine computes, which also covers the prefix cache: after a sync
+each engine continues a fixed prompt greedily for :data:`PROBE_NEW_TOKENS` tokens on its serving path and scores the prompt's tokens
 (``Engine.probe_logprobs``), the trainer scores the same sequence (``PolicyWorker.probe_logprobs``), and the mean
 absolute difference (nats) over all tokens, and over the generated ones, must stay within the dtype's tolerance
 (:func:`tolerance`), else :class:`WeightSyncError` (:func:`run_probe`).
@@ -41,7 +42,7 @@ token 0.25: why the check is on the mean), from the trainer's bf16 autocast over
 engine's bf16 weights and kernels; 0.1 is twice that floor, so in bf16 the probe catches gross errors (a wrong
 mapping, a stale prefix on a real model: 3 nats) but not small skipped updates: a reload that loads nothing gave
 0.049 and 0.044 after one and two lr-1e-5 steps, inside the floor (the sampled-token ``train/rollout_gap_abs_max``
-showed 1.29 at step 2).
+showed 1.29 at step 2); the read-back (``sync.check``) stops such a sync instead.
 float16 is not measured here: it keeps bfloat16's bound (3 more mantissa bits, so at least as tight in fact)."""
 
 

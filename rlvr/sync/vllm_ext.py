@@ -1,4 +1,5 @@
-"""Engine side of weight sync: a vLLM worker extension (``worker_extension_cls``).
+"""Engine side of weight sync: a vLLM worker extension (``worker_extension_cls``): receive and load
+(:meth:`WeightSyncExtension.rlvr_receive`), then read back what was loaded (:meth:`WeightSyncExtension.rlvr_readback`).
 
 vLLM mixes this class into its worker; the engine reaches the methods through ``LLM.collective_rpc(name, args)``.
 Tensors never travel inside ``collective_rpc`` arguments (they cannot in multiprocess mode): only the
@@ -92,3 +93,12 @@ class WeightSyncExtension:
         with torch.no_grad():
             refresh_tied_layers(self.model_runner.get_model())  # a tied head follows its embedding (module doc)
         return total
+
+    def rlvr_readback(self, names: list[str], dtype: str) -> list[tuple]:
+        """This worker's read-back of what it loaded (:func:`rlvr.sync.readback.vllm_blocks`): blocks of the
+        checkpoint tensors ``names`` it holds, values in ``dtype`` (the sync's). A call of its own, after
+        :meth:`rlvr_receive`, so that it checks whatever that did."""
+        from rlvr.sync.readback import vllm_blocks
+        from rlvr.sync.weights import DTYPES
+
+        return vllm_blocks(self.model_runner.get_model(), names, DTYPES[dtype])

@@ -19,6 +19,8 @@ Protocol of one sync (``version`` v):
    (``benchmarks/sync_bandwidth.py``; numbers in ``SyncConfig.bucket_mb``).
 3. Both sides compute a float64 checksum of what they sent/received (per tensor: the same value whatever the
    bucketing); the controller compares them.
+4. Each engine worker reads back a sample of what it *loaded* and the controller compares it exactly with the
+   same sample of the sent tensors (:mod:`rlvr.sync.readback`).
 
 Every wait has a timeout (``timeout_s``): a peer that never joins or stops mid-transfer raises
 :class:`WeightSyncError` instead of hanging.
@@ -27,6 +29,7 @@ Every wait has a timeout (``timeout_s``): a peer that never joins or stops mid-t
 from __future__ import annotations
 
 import time
+import zlib
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Iterator, Sequence
@@ -87,6 +90,35 @@ def check_specs(sent: list[WeightSpec], expected: dict[str, tuple[int, ...]], wh
             + "; ".join(bad[:5])
             + ". The trainer and the engine must load the same model architecture."
         )
+
+
+SAMPLE_COLUMNS = 16
+"""Columns of each sent matrix whose every row the engines' read-back checks (:mod:`rlvr.sync.readback`)."""
+
+
+def n_cols(shape: Sequence[int]) -> int:
+    """Columns of a tensor seen as a matrix: [d0, prod(rest)]; a 1-D tensor is one column."""
+    n = 1
+    for s in shape[1:]:
+        n *= int(s)
+    return n
+
+
+def sample_columns(name: str, cols: int) -> list[int]:
+    """The sampled column indices of tensor ``name`` with ``cols`` columns: all when ``cols`` <=
+    :data:`SAMPLE_COLUMNS`, else :data:`SAMPLE_COLUMNS` evenly spaced ones, offset by a CRC-32 of the name (so
+    stacked tensors are not all read at the same columns). Increasing, distinct, in [0, cols)."""
+    if cols <= SAMPLE_COLUMNS:
+        return list(range(cols))
+    step = cols / SAMPLE_COLUMNS  # > 1
+    off = zlib.crc32(name.encode()) % int(step)
+    return [int(off + j * step) for j in range(SAMPLE_COLUMNS)]
+
+
+def trainer_sample(name: str, t: torch.Tensor) -> torch.Tensor:
+    """The sample of ``t`` as sent: [rows, sampled columns] in ``t``'s dtype, on the CPU."""
+    m = t.detach().reshape(t.shape[0], n_cols(t.shape)) if t.dim() else t.detach().reshape(1, 1)
+    return m[:, sample_columns(name, m.shape[1])].cpu().clone()
 
 
 def _timeout(seconds: float) -> timedelta:
@@ -223,11 +255,12 @@ class WeightSender:
     def send(self, named: Iterator[tuple[str, torch.Tensor]], bucket_mb: float = 0.0) -> dict[str, float]:
         """Broadcast every tensor, in order, packed into buckets of at most ``bucket_mb`` MB (1e6 bytes; 0: one
         broadcast per tensor; layout: :func:`plan_buckets`, which the receivers apply to the same specs).
-        Returns ``{"bytes", "seconds", "checksum"}`` (seconds: wall time; checksum: per tensor, whatever the
-        bucketing). Errors: :class:`WeightSyncError` when a broadcast fails or takes over ``timeout_s``."""
+        Returns ``{"bytes", "seconds", "checksum", "buckets", "samples"}`` (seconds: wall time of the transfer;
+        checksum: per tensor, whatever the bucketing; samples: name -> :func:`trainer_sample` of
+        the tensor as sent, which the engines' read-back is compared with). Errors: :class:`WeightSyncError` when a broadcast fails or takes over ``timeout_s``."""
         bucket_bytes = bucket_bytes_of(bucket_mb)
         t0 = time.perf_counter()
-        nbytes, sent = 0, []
+        nbytes, sent, names = 0, [], []
         inflight: list[tuple[object, str]] = []  # posted broadcasts, oldest first
         bucket: list[tuple[str, torch.Tensor]] = []
         bucket_dtype, bucket_nbytes, n_buckets = "", 0, 0
@@ -258,15 +291,18 @@ class WeightSender:
             bucket_nbytes += s.nbytes
             nbytes += s.nbytes
             sent.append(t)
+            names.append(name)
         if bucket:
             flush()
         while inflight:
             _wait(*inflight.pop(0), self.timeout_s)
         if self.device.type == "cuda":
             torch.cuda.synchronize()
-        seconds = time.perf_counter() - t0  # the transfer alone; the checksum below is off the wire's clock
+        seconds = time.perf_counter() - t0  # the transfer alone; the checksum and samples below are off its clock
         total = sum(_checksum_term(i, t) for i, t in enumerate(sent))
-        return {"bytes": float(nbytes), "seconds": seconds, "checksum": total, "buckets": float(n_buckets)}
+        samples = {n: trainer_sample(n, t) for n, t in zip(names, sent)}
+        return {"bytes": float(nbytes), "seconds": seconds, "checksum": total, "buckets": float(n_buckets),
+                "samples": samples}
 
 
 def receive_into(

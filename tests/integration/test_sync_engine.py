@@ -107,7 +107,9 @@ def test_probe_passes_a_good_sync_and_stops_a_reload_that_loads_nothing(tmp_path
     import rlvr.sync.vllm_ext as ext
     from rlvr.sync.weights import WeightSpec, receive_into
 
-    roles = _roles(tmp_path, resolve_model("tiny-random"))
+    # sync.check off: the read-back (rlvr.sync.readback, tests/integration/test_sync_readback.py) would stop this
+    # sync before the probe runs; here the probe alone must
+    roles = _roles(tmp_path, resolve_model("tiny-random"), "sync.check=false")
     try:
         trainer = _obj(roles.trainers[0]).module
         _perturb(trainer, (), 0.01, seed=2)

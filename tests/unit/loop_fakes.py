@@ -6,7 +6,8 @@ DeepSpeed or verifier processes.
 - engine: answers each prompt's G samples with the gold for even sample indices and "wrong" for odd ones (every
   sample right in its first ``all_right_calls`` calls: groups without signal);
 - scorer: 1.0 when the text equals the gold, else 0.0, under the recipe's first verifier key;
-- trainer: one fixed weight spec, a constant checksum and probe logprobs equal to the engine's (sync checks pass);
+- trainer: one fixed weight spec (w = [1.0]), a constant checksum and probe logprobs equal to the engine's (sync
+  checks pass: checksum, read-back and probe);
   ``train_step`` counts the batch's sequences;
 - critic: values of zero;
 - judge: the verdict ``\\boxed{0}`` (step 0 is flawed) for every item, parsed by the item's rule.
@@ -89,6 +90,9 @@ class FakeEngine:
         self.version = version
         return 1.0
 
+    def loaded_blocks(self, names, dtype):  # one worker holding w = [1.0], as the fake trainer sends it
+        return [[("w", 0, 1, 0, 1, "float32", torch.ones(1).numpy().tobytes())]]
+
     def get_policy_version(self):
         return self.version
 
@@ -133,7 +137,7 @@ class FakeTrainer:
 
     def send_weights(self, bucket_mb=0.0):
         self.log.add(self.role, "send_weights")
-        return {"checksum": 1.0, "bytes": 4.0, "seconds": 0.0}
+        return {"checksum": 1.0, "bytes": 4.0, "seconds": 0.0, "samples": {"w": torch.ones(1, 1)}}
 
     def train_step(self, batch, dph=None):
         self.log.add(self.role, "train_step")
