@@ -198,12 +198,14 @@ def _rollout_errors(r: Recipe) -> list[str]:
     elif ro.tensor_parallel_size > 1 and ro.engine != "vllm":
         errs.append(f"rollout.tensor_parallel_size={ro.tensor_parallel_size} needs rollout.engine=vllm (the hf engine "
                     "runs one process): set rollout.engine=vllm or rollout.tensor_parallel_size=1")
-    elif ro.tensor_parallel_size > 1 and r.sync.probe_every == 0:
-        # the weight sync's checksums are of the full tensors each worker received, equal whatever shard it loaded
-        errs.append(f"rollout.tensor_parallel_size={ro.tensor_parallel_size} with sync.probe_every=0: nothing would "
-                    "check that each tensor-parallel worker loaded its own shard of the synced weights (every worker "
-                    "receives the full tensors, so their checksums agree even when one loads the wrong shard): set "
-                    "sync.probe_every >= 1 (the engine's logprobs are then compared with the trainer's) or "
+    elif ro.tensor_parallel_size > 1 and r.sync.probe_every == 0 and not r.sync.check:
+        # the weight sync's checksums are of the full tensors each worker received, equal whatever shard it loaded;
+        # the read-back (sync.check) and the probe are what see each worker's own shard
+        errs.append(f"rollout.tensor_parallel_size={ro.tensor_parallel_size} with sync.check=false and "
+                    "sync.probe_every=0: nothing would check that each tensor-parallel worker loaded its own shard of "
+                    "the synced weights (every worker receives the full tensors, so their checksums agree even when "
+                    "one loads the wrong shard): set sync.check=true (each worker reads back what it loaded), "
+                    "sync.probe_every >= 1 (the engine's logprobs are compared with the trainer's), or "
                     "rollout.tensor_parallel_size=1")
     if not ro.kv_cache_gib > 0:
         errs.append(f"rollout.kv_cache_gib={ro.kv_cache_gib} must be > 0 GiB (the KV cache of each engine worker on CPU)")

@@ -162,8 +162,9 @@ def _tp_body(address: str, head_ip: str, tmp: str) -> None:
         m = roles.sync(version=1)  # probe_every 1: the engine's logprobs checked against the trainer's
         assert m["sync/policy_version"] == 1.0 and m["sync/probe_gap_mean"] < 2e-4, m
         # one checksum per TP worker, each compared with the trainer's by sync: of the full tensors it received, so
-        # equal whatever shard it loaded; the probe above is what checks the shards (probe_every 0 is refused with
-        # tensor parallel at load, tests/unit/test_recipe_tp.py)
+        # equal whatever shard it loaded; what checks the shards is each worker's read-back of what it loaded
+        # (sync.check, tests/integration/test_sync_readback.py fails a worker holding another's shard) and the probe
+        # above (both off is refused with tensor parallel at load, tests/unit/test_engine_env.py)
         (per_worker,) = roles.worker_checksums
         assert len(per_worker) == 2
         ray.kill(roles.engines[0]._target, no_restart=True)

@@ -157,12 +157,13 @@ def test_a_judge_built_after_the_rollout_engine_gets_its_own_kv_cache(fake_vllm)
 # -- the recipe refuses tensor parallel without the probe ---------------------------------------------------------
 def test_tensor_parallel_without_the_probe_is_refused_naming_both_keys_and_the_fix():
     with pytest.raises(RecipeError) as e:
-        load_recipe(TINY, ["rollout.tensor_parallel_size=2", "sync.probe_every=0"])
+        load_recipe(TINY, ["rollout.tensor_parallel_size=2", "sync.probe_every=0", "sync.check=false"])
     msg = str(e.value)
-    assert "rollout.tensor_parallel_size=2 with sync.probe_every=0" in msg
-    assert "set sync.probe_every >= 1" in msg and "or rollout.tensor_parallel_size=1" in msg
-    # either alone, or tensor parallel with a probe every 3rd sync, is accepted
-    assert load_recipe(TINY, ["rollout.tensor_parallel_size=2", "sync.probe_every=3"]).sync.probe_every == 3
+    assert "rollout.tensor_parallel_size=2 with sync.check=false and sync.probe_every=0" in msg
+    assert "set sync.check=true" in msg and "sync.probe_every >= 1" in msg and "or rollout.tensor_parallel_size=1" in msg
+    # either check alone sees each worker's shard: accepted (the read-back by default, or a probe every 3rd sync)
+    assert load_recipe(TINY, ["rollout.tensor_parallel_size=2", "sync.probe_every=0"]).sync.check
+    assert load_recipe(TINY, ["rollout.tensor_parallel_size=2", "sync.probe_every=3", "sync.check=false"]).sync.probe_every == 3
     assert load_recipe(TINY, ["sync.probe_every=0"]).rollout.tensor_parallel_size == 1
 
 
