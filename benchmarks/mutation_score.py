@@ -422,6 +422,13 @@ def main() -> int:
                  "(a link rlvr_verifiers -> ../verifiers) on PYTHONPATH")
     for heavy in ("torch", "numpy", "sympy", "math_verify", "yaml", "pytest"):  # imported once, shared by every fork
         __import__(heavy)
+    try:  # property tests draw the same examples in every run: a mutant is killed or not, never by chance
+        from hypothesis import settings
+
+        settings.register_profile("mutation", derandomize=True, database=None, deadline=None)
+        settings.load_profile("mutation")
+    except ImportError:
+        pass
     eq = equivalents()
     results, bad = {}, 0
     for short in names:
