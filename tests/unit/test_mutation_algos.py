@@ -28,6 +28,7 @@ from rlvr.algos.advantages import (
     reinforce_pp_global,
     rloo,
 )
+from rlvr.algos.losses import LOSS_AGGREGATIONS, POLICY_LOSSES, CISPOSettings, GSPOSettings, PPOClipSettings
 from rlvr.registry import NoSettings
 
 NO = NoSettings()
@@ -132,3 +133,146 @@ def test_passk_errors_name_the_estimator(name, cfg, what):
         ADVANTAGES.get(name)(r, cfg)
     with pytest.raises(ValueError, match=f"advantage '{name}' is defined for binary rewards"):
         ADVANTAGES.get(name)(r * 0.5, dataclasses.replace(cfg, k=2))
+
+
+# ------------------------------------------------------------------------------------------------------
+# policy losses: which tokens count as clipped, at and around the boundaries
+
+# (ratio, advantage) with clip [0.8, 1.2]; -min(r A, clip(r) A) and the PPO halves (case A6: only where the clip
+# changes the objective): r > 1.2 with A > 0 -> high; r < 0.8 with A < 0 -> low; A = 0 or the other sign -> none
+_RA = [(1.5, 1.0), (1.5, -1.0), (1.5, 0.0), (0.5, 0.0), (0.5, 0.5), (0.5, -1.0), (0.5, 1.0)]
+_LOSS = [-1.2, 1.5, 0.0, 0.0, -0.25, 0.8, -0.5]
+_HIGH = [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+_LOW = [0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0]
+
+
+def _one_token_rows(pairs, name, cfg, **kw):
+    lp = torch.tensor([[math.log(r)] for r, _ in pairs])
+    return POLICY_LOSSES.get(name)(lp, torch.zeros_like(lp), torch.tensor([a for _, a in pairs]),
+                                   torch.ones_like(lp), cfg, **kw)  # fmt: skip
+
+
+@pytest.mark.parametrize("name,cfg", [("ppo_clip", PPOClipSettings(clip_low=0.2, clip_high=0.2)),
+                                      ("gspo", GSPOSettings(clip_low=0.2, clip_high=0.2))])
+def test_clip_flags_follow_the_sign_of_the_advantage(name, cfg):
+    # one token per sequence: GSPO's sequence ratio is the token's ratio, so both losses agree
+    loss, stats = _one_token_rows(_RA, name, cfg)
+    assert loss.flatten().tolist() == pytest.approx(_LOSS, abs=1e-6)
+    assert stats["clipped_high"].flatten().tolist() == _HIGH
+    assert stats["clipped_low"].flatten().tolist() == _LOW
+    assert stats["clipped"].flatten().tolist() == [h + lo for h, lo in zip(_HIGH, _LOW)]
+
+
+@pytest.mark.parametrize("name,cfg,expect", [
+    ("ppo_clip", PPOClipSettings(clip_low=0.0, clip_high=0.0), [-1.0, 1.0]),
+    ("gspo", GSPOSettings(clip_low=0.0, clip_high=0.0), [-1.0, 1.0]),
+    ("cispo", CISPOSettings(clip_low=0.0, clip_high=0.0), [0.0, 0.0]),  # -w A log pi with log pi = log 1 = 0
+])  # fmt: skip
+def test_a_ratio_exactly_at_the_clip_bound_is_not_clipped(name, cfg, expect):
+    # clip range [1, 1] and ratio exactly 1: the clip changes nothing, so nothing is flagged; loss -A (PPO, GSPO)
+    loss, stats = _one_token_rows([(1.0, 1.0), (1.0, -1.0)], name, cfg)
+    assert [abs(x) for x in loss.flatten().tolist()] == [abs(x) for x in expect]
+    assert stats["clipped"].flatten().tolist() == [0.0, 0.0]
+
+
+def test_dual_clip_only_for_negative_advantages_and_ratios_over_c():
+    # c = 2, clip [0.8, 1.2]. (1, 0.5): -0.5, untouched (A > 0 is never dual-clipped, not even for A < 1).
+    # (2, -1): ratio exactly c: PPO loss min(-(2)(-1), -(1.2)(-1)) -> max = 2 = -c A: equal, not flagged.
+    # (4, -1): PPO loss 4 capped at -c A = 2, flagged. (4, 0) and (4, 0.5): A >= 0, not flagged
+    # ((4, 0.5): -min(2, 0.6) = -0.6).
+    cfg = PPOClipSettings(clip_low=0.2, clip_high=0.2, dual_clip_c=2.0)
+    loss, stats = _one_token_rows([(1.0, 0.5), (2.0, -1.0), (4.0, -1.0), (4.0, 0.0), (4.0, 0.5)], "ppo_clip", cfg)
+    assert loss.flatten().tolist() == pytest.approx([-0.5, 2.0, 2.0, 0.0, -0.6], abs=1e-6)
+    assert stats["clipped_dual"].flatten().tolist() == [0.0, 0.0, 1.0, 0.0, 0.0]
+    assert stats["clipped"].flatten().tolist() == [0.0, 0.0, 1.0, 0.0, 1.0]
+
+
+def test_gspo_sequence_ratio_uses_old_logprobs_and_the_masked_length():
+    # seq 0: lp - old = (0.1, 0.3) on its 2 masked tokens (the masked-out 5.0 is ignored) -> s = e^0.2, A = +1
+    # seq 1: one token, lp - old = 0.1 -> s = e^0.1 (length 1, not floored at more), A = -1
+    # clip [0.5, 1.5] leaves both unclipped: loss -s A on the masked tokens
+    old = _t([[-1.0, -2.0, -3.0], [-0.5, -1.0, -1.0]])
+    lp = old + _t([[0.1, 0.3, 5.0], [0.1, 0.0, 0.0]])
+    mask = _t([[1, 1, 0], [1, 0, 0]])
+    loss, stats = POLICY_LOSSES.get("gspo")(lp, old, _t([1.0, -1.0]), mask, GSPOSettings(clip_low=0.5, clip_high=0.5))
+    s0, s1 = math.exp(0.2), math.exp(0.1)
+    assert torch.allclose(loss, _t([[-s0, -s0, 0.0], [s1, 0.0, 0.0]]), atol=1e-6)
+    assert torch.allclose(stats["ratio"], _t([[s0, s0, 0.0], [s1, 0.0, 0.0]]), atol=1e-6)
+
+
+@pytest.mark.parametrize("name,cfg", [("ppo_clip", PPOClipSettings()), ("gspo", GSPOSettings()),
+                                      ("cispo", CISPOSettings())])
+def test_shape_errors_name_the_argument(name, cfg):
+    z = torch.zeros(1, 2)
+    f = POLICY_LOSSES.get(name)
+    with pytest.raises(ValueError, match=re.escape("old_logprobs has shape (1, 3), expected [B, T] = (1, 2)")):
+        f(z, torch.zeros(1, 3), torch.ones(1), torch.ones(1, 2), cfg)
+    with pytest.raises(ValueError, match=re.escape("mask has shape (1, 3), expected [B, T] = (1, 2)")):
+        f(z, z, torch.ones(1), torch.ones(1, 3), cfg)
+    with pytest.raises(ValueError, match=re.escape("rollout_logprobs has shape (1, 3), expected [B, T] = (1, 2)")):
+        f(z, z, torch.ones(1), torch.ones(1, 2), cfg, rollout_logprobs=torch.zeros(1, 3))
+
+
+def test_cispo_weight_clip_flags_whatever_the_sign():
+    # clip [0.8, 1.2] on the weight, flagged by the ratio alone: 0.5 -> low, 1.0 -> none, 1.5 -> high (A of
+    # either sign); loss -clip(r) A log pi with log pi = log r (old = 0): -0.8 * 1 * log 0.5, 0, -1.2 * (-1) * log 1.5
+    cfg = CISPOSettings(clip_low=0.2, clip_high=0.2)
+    loss, stats = _one_token_rows([(0.5, 1.0), (1.0, -1.0), (1.5, -1.0)], "cispo", cfg)
+    assert loss.flatten().tolist() == pytest.approx([-0.8 * math.log(0.5), 0.0, 1.2 * math.log(1.5)], abs=1e-6)
+    assert stats["clipped_low"].flatten().tolist() == [1.0, 0.0, 0.0]
+    assert stats["clipped_high"].flatten().tolist() == [0.0, 0.0, 1.0]
+
+
+# ------------------------------------------------------------------------------------------------------
+# rollout correction at a cap of 1 (the smallest tis_cap a recipe allows) and at a weight exactly on the cap
+
+# old - rollout = (0, log 2, -log 2): raw weights (1, 2, 0.5); logprobs = old (ratio 1), A = 1: PPO loss -1 per
+# token, times the weight
+_GAPS = [0.0, math.log(2.0), -math.log(2.0)]
+
+
+@pytest.mark.parametrize("mode,weights,capped", [
+    ("tis", [1.0, 1.0, 0.5], [0.0, 1.0, 0.0]),  # min(raw, 1); a weight exactly at the cap is not "capped"
+    ("decoupled", [1.0, 0.0, 0.5], [0.0, 1.0, 0.0]),  # over the cap -> 0; exactly at it -> kept
+])  # fmt: skip
+def test_a_cap_of_one(mode, weights, capped):
+    old = torch.zeros(1, 3)
+    loss, stats = POLICY_LOSSES.get("ppo_clip")(old, old, torch.ones(1), torch.ones(1, 3), PPOClipSettings(),
+                                                rollout_logprobs=old - _t([_GAPS]), tis_cap=1.0,
+                                                rollout_correction=mode)  # fmt: skip
+    assert loss.flatten().tolist() == pytest.approx([-w for w in weights], abs=1e-6)
+    assert stats["tis_weight"].flatten().tolist() == pytest.approx(weights, abs=1e-6)
+    assert stats["tis_capped"].flatten().tolist() == capped
+
+
+# ------------------------------------------------------------------------------------------------------
+# settings checks of the losses at their boundary values
+
+
+def test_clip_ranges_accept_zero_and_refuse_negatives():
+    for cls in (PPOClipSettings, GSPOSettings, CISPOSettings):
+        assert cls(clip_low=0.0, clip_high=0.0).errors(_G4, "p") == []
+        msg = ["p.clip_low and p.clip_high must be >= 0"]
+        assert cls(clip_low=-0.1, clip_high=0.0).errors(_G4, "p") == msg
+        assert cls(clip_low=0.0, clip_high=-0.1).errors(_G4, "p") == msg
+
+
+@pytest.mark.parametrize("c,ok", [(0.0, True), (0.5, False), (1.0, False), (1.5, True), (3.0, True)])
+def test_dual_clip_c_is_off_or_over_one(c, ok):
+    errs = PPOClipSettings(dual_clip_c=c).errors(_G4, "p")
+    assert errs == ([] if ok else [f"p.dual_clip_c={c} must be 0 (off) or > 1 (Ye et al. 2020 use 3)"])
+
+
+# ------------------------------------------------------------------------------------------------------
+# loss aggregations
+
+
+@pytest.mark.parametrize("name", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"])
+def test_aggregation_errors_name_the_count_and_the_mask(name):
+    f = LOSS_AGGREGATIONS.get(name)
+    with pytest.raises(ValueError, match=re.escape("mask has shape (1, 3), expected [B, T] = (1, 2)")):
+        f(torch.zeros(1, 2), torch.ones(1, 3), num_tokens=2, num_seqs=1, max_len=4)
+    bad = "num_tokens" if name == "token_mean" else "num_seqs"
+    counts = {"num_tokens": 2, "num_seqs": 1, bad: -1}
+    with pytest.raises(ValueError, match=f"{bad} must be a finite count >= 0"):
+        f(torch.zeros(1, 2), torch.ones(1, 2), **counts, max_len=4)
