@@ -195,6 +195,19 @@ def is_exact(e) -> bool:
     return not e.atoms(sp.core.function.AppliedUndef)
 
 
+def _evalf_or_zero(e, digits: int):
+    """``e`` to ``digits`` significant digits, or exactly 0 when sympy cannot find a single one of them: ``e`` is
+    zero to its working precision (``\\sin(\\pi)``, ``\\sqrt{2} - \\sqrt{2}`` unevaluated; a plain ``evalf`` gives
+    them as ``0.e-181``, which compares unequal to 0 and to each other). A non-zero value that the digit bound
+    counts for (``e^{-1000} + 1 - 1``: bound 1006, so 1046 digits) is resolved, not taken for 0."""
+    from sympy.core.evalf import PrecisionExhausted
+
+    try:
+        return e.evalf(digits, strict=True)
+    except PrecisionExhausted:
+        return _sympy().Integer(0)
+
+
 def exact_equal(a, b) -> bool | None:
     """Exact verdict on two sympy expressions, or None when the exact rule does not apply (module docstring).
 
@@ -212,7 +225,7 @@ def exact_equal(a, b) -> bool | None:
         return va == vb
     digits = int(40 + max(da, db))
     try:
-        sa, sb = a.evalf(digits), b.evalf(digits)
+        sa, sb = _evalf_or_zero(a, digits), _evalf_or_zero(b, digits)
         diff, scale = abs(sa - sb), max(abs(sa), abs(sb))
         if scale == 0:
             return True

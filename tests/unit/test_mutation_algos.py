@@ -28,6 +28,7 @@ from rlvr.algos.advantages import (
     reinforce_pp_global,
     rloo,
 )
+from rlvr.algos.kl import entropy_bonus, kl_as_reward
 from rlvr.algos.losses import LOSS_AGGREGATIONS, POLICY_LOSSES, CISPOSettings, GSPOSettings, PPOClipSettings
 from rlvr.registry import NoSettings
 
@@ -276,3 +277,28 @@ def test_aggregation_errors_name_the_count_and_the_mask(name):
     counts = {"num_tokens": 2, "num_seqs": 1, bad: -1}
     with pytest.raises(ValueError, match=f"{bad} must be a finite count >= 0"):
         f(torch.zeros(1, 2), torch.ones(1, 2), **counts, max_len=4)
+
+
+def test_sum_norm_accepts_a_budget_of_one_token_and_refuses_zero():
+    # two one-token responses, losses 3 and 5, max_len 1: (3 + 5) / (2 sequences * 1)
+    f = LOSS_AGGREGATIONS.get("seq_mean_token_sum_norm")
+    assert f(_t([[3.0], [5.0]]), torch.ones(2, 1), num_tokens=2, num_seqs=2, max_len=1).item() == 4.0
+    with pytest.raises(ValueError, match="max_len must be >= 1, got 0"):
+        f(_t([[3.0]]), torch.zeros(1, 1), num_tokens=0, num_seqs=1, max_len=0)
+
+
+# ------------------------------------------------------------------------------------------------------
+# KL terms
+
+
+def test_kl_as_reward_beta_zero_is_no_penalty_and_negative_is_refused():
+    lp, ref = _t([[-1.0, -2.0]]), _t([[-1.5, -1.0]])
+    assert kl_as_reward(lp, ref, torch.ones(1, 2), 0.0).abs().sum().item() == 0.0
+    with pytest.raises(ValueError, match="beta must be >= 0, got -0.1"):
+        kl_as_reward(lp, ref, torch.ones(1, 2), -0.1)
+
+
+def test_entropy_bonus_value():
+    # -coef * entropy: coef 0.1, entropy (2, 4) nats -> (-0.2, -0.4); a masked token -> 0
+    out = entropy_bonus(_t([[2.0, 4.0, 3.0]]), _t([[1.0, 1.0, 0.0]]), coef=0.1)
+    assert torch.allclose(out, _t([[-0.2, -0.4, 0.0]]))
