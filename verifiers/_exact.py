@@ -64,7 +64,14 @@ def _small_value(e) -> Fraction | None:
 def digits_bound(e) -> float:
     """An upper estimate of the decimal digits needed to hold the exact value of ``e`` (a sympy expression),
     from its integers, exponents and factorial arguments, computing nothing large; ``inf`` when a power's
-    exponent or a factorial's argument is itself huge, or when ``e`` holds something it cannot bound."""
+    exponent or a factorial's argument is itself huge, or when ``e`` holds something it cannot bound.
+
+    The rule, by node: an integer n: ``bit_length(n) * 0.30103 + 1`` (within log10(2) + 1 of its digits); p/q:
+    the sum of both; a Float: 20; a symbol or constant (pi, e, i, oo): 1; ``b^x`` (``exp(x)`` is ``E^x``): inf
+    when b is unbounded or bound(x) > 20, ``1 + bound(x)`` when b is 0, 1 or -1, ``bound(b) + bound(x)`` when x
+    has a symbol, else ``max(1, ceil(|x|)) * max(bound(b), 1) + 1``; ``n!`` (and binomial, gamma...): inf when
+    its arguments' bounds sum over 20, ``lgamma(|n| + 2) / ln 10 + 1 + that sum`` for a rational n, else that
+    sum + 1; anything else: ``1 + the sum over its arguments``."""
     sp = _sympy()
     if isinstance(e, sp.Integer):
         return _int_digits(abs(int(e.p)))

@@ -56,6 +56,12 @@ def test_power_bounds():
     # an exponent of 20 digits exactly at the limit is still bounded: 10^19 has 64 bits -> 20.27 > 20 -> inf;
     # 10^18 (60 bits -> 19.06) is bounded
     assert _exact.digits_bound(_pow(I(2), I(10**18))) < math.inf
+    assert _exact.digits_bound(_pow(I(2), I(10**19))) == math.inf
+    # a decimal exponent counts 20 (not over the limit): 2^{0.5} -> max(1, ceil 0.5) * 1.602 + 1
+    assert _exact.digits_bound(_pow(I(2), sp.Float(0.5))) == pytest.approx(1.60206 + 1)
+    # 2^{1/2}: ceil(0.5) = 1 -> 1 * 1.602 + 1; 1.5^2 (a decimal base counts 20): 2 * 20 + 1
+    assert _exact.digits_bound(_pow(I(2), R(1, 2))) == pytest.approx(1.60206 + 1)
+    assert _exact.digits_bound(_pow(sp.Float(1.5), I(2))) == pytest.approx(41)
     # 2^x: a free exponent adds its digits (1) to the base's (2 bits -> 1.602)
     x = sp.Symbol("x")
     assert _exact.digits_bound(_pow(I(2), x)) == pytest.approx(1.60206 + 1.0)
@@ -73,14 +79,19 @@ def test_factorial_bounds():
     assert 158 <= b == pytest.approx(math.lgamma(102) / math.log(10) + 1 + (7 * 0.30103 + 1))
     # x!: no value to bound by: the argument's bound + 1
     assert _exact.digits_bound(sp.factorial(sp.Symbol("x"))) == pytest.approx(2.0)
-    # (10^21)!: an argument over 20 digits -> unbounded
+    # (10^21)! and (10^19)! (64 bits -> 20.27): an argument over 20 digits -> unbounded; a decimal argument
+    # counts 20, at the limit and not over it; it is not a rational value: 20 + 1 for 3.0!
     assert _exact.digits_bound(sp.factorial(I(10**21), evaluate=False)) == math.inf
+    assert _exact.digits_bound(sp.factorial(I(10**19), evaluate=False)) == math.inf
+    assert _exact.digits_bound(sp.factorial(sp.Float(3.0), evaluate=False)) == 21.0
 
 
 def test_sum_bound_adds_its_terms():
     # 10^20 + 7: 1 + bound(10^20) + bound(7) = 1 + (67 * 0.30103 + 1) + (3 * 0.30103 + 1)
     e = sp.Add(I(10**20), I(7), evaluate=False)
     assert _exact.digits_bound(e) == pytest.approx(1 + 67 * 0.30103 + 1 + 3 * 0.30103 + 1)
+    # a plain (non-sympy) argument is skipped, not the end of the sum: 1 + bound(7)
+    assert _exact.digits_bound(sp.Basic(5, I(7))) == pytest.approx(1 + 3 * 0.30103 + 1)
     # one unbounded term makes the sum unbounded
     assert _exact.digits_bound(sp.Add(_pow(I(2), I(10**30)), I(1), evaluate=False)) == math.inf
 
@@ -107,6 +118,8 @@ def test_has_huge():
     (sp.Mul(R(2, 3), I(3), evaluate=False), Fraction(2)),  # a product from 1
     (sp.Add(I(2), sp.sqrt(2), evaluate=False), None),  # an irrational term
     (_pow(I(0), I(3)), Fraction(0)),  # 0^3 = 0
+    (_pow(I(0), I(1)), Fraction(0)),
+    (_pow(I(0), R(1, 2)), Fraction(0)),  # sqrt(0) = 0
     (_pow(I(0), I(0)), None),  # 0^0: undefined here
     (_pow(I(0), I(-1)), None),  # 1/0
     (_pow(R(4, 9), R(1, 2)), Fraction(2, 3)),  # an exact root of numerator and denominator
@@ -150,7 +163,8 @@ def test_is_exact():
     assert _exact.is_exact(R(1, 3) + sp.pi)
     assert not _exact.is_exact(sp.Float(0.5))
     assert not _exact.is_exact(sp.oo) and not _exact.is_exact(-sp.oo) and not _exact.is_exact(sp.Symbol("x") - sp.oo)
-    assert not _exact.is_exact(sp.Matrix([1]))
+    assert not _exact.is_exact(sp.Matrix([1])) and not _exact.is_exact(sp.ImmutableMatrix([1]))
+    assert not _exact.is_exact(sp.MatrixSymbol("M", 2, 2))
     assert not _exact.is_exact(sp.Eq(sp.Symbol("x"), 1))  # a relation is not an expression
     assert not _exact.is_exact(I(28) * sp.UnevaluatedExpr(R(1, 100)))  # 28%
     assert _exact.is_exact(I(28) * sp.UnevaluatedExpr(R(1, 2)))  # only the percent factor is refused
@@ -168,6 +182,9 @@ def test_exact_equal_verdicts():
     big = _pow(I(10), I(5000))
     assert _exact.exact_equal(big, _pow(I(10), I(5000))) is True
     assert _exact.exact_equal(big, I(3)) is False and _exact.exact_equal(I(3), big) is False
+    # a tower is never evaluated, whichever side it is on (2^{2^{40}} has 3.3e11 digits)
+    tower = _pow(I(2), _pow(I(2), I(40)))
+    assert _exact.exact_equal(tower, I(3)) is False and _exact.exact_equal(I(3), tower) is False
     # irrational: equal to P digits, P = 40 + the digit bound
     assert _exact.exact_equal(sp.sqrt(8), 2 * sp.sqrt(2)) is True
     assert _exact.exact_equal(sp.pi, sp.pi + R(1, 10**30)) is False
