@@ -66,7 +66,7 @@ MODULES: dict[str, tuple[str, str, list[str]]] = {
     "exact": ("rlvr_verifiers._exact", "verifiers/_exact.py",
               [U + f for f in ("test_exact_answers.py", "test_mutation_exact.py")]),
     "advantage_stage": ("rlvr.runtime.advantage_stage", "rlvr/runtime/advantage_stage.py",
-                        [U + f for f in ("test_advantage_stage.py",)]),
+                        [U + f for f in ("test_advantage_stage.py", "test_mutation_stage.py")]),
 }
 
 _BINOPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult, ast.FloorDiv: ast.Div,
