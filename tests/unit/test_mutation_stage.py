@@ -135,3 +135,17 @@ def test_dph_batch_draws_and_its_off_switches():
     off = dataclasses.replace(on, algorithm=dataclasses.replace(on.algorithm, dph_coef=0.0))  # a recipe refuses it
     assert dph_batch(buffer, 1, off, pad_id=0) is None
     assert dph_batch(buffer, 1, _recipe("algorithm.dph_divergence=forward_kl", "algorithm.dph_coef=1"), pad_id=0)
+
+
+def test_reinforce_pp_token_normalisation_ignores_masked_positions():
+    # rewards (1, 0) -> group-centred (0.5, -0.5); k1 = 0 (ref = rollout): no penalty, so the raw token
+    # advantages are 0.5, 0.5 (row 0) and -0.5 (row 1; its second position is masked). Over the 3 masked tokens:
+    # mean 1/6, deviations (1/3, 1/3, -2/3), unbiased variance (1/9 + 1/9 + 4/9) / 2 = 1/3, std 0.57735
+    # -> (0.57735, 0.57735), (-1.1547, 0)
+    r = _recipe("algorithm.advantage=reinforce_pp", "algorithm.kl_coef=0.1", "algorithm.kl_penalty=reward",
+                "algorithm.kl_estimator=k1")  # fmt: skip
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    rollout = torch.tensor([[-1.0, -2.0], [-1.0, -3.0]])
+    out, _, _ = form_advantages(_batch(rollout, mask), torch.tensor([[1.0, 0.0]]), r, ref_logprobs=rollout)
+    s = 3**-0.5
+    assert torch.allclose(out.advantages, torch.tensor([[s, s], [-2 * s, 0.0]]), atol=1e-5)
