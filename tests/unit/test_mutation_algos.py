@@ -173,6 +173,7 @@ def test_a_ratio_exactly_at_the_clip_bound_is_not_clipped(name, cfg, expect):
     loss, stats = _one_token_rows([(1.0, 1.0), (1.0, -1.0)], name, cfg)
     assert [abs(x) for x in loss.flatten().tolist()] == [abs(x) for x in expect]
     assert stats["clipped"].flatten().tolist() == [0.0, 0.0]
+    assert stats["clipped_low"].flatten().tolist() == stats["clipped_high"].flatten().tolist() == [0.0, 0.0]
 
 
 def test_dual_clip_only_for_negative_advantages_and_ratios_over_c():
