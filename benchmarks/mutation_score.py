@@ -20,9 +20,11 @@ with the reason, one line each, in docs/mutation.md: the key is
 missing test (write it) or an equivalent mutant (add it to docs/mutation.md with its reason). The
 ``score`` is killed / (total - equivalent). Exit status 1 when any module has an unexplained survivor.
 
-How long. About 1,100 mutants over the seven modules; ~15 min on this 2-core machine when nothing else runs
-(0.1-2 s per mutant: most die on their first covering test). ``--module kl`` runs one module; ``--list``
-prints the mutants without running them; ``--show KEYPART`` prints the survivors whose key contains it.
+How long. About 1,000 mutants over the seven modules (``--list`` prints them). On this 2-core machine, shared
+with 3-4 other sessions (load 10-20), the whole run took about 45 minutes: 1-3 s per mutant for the tensor
+modules, ~10 s for ``exact`` (math-verify); expect a few times less on an idle machine. ``--module kl`` runs one
+module (repeatable); ``--list`` prints the mutants' keys without running them; ``--json PATH`` writes the counts.
+``MUTATION_DEBUG=1`` prints each mutant's time and exit code.
 
     PYTHONPATH=$PWD:$PWD/.wtpath .venv/bin/python benchmarks/mutation_score.py [--module NAME ...]
 
@@ -392,7 +394,7 @@ def run_module(short: str, eq: dict[str, str], verbose: bool) -> tuple[int, int,
         else:
             unexplained.append(m)
             if verbose:
-                print(f"  survived: {m.key}  (line {m.line}{'' if tests else ', not covered'})", flush=True)
+                print(f"  UNEXPLAINED survivor: {m.key}  (line {m.line}{'' if tests else ', not covered'})", flush=True)
     dt = time.perf_counter() - t0
     print(f"{short:16s} killed {killed:4d}/{len(ms):4d}   equivalent {len(equiv):3d}   unexplained "
           f"{len(unexplained):3d}   score {killed / max(len(ms) - len(equiv), 1):6.1%}   ({dt:.0f} s)", flush=True)
