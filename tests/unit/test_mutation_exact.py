@@ -195,6 +195,11 @@ def test_exact_equal_verdicts():
     # equal irrationals whose evaluations differ in the last digits: within the P - 10 digit tolerance
     assert _exact.exact_equal(sp.sqrt(2) * sp.sqrt(3), sp.sqrt(6)) is True
     assert _exact.exact_equal(sp.log(8, evaluate=False), 3 * sp.log(2)) is True
+    # a rational value that rational_value cannot see (sqrt(2)^2, unevaluated) against its rational: by value
+    two = _pow(sp.sqrt(2), I(2))
+    assert _exact.exact_equal(two, I(2)) is True and _exact.exact_equal(I(2), two) is True
+    # against 1, a value 5e-61 below it: unequal, although the larger of the two is exactly 1
+    assert _exact.exact_equal(I(1), sp.cos(R(1, 10**30))) is False
     # a tiny irrational against 0: its digit bound (e^-100: 101) sets P = 141, far past its 44 leading zeros
     assert _exact.exact_equal(sp.exp(-100), I(0)) is False
 
