@@ -64,7 +64,14 @@ def _small_value(e) -> Fraction | None:
 def digits_bound(e) -> float:
     """An upper estimate of the decimal digits needed to hold the exact value of ``e`` (a sympy expression),
     from its integers, exponents and factorial arguments, computing nothing large; ``inf`` when a power's
-    exponent or a factorial's argument is itself huge, or when ``e`` holds something it cannot bound."""
+    exponent or a factorial's argument is itself huge, or when ``e`` holds something it cannot bound.
+
+    The rule, by node: an integer n: ``bit_length(n) * 0.30103 + 1`` (within log10(2) + 1 of its digits); p/q:
+    the sum of both; a Float: 20; a symbol or constant (pi, e, i, oo): 1; ``b^x`` (``exp(x)`` is ``E^x``): inf
+    when b is unbounded or bound(x) > 20, ``1 + bound(x)`` when b is 0, 1 or -1, ``bound(b) + bound(x)`` when x
+    has a symbol, else ``max(1, ceil(|x|)) * max(bound(b), 1) + 1``; ``n!`` (and binomial, gamma...): inf when
+    its arguments' bounds sum over 20, ``lgamma(|n| + 2) / ln 10 + 1 + that sum`` for a rational n, else that
+    sum + 1; anything else: ``1 + the sum over its arguments``."""
     sp = _sympy()
     if isinstance(e, sp.Integer):
         return _int_digits(abs(int(e.p)))
@@ -195,6 +202,19 @@ def is_exact(e) -> bool:
     return not e.atoms(sp.core.function.AppliedUndef)
 
 
+def _evalf_or_zero(e, digits: int):
+    """``e`` to ``digits`` significant digits, or exactly 0 when sympy cannot find a single one of them: ``e`` is
+    zero to its working precision (``\\sin(\\pi)``, ``\\sqrt{2} - \\sqrt{2}`` unevaluated; a plain ``evalf`` gives
+    them as ``0.e-181``, which compares unequal to 0 and to each other). A non-zero value that the digit bound
+    counts for (``e^{-1000} + 1 - 1``: bound 1006, so 1046 digits) is resolved, not taken for 0."""
+    from sympy.core.evalf import PrecisionExhausted
+
+    try:
+        return e.evalf(digits, strict=True)
+    except PrecisionExhausted:
+        return _sympy().Integer(0)
+
+
 def exact_equal(a, b) -> bool | None:
     """Exact verdict on two sympy expressions, or None when the exact rule does not apply (module docstring).
 
@@ -212,7 +232,7 @@ def exact_equal(a, b) -> bool | None:
         return va == vb
     digits = int(40 + max(da, db))
     try:
-        sa, sb = a.evalf(digits), b.evalf(digits)
+        sa, sb = _evalf_or_zero(a, digits), _evalf_or_zero(b, digits)
         diff, scale = abs(sa - sb), max(abs(sa), abs(sb))
         if scale == 0:
             return True
