@@ -27,10 +27,11 @@ covering test. ``--module kl`` runs one
 module (repeatable); ``--list`` prints the mutants' keys without running them; ``--json PATH`` writes the counts.
 ``MUTATION_DEBUG=1`` prints each mutant's time and exit code.
 
-    PYTHONPATH=$PWD:$PWD/.wtpath .venv/bin/python benchmarks/mutation_score.py [--module NAME ...]
+    .venv/bin/python benchmarks/mutation_score.py [--module NAME ...]
 
-Outside CI (its time); needs only the dev install. In a git worktree, ``rlvr_verifiers`` must resolve to this
-checkout's ``verifiers/`` (the ``.wtpath`` link): the script refuses to measure another checkout.
+Outside CI (its time); needs only the dev install. In a git worktree without its own install, put the worktree
+and a folder holding a link ``rlvr_verifiers -> ../verifiers`` (``.wtpath``) on ``PYTHONPATH``:
+``rlvr_verifiers`` must resolve to this checkout's ``verifiers/``, or the script refuses to measure.
 """
 
 from __future__ import annotations

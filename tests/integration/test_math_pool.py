@@ -61,7 +61,7 @@ def test_pool_inside_a_ray_actor(tmp_path: Path) -> None:
     )
     started_here = not ray.is_initialized()
     if started_here:
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         actor = ray.remote(num_cpus=0.5)(RewardWorker).remote(
             [VerifierSpec(name="math"), VerifierSpec(name=f"{hang}:verify", weight=0.5)], 1, 2.0

@@ -164,7 +164,7 @@ def _tp_body(address: str, head_ip: str, tmp: str) -> None:
         # one checksum per TP worker, each compared with the trainer's by sync: of the full tensors it received, so
         # equal whatever shard it loaded; what checks the shards is each worker's read-back of what it loaded
         # (sync.check, tests/integration/test_sync_readback.py fails a worker holding another's shard) and the probe
-        # above (both off is refused with tensor parallel at load, tests/unit/test_engine_env.py)
+        # above (both off is refused with tensor parallel at load, tests/unit/test_engine_settings.py)
         (per_worker,) = roles.worker_checksums
         assert len(per_worker) == 2
         ray.kill(roles.engines[0]._target, no_restart=True)

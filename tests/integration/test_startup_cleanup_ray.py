@@ -46,7 +46,7 @@ class StandIns(RayExecutor):
         stand_in = Engine if name.startswith("engine") else Reward if name == "reward" else Trainer
         return super().spawn(name, stand_in, resources=resources)
 
-ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False)
 r = load_recipe(sys.argv[1], ["run.executor=ray", "rollout.num_engines=2", f"run.output_dir={sys.argv[2]}"])
 ex = StandIns(None, None, {})
 try:
@@ -86,7 +86,7 @@ import rlvr.runtime.executors as executors
 from rlvr.runtime.executors import Group, RayExecutor
 
 logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="LOG %(levelname)s %(message)s")
-ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False)
 other = placement_group([{"CPU": 1.95}], name="other-job")
 ray.get(other.ready())
 executors.RESERVE_LOG_EVERY_S = 1.0
