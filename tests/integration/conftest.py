@@ -36,13 +36,3 @@ def _integration_env(tmp_path_factory):
         else:
             os.environ[k] = v
 
-
-def pytest_collection_modifyitems(config, items):
-    """Every integration test in one xdist group (``--dist loadgroup``, pyproject's addopts): they run on one worker,
-    one at a time in file order, as in a plain run; the unit tests share the other worker. Two integration files
-    at once were seen to fail (an in-process vLLM engine's teardown destroying another's distributed state; two
-    Ray clusters and a tensor-parallel engine competing for the two cores past the sync's deadline)."""
-    here = Path(__file__).resolve().parent
-    for item in items:
-        if Path(str(item.fspath)).resolve().is_relative_to(here):
-            item.add_marker(pytest.mark.xdist_group("integration"))
