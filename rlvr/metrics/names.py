@@ -272,7 +272,9 @@ class Metric:
 
 
 _M = Metric
-CATALOGUE: tuple[Metric, ...] = (
+_token_mean_note = "; token mean over all ranks"
+"""Added to the meaning of each :data:`TRAIN_TOKEN_MEANS` entry of :data:`CATALOGUE` (that tuple says which)."""
+_ENTRIES: tuple[Metric, ...] = (
     # reward/
     _M(REWARD_MEAN, "reward", "mean reward (the verifiers' weighted sum) over the step's B rollouts"),
     _M(REWARD_STD, "reward", "population std of the reward over the B rollouts (normaliser B)"),
@@ -309,26 +311,26 @@ CATALOGUE: tuple[Metric, ...] = (
     _M(POLICY_VERSION, "version", "policy version (= step) the engines hold after the step; 0 at validation at start"),
     # train/
     _M(TRAIN_LOSS, "loss", "the whole batch's policy loss per optimizer step"),
-    _M(TRAIN_ENTROPY, "nats", "policy entropy per response token; token mean over all ranks"),
-    _M(TRAIN_KL, "nats", "KL to the reference per response token (algorithm.kl_estimator; kl_coef > 0); token mean over all ranks"),
+    _M(TRAIN_ENTROPY, "nats", "policy entropy per response token"),
+    _M(TRAIN_KL, "nats", "KL to the reference per response token (algorithm.kl_estimator; kl_coef > 0)"),
     _M(TRAIN_GRAD_NORM, "norm", "policy gradient L2 norm before clipping, mean over optimizer steps"),
     _M(TRAIN_SKIPPED, "count", "optimizer steps skipped for a NaN/inf gradient"),
     _M(TRAIN_OPTIMIZER_STEPS, "count", "optimizer steps per rollout batch"),
-    _M(TRAIN_DPH_DIV, "nats", "DPH-RL divergence to the starting policy per token of its buffer samples; token mean over all ranks"),
-    _M(TRAIN_CLIPPED, "fraction", "response tokens whose objective clipping changed (either side, or the dual clip); token mean over all ranks"),
-    _M(TRAIN_CLIPPED_HIGH, "fraction", "response tokens clipped at 1 + clip_high; token mean over all ranks"),
-    _M(TRAIN_CLIPPED_LOW, "fraction", "response tokens clipped at 1 - clip_low; token mean over all ranks"),
-    _M(TRAIN_CLIPPED_DUAL, "fraction", "response tokens capped by the dual clip (ppo_clip dual_clip_c); token mean over all ranks"),
-    _M(TRAIN_RATIO, "ratio", "importance ratio pi / pi_old per response token; token mean over all ranks"),
-    _M(TRAIN_APPROX_KL, "nats", "k3 estimate of KL(pi_old || pi) per response token; token mean over all ranks"),
-    _M(TRAIN_ROLLOUT_GAP_ABS, "nats", "|trainer old logprob - engine logprob| per response token; token mean over all ranks"),
+    _M(TRAIN_DPH_DIV, "nats", "DPH-RL divergence to the starting policy per token of its buffer samples"),
+    _M(TRAIN_CLIPPED, "fraction", "response tokens whose objective clipping changed (either side, or the dual clip)"),
+    _M(TRAIN_CLIPPED_HIGH, "fraction", "response tokens clipped at 1 + clip_high"),
+    _M(TRAIN_CLIPPED_LOW, "fraction", "response tokens clipped at 1 - clip_low"),
+    _M(TRAIN_CLIPPED_DUAL, "fraction", "response tokens capped by the dual clip (ppo_clip dual_clip_c)"),
+    _M(TRAIN_RATIO, "ratio", "importance ratio pi / pi_old per response token"),
+    _M(TRAIN_APPROX_KL, "nats", "k3 estimate of KL(pi_old || pi) per response token"),
+    _M(TRAIN_ROLLOUT_GAP_ABS, "nats", "|trainer old logprob - engine logprob| per response token"),
     _M(TRAIN_ROLLOUT_GAP_ABS_MAX, "nats", "largest |trainer old logprob - engine logprob| of any token"),
-    _M(TRAIN_ROLLOUT_KL_K3, "nats", "k3 estimate of KL(pi_rollout || pi_old) per response token; token mean over all ranks"),
-    _M(TRAIN_TIS_WEIGHT, "ratio", "truncated importance-sampling weight per response token (algorithm.tis_cap); token mean over all ranks"),
-    _M(TRAIN_TIS_CAPPED, "fraction", "response tokens whose TIS weight hit algorithm.tis_cap (decoupled: dropped over it); token mean over all ranks"),
+    _M(TRAIN_ROLLOUT_KL_K3, "nats", "k3 estimate of KL(pi_rollout || pi_old) per response token"),
+    _M(TRAIN_TIS_WEIGHT, "ratio", "truncated importance-sampling weight per response token (algorithm.tis_cap)"),
+    _M(TRAIN_TIS_CAPPED, "fraction", "response tokens whose TIS weight hit algorithm.tis_cap (decoupled: dropped over it)"),
     _M(TRAIN_TIS_WEIGHT_MAX, "ratio", "largest rollout-correction weight of a response token (max over micro-batches)"),
     _M(TRAIN_TIS_WEIGHT_DEV, "ratio", "|w - 1| per response token, w the rollout-correction weight (tis_cap or "
-       "decoupled; 0 when w is 1 everywhere); token mean over all ranks"),
+       "decoupled; 0 when w is 1 everywhere)"),
     _M(TRAIN_TIS_WEIGHT_DEV_MAX, "ratio", "largest |w - 1| of a response token (max over micro-batches and ranks)"),
     # critic/, adv/
     _M(CRITIC_VALUE_LOSS, "loss", "clipped value loss per optimizer step, mean over steps"),
@@ -380,6 +382,9 @@ CATALOGUE: tuple[Metric, ...] = (
     _M(VAL_LENGTH_MEAN, "tokens", "mean validation response length"),
     _M(VAL_TRUNCATED_FRAC, "fraction", "validation samples cut by the token limit"),
 )  # fmt: skip
+CATALOGUE: tuple[Metric, ...] = tuple(
+    Metric(e.pattern, e.unit, e.meaning + _token_mean_note) if e.pattern in TRAIN_TOKEN_MEANS else e for e in _ENTRIES
+)
 """Every name rlvr logs (families by their pattern), in namespace order."""
 
 _PLACEHOLDERS = {"k": r"\d+", "n": r"\d+", "stage": r"\w+", "role": r"\w+", "stat": r"\w+", "suffix": r"\w*", "verifier": r".+"}

@@ -98,7 +98,17 @@ def build_model(seed: int = 0):
 
     config = LlamaConfig(**TINY_CONFIG)
     config.architectures = ["LlamaForCausalLM"]
-    model = LlamaForCausalLM(config).to(torch.float32)
+    model = init_weights(LlamaForCausalLM(config).to(torch.float32), seed)
+    model.generation_config = GenerationConfig(
+        bos_token_id=VOCAB[BOS], eos_token_id=VOCAB[EOS], pad_token_id=VOCAB[PAD]
+    )
+    return model
+
+
+def init_weights(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Initialise ``model`` in place from ``seed`` alone (:func:`build_model`'s init, for any architecture): its
+    parameters in sorted-name order, ``*norm.weight`` ones, every other tensor N(0, ``INIT_STD``^2) from one
+    ``torch.Generator`` seeded with ``seed`` (float32 draws, cast to each parameter's dtype). Returns ``model``."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in sorted(model.named_parameters()):
@@ -106,9 +116,6 @@ def build_model(seed: int = 0):
                 param.fill_(1.0)
             else:
                 param.copy_(torch.randn(param.shape, generator=gen, dtype=torch.float32) * INIT_STD)
-    model.generation_config = GenerationConfig(
-        bos_token_id=VOCAB[BOS], eos_token_id=VOCAB[EOS], pad_token_id=VOCAB[PAD]
-    )
     return model
 
 

@@ -452,7 +452,7 @@ class RayExecutor:
         deadline = _deadline(timeout_s)
         for g in groups:
             self._groups[g.name] = placement_group(list(g.bundles), strategy=g.strategy, name="")
-        pending = dict(self._groups)
+        pending, by_name = dict(self._groups), {g.name: g for g in groups}
         while pending:
             waits = {pg.ready(): name for name, pg in pending.items()}
             left = _left(deadline)
@@ -469,7 +469,6 @@ class RayExecutor:
                 self._groups.clear()
                 raise _overran(f"reserving the placement group {name!r} (resources held by other jobs? `ray status`)",
                                None, None, timeout_s, setting)  # fmt: skip
-            by_name = {g.name: g for g in groups}
             log.info("%s", waiting_message(time.monotonic() - t0, [by_name[n] for n in pending], self.free_resources(),
                                            self.holders(), timeout_s, setting))  # fmt: skip
 

@@ -282,11 +282,11 @@ class Roles:
         r = self.recipe
         self.specs = self.get([self.trainers[0].call("weight_specs")], r.timeouts.startup_s, "reading the trainer's weights",
                               "timeouts.startup_s")[0]
-        wspecs = [WeightSpec(n, tuple(s), d) for n, s, d in self.specs]
+        self.wspecs = [WeightSpec(n, tuple(s), d) for n, s, d in self.specs]  # typed once, for every check
         expected = self.get([e.call("expected_weights") for e in self.engines], r.timeouts.startup_s,
                             "reading the engines' weights", "timeouts.startup_s")
         for i, exp in enumerate(expected):
-            check_specs(wspecs, exp, f"engine{i}")
+            check_specs(self.wspecs, exp, f"engine{i}")
         backend = r.sync.backend
         if backend == "auto":
             # NCCL needs each rank on its own GPU: whole GPUs on both sides; a shared GPU (fractions) or CPU: gloo
@@ -305,7 +305,7 @@ class Roles:
         ]
         self.get(calls, r.sync.timeout_s + 30, "forming the weight-sync group")
         self.sync_backend = backend
-        self.sync_bytes = float(sum(s.nbytes for s in wspecs))
+        self.sync_bytes = float(sum(s.nbytes for s in self.wspecs))
 
     def sync(self, version: int) -> dict[str, float]:
         """Push the trainer's weights to every engine; check checksums and what each engine worker loaded
@@ -315,7 +315,7 @@ class Roles:
         r = self.recipe
         t0 = time.perf_counter()
         recv = [e.call("receive_weights", self.specs, version, r.sync.bucket_mb) for e in self.engines]
-        send = [t.call("send_weights", r.sync.bucket_mb) for t in self.trainers]
+        send = [t.call("send_weights", r.sync.bucket_mb, r.sync.check) for t in self.trainers]
         try:
             sent = self.get(send, r.sync.timeout_s + 30, f"weight sync to policy version {version}")[0]
             got = self.get(recv, r.sync.timeout_s + 30, f"weight sync to policy version {version}")
@@ -333,12 +333,11 @@ class Roles:
                         )
             # what each engine worker loaded, read back exactly (rlvr.sync.readback): the probe cannot see a skipped
             # reload in bf16
-            names, dtype = [n for n, _, _ in self.specs], self.specs[0][2]
+            names, dtype = [s.name for s in self.wspecs], self.wspecs[0].dtype
             loaded = self.get([e.call("loaded_blocks", names, dtype) for e in self.engines], r.sync.timeout_s + 30,
                               f"reading back the weights of policy version {version}", "sync.timeout_s")
-            wspecs = [WeightSpec(n, tuple(s), d) for n, s, d in self.specs]
             for i, workers in enumerate(loaded):
-                check_loaded(sent["samples"], workers, wspecs, f"engine{i} (policy version {version})")
+                check_loaded(sent["samples"], workers, self.wspecs, f"engine{i} (policy version {version})")
         probe: dict[str, float] = {}
         if r.sync.probe_every > 0 and version % r.sync.probe_every == 0:
             from rlvr.sync.probe import run_probe, tolerance as probe_tolerance

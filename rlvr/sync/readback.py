@@ -36,7 +36,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from rlvr.sync.weights import DTYPES, WeightSpec, WeightSyncError, n_cols, sample_columns
+from rlvr.sync.weights import DTYPES, WeightSpec, WeightSyncError, n_cols, sample_columns, trainer_sample
 
 Block = tuple  # (name, r0, r1, c0, c1, dtype, data): checkpoint rows [r0, r1) x columns [c0, c1) of ``name``;
 # ``data``: the sampled values there (rows x the sampled columns within [c0, c1)), C order, ``dtype`` (a DTYPES
@@ -46,6 +46,12 @@ Block = tuple  # (name, r0, r1, c0, c1, dtype, data): checkpoint rows [r0, r1) x
 def _block(name: str, r0: int, c0: int, c1: int, values: torch.Tensor, dtype: torch.dtype) -> Block:
     v = values.detach().to("cpu", dtype).contiguous()
     return (name, r0, r0 + v.shape[0], c0, c1, str(dtype).removeprefix("torch."), v.view(torch.uint8).numpy().tobytes())
+
+
+def _whole_block(name: str, p: torch.Tensor, dtype: torch.dtype) -> Block:
+    """The block of a parameter held whole (not sharded, not stacked): its sample exactly as the trainer takes it
+    (:func:`rlvr.sync.weights.trainer_sample`), over all its rows and columns."""
+    return _block(name, 0, 0, n_cols(p.shape), trainer_sample(name, p), dtype)
 
 
 def _local_cols(name: str, full_cols: int, c0: int, c1: int) -> list[int]:
@@ -173,20 +179,15 @@ def vllm_blocks(model: torch.nn.Module, names: Iterable[str], dtype: torch.dtype
                 for pname, p in params.items():
                     name = f"{mod_name}.{pname}"
                     if name in names and p.dim() >= 1:
-                        m = p.reshape(p.shape[0], n_cols(p.shape))
-                        out.append(_block(name, 0, 0, m.shape[1], m[:, _local_cols(name, m.shape[1], 0, m.shape[1])], dtype))
+                        out.append(_whole_block(name, p, dtype))
     return [b for b in out if b[0] in names]
 
 
 def module_blocks(model: torch.nn.Module, names: Iterable[str], dtype: torch.dtype) -> list[Block]:
     """Blocks of a plain torch module whose parameter names are the checkpoint names (the transformers engine):
     each sent tensor whole, from the parameter itself."""
-    names, out = set(names), []
-    for name, p in model.named_parameters(remove_duplicate=False):
-        if name in names:
-            m = p.detach().reshape(p.shape[0], n_cols(p.shape))
-            out.append(_block(name, 0, 0, m.shape[1], m[:, sample_columns(name, m.shape[1])], dtype))
-    return out
+    names = set(names)
+    return [_whole_block(name, p, dtype) for name, p in model.named_parameters(remove_duplicate=False) if name in names]
 
 
 # -- controller side ------------------------------------------------------------------------------------------------

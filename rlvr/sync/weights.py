@@ -252,12 +252,14 @@ class WeightSender:
             self._staging[key] = torch.empty(cap, dtype=dtype, device=self.device)
         return self._staging[key]
 
-    def send(self, named: Iterator[tuple[str, torch.Tensor]], bucket_mb: float = 0.0) -> dict[str, float]:
+    def send(self, named: Iterator[tuple[str, torch.Tensor]], bucket_mb: float = 0.0,
+             sample: bool = True) -> dict[str, float]:
         """Broadcast every tensor, in order, packed into buckets of at most ``bucket_mb`` MB (1e6 bytes; 0: one
         broadcast per tensor; layout: :func:`plan_buckets`, which the receivers apply to the same specs).
         Returns ``{"bytes", "seconds", "checksum", "buckets", "samples"}`` (seconds: wall time of the transfer;
-        checksum: per tensor, whatever the bucketing; samples: name -> :func:`trainer_sample` of
-        the tensor as sent, which the engines' read-back is compared with). Errors: :class:`WeightSyncError` when a broadcast fails or takes over ``timeout_s``."""
+        checksum: per tensor, whatever the bucketing; samples: name -> :func:`trainer_sample` of the tensor as sent,
+        which the engines' read-back is compared with; empty with ``sample=False``, when nothing reads it back).
+        Errors: :class:`WeightSyncError` when a broadcast fails or takes over ``timeout_s``."""
         bucket_bytes = bucket_bytes_of(bucket_mb)
         t0 = time.perf_counter()
         nbytes, sent, names = 0, [], []
@@ -300,7 +302,7 @@ class WeightSender:
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0  # the transfer alone; the checksum and samples below are off its clock
         total = sum(_checksum_term(i, t) for i, t in enumerate(sent))
-        samples = {n: trainer_sample(n, t) for n, t in zip(names, sent)}
+        samples = {n: trainer_sample(n, t) for n, t in zip(names, sent)} if sample else {}
         return {"bytes": float(nbytes), "seconds": seconds, "checksum": total, "buckets": float(n_buckets),
                 "samples": samples}
 

@@ -531,14 +531,15 @@ class PolicyWorker:
             self.sender = WeightSender(host=host, port=port, world_size=world_size, backend=backend, timeout_s=timeout_s, name=name)
         return True
 
-    def send_weights(self, bucket_mb: float = 0.0) -> dict[str, float]:
+    def send_weights(self, bucket_mb: float = 0.0, sample: bool = True) -> dict[str, float]:
         """Broadcast the current weights to every engine (rank 0 sends; ZeRO-3 ranks all take part in gathers),
-        packed into buckets of ``bucket_mb`` MB (``sync.bucket_mb``; 0: one broadcast per parameter)."""
+        packed into buckets of ``bucket_mb`` MB (``sync.bucket_mb``; 0: one broadcast per parameter); ``sample``:
+        also return the read-back's sample of each tensor (``sync.check``; :meth:`WeightSender.send`)."""
         if self.sender is None:
             for _ in self._named_weights():  # ZeRO-3: every rank must join each gather
                 pass
             return {}
-        return self.sender.send(self._named_weights(), bucket_mb)
+        return self.sender.send(self._named_weights(), bucket_mb, sample=sample)
 
     def probe_logprobs(self, prompt_ids: list[int], continuations: list[list[int]]) -> list[list[float]]:
         """Log-probabilities (nats, temperature 1) of tokens 1.. of ``prompt_ids + continuations[e]``:

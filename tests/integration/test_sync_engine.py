@@ -36,11 +36,7 @@ def tied_tiny(tmp_path_factory) -> str:
     folder = tmp_path_factory.mktemp("tied_tiny")
     cfg = LlamaConfig(**{**tiny.TINY_CONFIG, "tie_word_embeddings": True})
     cfg.architectures = ["LlamaForCausalLM"]
-    model = LlamaForCausalLM(cfg).to(torch.float32)
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in sorted(model.named_parameters()):
-            p.copy_(torch.ones_like(p) if name.endswith("norm.weight") else torch.randn(p.shape, generator=gen) * 0.02)
+    model = tiny.init_weights(LlamaForCausalLM(cfg).to(torch.float32))  # tiny-random's init, tied head
     model.save_pretrained(folder, safe_serialization=True)
     tiny.build_tokenizer().save_pretrained(folder)
     return str(folder)

@@ -135,7 +135,7 @@ class FakeTrainer:
     def init_weight_sync(self, *args):
         return True
 
-    def send_weights(self, bucket_mb=0.0):
+    def send_weights(self, bucket_mb=0.0, sample=True):
         self.log.add(self.role, "send_weights")
         return {"checksum": 1.0, "bytes": 4.0, "seconds": 0.0, "samples": {"w": torch.ones(1, 1)}}
 
