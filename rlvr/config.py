@@ -171,6 +171,11 @@ class VerifierSpec:
     """Weight of this verifier's score in the reward."""
     args: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for the verifier's constructor."""
+    key: str | None = None
+    """The verifier's short name in results and metrics (``reward/score/<key>``). None: the attribute of
+    ``module:attr`` / ``file.py:attr`` (``fn`` for ``verifiers/mine.py:fn``, however the path is written), else
+    the name (``math``); a name repeated gets ``#2``, ``#3``. Two different verifiers with one short name must be
+    given keys (the recipe check says so); a ``judge`` verifier takes none."""
 
 
 @dataclass(frozen=True, kw_only=True)

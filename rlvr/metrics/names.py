@@ -97,7 +97,9 @@ def passk(k: int | str) -> str:
 
 
 def reward_score(verifier: str) -> str:
-    """``reward/score/<verifier>``: mean unweighted score of one verifier (its key: the name, ``#2`` on a repeat)."""
+    """``reward/score/<verifier>``: mean unweighted score of one verifier, by its key (its ``key:``, else the
+    attribute of ``file.py:attr`` / ``module:attr``, else the name; ``#2`` on a repeat:
+    ``rlvr.reward.pool.verifier_keys``)."""
     return _name(NS_REWARD, f"score/{verifier}")
 
 

@@ -54,7 +54,7 @@ class Scored:
     """The reward of one sample.
 
     ``reward``: sum over verifiers of ``weight * score`` (the recipe's weights; no normaliser).
-    ``results``: each verifier's verdict, keyed by verifier name (see :func:`verifier_keys`).
+    ``results``: each verifier's verdict, keyed by the verifier's short name (see :func:`verifier_keys`).
     ``latency_s``: wall-clock seconds from sending the sample to a worker to its result (or to the kill).
     """
 
@@ -69,13 +69,43 @@ class Scored:
         return any(r.reason == reason for r in self.results.values())
 
 
-def verifier_keys(specs: Sequence[VerifierSpec]) -> list[str]:
-    """Result keys of the verifiers: each spec's name, with ``#2``, ``#3`` ... on repeats of a name."""
-    seen: collections.Counter[str] = collections.Counter()
+def verifier_key(spec: VerifierSpec) -> str:
+    """A verifier's short name before repeats are numbered: ``spec.key`` when given; else, for ``module:attr`` and
+    ``path/file.py:attr``, the attribute (the text after the last colon: ``fn`` whether the file is named
+    ``verifiers/mine.py``, ``/abs/verifiers/mine.py`` or ``pkg.mine``); else the name (``math``, an entry point)."""
+    if spec.key is not None:
+        return spec.key
+    return spec.name.rpartition(":")[2] if ":" in spec.name else spec.name
+
+
+def verifier_keys(specs: Sequence[VerifierSpec], where: str = "reward.verifiers") -> list[str]:
+    """Result and metric keys of the verifiers (``reward/score/<key>``), in order: each spec's
+    :func:`verifier_key`, with ``#2``, ``#3`` ... when the same name (no ``key``) is listed again.
+
+    Errors: ``ValueError`` when two different verifiers get one key (``a/check.py:score`` and
+    ``b/check.py:score``, or a ``key`` that another verifier already has), naming both entries of ``where`` and
+    the fix: a ``key:`` of its own for one of them.
+    """
+    first: dict[str, tuple[int, VerifierSpec]] = {}
+    repeats: collections.Counter[str] = collections.Counter()
     keys = []
-    for spec in specs:
-        seen[spec.name] += 1
-        keys.append(spec.name if seen[spec.name] == 1 else f"{spec.name}#{seen[spec.name]}")
+    for i, spec in enumerate(specs):
+        key = verifier_key(spec)
+        if key in first:
+            j, other = first[key]
+            if spec.key is not None or other.key is not None or spec.name != other.name:
+                raise ValueError(
+                    f"{where}[{j}] ({other.name!r}) and {where}[{i}] ({spec.name!r}) would both be keyed {key!r} in "
+                    f"the results and metrics (reward/score/{key}): give {where}[{i}] a key of its own, e.g. "
+                    f"`- {{name: {spec.name}, key: {key}_{i + 1}}}`"
+                )
+            repeats[key] += 1
+            key = f"{key}#{repeats[key] + 1}"
+            if key in first:
+                raise ValueError(f"{where}[{first[key][0]}] has the key {key!r}, which {where}[{i}] gets as a repeat "
+                                 f"of {spec.name!r}: give one of them another key")  # fmt: skip
+        first[key] = (i, spec)
+        keys.append(key)
     return keys
 
 
@@ -196,8 +226,8 @@ class ScoringPool:
 
     Errors: ``ValueError`` for empty specs or non-positive sizes; the errors of
     :func:`~rlvr.reward.base.resolve_verifier` for a name that does not resolve (raised here, in the caller's
-    process); ``RuntimeError`` when a worker cannot build its verifiers (the message holds its traceback) or
-    workers keep dying before they are ready.
+    process) and of :func:`verifier_keys` for two verifiers with one key; ``RuntimeError`` when a worker cannot
+    build its verifiers (the message holds its traceback) or workers keep dying before they are ready.
     """
 
     def __init__(
@@ -221,7 +251,7 @@ class ScoringPool:
         for spec in self._specs:  # fail fast, in the caller's process, on a name that does not resolve
             target = resolve_verifier(spec.name)
             preload.extend(getattr(target, "preload_modules", ()))
-        self.keys = verifier_keys(specs)  # the names as the recipe gives them
+        self.keys = verifier_keys(specs)  # short names, whichever way a file is named
         self.weights = {k: s.weight for k, s in zip(self.keys, self._specs)}
         self.timeout_s = float(timeout_s)
         self.memory_mb = memory_mb
