@@ -12,7 +12,11 @@ Per sample, exactly one :class:`Scored` comes back, in input order, always:
   sample scores 0 with reason ``timeout`` for every verifier;
 - a worker that dies while scoring (a segfault, ``os._exit``, the OOM killer, ``memory_mb`` exceeded) is
   replaced; the sample scores 0 with reason ``crashed``;
-- a verifier that raises scores 0 for that sample with reason ``error: <ExcType>: msg``; the worker lives on.
+- a verifier that raises scores 0 for that sample with reason ``error: <ExcType>: msg``; the worker lives on;
+- a verifier that returns no valid score (not a number, NaN, or outside [0, 1]:
+  :class:`~rlvr.reward.base.InvalidScoreError`) scores 0 for that sample with reason ``error: score 7.5 outside
+  [0, 1]`` (:data:`~rlvr.reward.base.INVALID_SCORE`), as one that raised: never counted correct, and its weighted
+  term adds nothing to the reward; the other verifiers' scores of the sample stand.
 
 A replacement worker's start-up (imports, building the verifiers) is not counted against any sample's limit.
 Workers end with the pool's process, even when it is killed while one of them hangs on a sample.
@@ -40,7 +44,8 @@ from typing import Any, Sequence
 
 from rlvr.config import VerifierSpec
 from rlvr.metrics import names as mn
-from rlvr.reward.base import build_verifier, coerce_result, is_file_target, resolve_verifier
+from rlvr.reward.base import (INVALID_SCORE, InvalidScoreError, build_verifier, coerce_result, is_file_target,
+                              resolve_verifier)
 from rlvr.types import VerifyResult
 
 START_TIMEOUT_S = 120.0
@@ -63,9 +68,12 @@ class Scored:
     latency_s: float
 
     def failed(self, reason: str) -> bool:
-        """True when some verifier's reason is ``reason`` (or, for ``error``, starts with ``error:``)."""
-        if reason == "error":
-            return any((r.reason or "").startswith("error:") for r in self.results.values())
+        """True when some verifier's reason is ``reason``; for ``error``, one that starts with ``error:`` (the
+        verifier raised, or returned no valid score); for ``invalid_score``, one that starts with
+        :data:`~rlvr.reward.base.INVALID_SCORE` (no valid score only)."""
+        if reason in ("error", "invalid_score"):
+            prefix = "error:" if reason == "error" else INVALID_SCORE
+            return any((r.reason or "").startswith(prefix) for r in self.results.values())
         return any(r.reason == reason for r in self.results.values())
 
 
@@ -145,6 +153,10 @@ def _safe(value: Any) -> VerifyResult:
 
 
 def _error(exc: BaseException) -> VerifyResult:
+    """Score 0 with reason ``error: <ExcType>: msg``, or ``error: score ...`` (:data:`INVALID_SCORE`) for a verifier
+    that returned no valid score."""
+    if isinstance(exc, InvalidScoreError):
+        return VerifyResult(score=0.0, parsed=None, reason=f"error: {str(exc)[:300]}")
     return VerifyResult(score=0.0, parsed=None, reason=f"error: {type(exc).__name__}: {str(exc)[:300]}")
 
 
@@ -302,7 +314,7 @@ class ScoringPool:
 
     def stats(self) -> dict[str, int]:
         """Counters since the pool started: ``samples``, ``timeouts``, ``crashes``, ``errors`` (samples with a
-        verifier that raised), ``restarts`` (workers replaced)."""
+        verifier that raised or returned no valid score), ``restarts`` (workers replaced)."""
         return {k: int(self._stats[k]) for k in ("samples", "timeouts", "crashes", "errors", "restarts")}
 
     def close(self) -> None:
@@ -468,7 +480,8 @@ def reward_metrics(scored: Sequence[Scored]) -> dict[str, float]:
     """Metrics of one batch of B scored samples, each a mean over the B samples (normaliser B).
 
     ``reward/mean``; ``reward/timeout_frac``, ``reward/crash_frac``, ``reward/error_frac``,
-    ``reward/no_answer_frac`` (samples where some verifier gave that reason); ``reward/latency_mean_s``,
+    ``reward/invalid_score_frac`` (part of the errors: no valid score), ``reward/no_answer_frac`` (samples where
+    some verifier gave that reason, :meth:`Scored.failed`); ``reward/latency_mean_s``,
     ``reward/latency_max_s``, ``reward/latency_p50_s`` and ``reward/latency_p99_s`` (nearest-rank percentiles
     over the B latencies, see :func:`nearest_rank`; seconds); ``reward/score/<verifier key>`` (mean
     unweighted score). Empty input: ``{}``.
@@ -481,6 +494,7 @@ def reward_metrics(scored: Sequence[Scored]) -> dict[str, float]:
         mn.REWARD_TIMEOUT_FRAC: sum(s.failed("timeout") for s in scored) / b,
         mn.REWARD_CRASH_FRAC: sum(s.failed("crashed") for s in scored) / b,
         mn.REWARD_ERROR_FRAC: sum(s.failed("error") for s in scored) / b,
+        mn.REWARD_INVALID_SCORE_FRAC: sum(s.failed("invalid_score") for s in scored) / b,
         mn.REWARD_NO_ANSWER_FRAC: sum(s.failed("no_answer") for s in scored) / b,
         mn.REWARD_LATENCY_MEAN_S: sum(s.latency_s for s in scored) / b,
         mn.REWARD_LATENCY_MAX_S: max(s.latency_s for s in scored),

@@ -7,16 +7,20 @@ this file); each pool starts in well under a second (forkserver).
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
 import pytest
 
 from rlvr.config import RecipeError, VerifierSpec
+from rlvr.metrics import names as mn
+from rlvr.metrics.samples import sample_rows
 from rlvr.recipe import load_recipe
-from rlvr.reward import ScoringPool, reward_metrics
-from rlvr.reward.pool import verifier_keys
-from rlvr.types import VerifyResult
+from rlvr.reward import ScoringPool, coerce_result, reward_metrics
+from rlvr.reward.base import InvalidScoreError
+from rlvr.reward.pool import Scored, verifier_keys
+from rlvr.types import Completion, Prompt, VerifyResult
 
 HERE = os.path.abspath(__file__)
 TINY = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny_test.yaml")
@@ -35,6 +39,74 @@ def as_result(response: str, gold: str, **row: object) -> VerifyResult:
 
 def always_half(response: str, gold: str, **row: object) -> float:
     return 0.5
+
+
+def _completions(texts: list[str]) -> list[Completion]:
+    return [Completion(prompt_index=0, sample_index=j, prompt_ids=[1], token_ids=[5], logprobs=[-1.0], text=t,
+                       finish_reason="stop", policy_version=0) for j, t in enumerate(texts)]  # fmt: skip
+
+
+# -- item 2 of the issue: a score outside [0, 1] -------------------------------------------------------------------
+def test_scores_outside_0_1_score_0_with_a_reason_and_are_counted() -> None:
+    """Scores [1, 7.5, -3, 0] of one prompt's 4 samples. Before: reward/mean (1 + 7.5 - 3 + 0) / 4 = 1.375,
+    correct_frac 2/4 (7.5 counted correct), the table's reason None ("ok") for 7.5, no error counted. Now 7.5 and
+    -3 score 0 with reason ``error: score ... outside [0, 1]``: mean 1/4, correct 1/4, pass@1 1/4, 2 of 4 invalid."""
+    from rlvr.runtime.controller import rollout_metrics
+
+    texts = ["a", "b", "c", "d"]
+    with ScoringPool([VerifierSpec(name=f"{HERE}:by_text")], num_workers=1, timeout_s=5.0) as pool:
+        scored = pool.score(texts, ["g"] * 4, [{}] * 4)
+        assert pool.stats()["errors"] == 2
+    key = "by_text"
+    assert [s.reward for s in scored] == [1.0, 0.0, 0.0, 0.0]
+    assert [s.results[key].reason for s in scored] == [
+        None, "error: score 7.5 outside [0, 1]", "error: score -3.0 outside [0, 1]", "wrong"]  # fmt: skip
+    m = rollout_metrics(_completions(texts), scored, (1, 4), 4, primary=key)
+    assert m[mn.REWARD_MEAN] == 0.25 and m[mn.reward_score(key)] == 0.25
+    assert m[mn.REWARD_CORRECT_FRAC] == 0.25 and m[mn.passk(1)] == 0.25 and m[mn.passk(4)] == 1.0
+    assert m[mn.REWARD_ERROR_FRAC] == 0.5 and m[mn.REWARD_INVALID_SCORE_FRAC] == 0.5
+    assert m[mn.GROUPS_ALL_CORRECT_FRAC] == 0.0
+    rows = sample_rows([Prompt(index=0, text="q", prompt_ids=[1], gold="g")], _completions(texts), scored, key, 4)
+    assert [(r["response"], r["score"], r["reason"]) for r in rows][:2] == [
+        ("a", 1.0, None), ("b", 0.0, "error: score 7.5 outside [0, 1]")]  # fmt: skip
+
+
+def test_an_invalid_score_drops_only_its_own_weighted_term() -> None:
+    """reward = 2 x as_result + 0.5 x always_half: the invalid 7.5 and -3 add 0, the other verifier's 0.25 stands
+    (before: 2 x 7.5 + 0.25 = 15.25 and 2 x -3 + 0.25 = -5.75). The parsed answer of an invalid score is not kept."""
+    specs = [VerifierSpec(name=f"{HERE}:as_result", weight=2.0), VerifierSpec(name=f"{HERE}:always_half", weight=0.5)]
+    with ScoringPool(specs, num_workers=1, timeout_s=5.0) as pool:
+        scored = pool.score(["a", "b", "c", "d"], ["g"] * 4, [{}] * 4)
+    assert [s.reward for s in scored] == [2.25, 0.25, 0.25, 0.25]
+    assert scored[1].results["as_result"] == VerifyResult(score=0.0, reason="error: score 7.5 outside [0, 1]")
+    m = reward_metrics(scored)
+    assert m[mn.REWARD_MEAN] == 0.75 and m[mn.REWARD_INVALID_SCORE_FRAC] == 0.5
+    assert m[mn.reward_score("as_result")] == 0.25 and m[mn.reward_score("always_half")] == 0.5
+
+
+def test_coerce_result_contract() -> None:
+    for bad, text in ((7.5, "score 7.5 outside [0, 1]"), (-3, "score -3.0 outside [0, 1]"),
+                      (float("nan"), "score nan outside [0, 1]"), (math.inf, "score inf outside [0, 1]"),
+                      (VerifyResult(score=1.5), "score 1.5 outside [0, 1]"),
+                      (None, "score None (NoneType) is not a number"), ("1", "score '1' (str) is not a number"),
+                      (VerifyResult(score="1"), "score '1' (str) is not a number")):  # fmt: skip
+        with pytest.raises(InvalidScoreError) as e:
+            coerce_result(bad)
+        assert str(e.value).startswith(text) and isinstance(e.value, TypeError) and isinstance(e.value, ValueError)
+    # float rounding just outside is clipped, not refused
+    assert coerce_result(0.1 + 0.2 + 0.7) == VerifyResult(score=1.0)
+    assert coerce_result(VerifyResult(score=-1e-9, reason="wrong")) == VerifyResult(score=0.0, reason="wrong")
+    assert coerce_result(0.5) == VerifyResult(score=0.5, reason="partial")
+
+
+def test_reward_metrics_count_invalid_scores_among_the_errors() -> None:
+    def one(reason: str | None) -> Scored:
+        return Scored(reward=0.0, results={"v": VerifyResult(score=0.0, reason=reason)}, latency_s=0.1)
+
+    m = reward_metrics([one("error: score 7.5 outside [0, 1]"), one("error: score nan outside [0, 1]"),
+                        one("error: KeyError: 'x'"), one("wrong"), one("timeout")])  # fmt: skip
+    assert m[mn.REWARD_INVALID_SCORE_FRAC] == 2 / 5 and m[mn.REWARD_ERROR_FRAC] == 3 / 5
+    assert mn.describe(mn.REWARD_INVALID_SCORE_FRAC).unit == "fraction"
 
 
 # -- friction of the issue: per-verifier keys ---------------------------------------------------------------------
