@@ -389,11 +389,15 @@ def extra_errors(r: Recipe) -> list[str]:
 
 def verifier_errors(r: Recipe) -> list[str]:
     """The verifiers' keys (``reward.verifiers[i].key``, and two verifiers that would share one:
-    :func:`rlvr.reward.pool.verifier_keys`)."""
+    :func:`rlvr.reward.pool.verifier_keys`) and ``reward.warn_error_frac``."""
     from rlvr.reward.judge import JUDGE
     from rlvr.reward.pool import verifier_keys
 
     errs: list[str] = []
+    w = r.reward.warn_error_frac
+    if w is not None and not 0 < w <= 1:
+        errs.append(f"reward.warn_error_frac={w} must be in (0, 1] (the share of a step's samples a verifier may "
+                    "fail before a warning; e.g. 0.25), or null to never warn")  # fmt: skip
     bad_key = False
     for i, spec in enumerate(r.reward.verifiers):
         if spec.key is not None and spec.name == JUDGE:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import math
 import multiprocessing as mp
 import multiprocessing.connection as mp_connection
@@ -47,6 +48,8 @@ from rlvr.metrics import names as mn
 from rlvr.reward.base import (INVALID_SCORE, InvalidScoreError, build_verifier, coerce_result, is_file_target,
                               resolve_verifier)
 from rlvr.types import VerifyResult
+
+log = logging.getLogger("rlvr")
 
 START_TIMEOUT_S = 120.0
 """A worker that has not built its verifiers within this many seconds fails the pool (``RuntimeError``)."""
@@ -504,3 +507,64 @@ def reward_metrics(scored: Sequence[Scored]) -> dict[str, float]:
     for key in scored[0].results:
         m[mn.reward_score(key)] = sum(s.results[key].score for s in scored if key in s.results) / b
     return m
+
+
+def failure_kind(result: VerifyResult) -> str | None:
+    """``error`` (the verifier raised or returned no valid score), ``timeout``, ``crash``, or None (scored)."""
+    reason = result.reason or ""
+    if reason.startswith("error:"):
+        return "error"
+    return {"timeout": "timeout", "crashed": "crash"}.get(reason)
+
+
+_ADVICE = {
+    "error": "fix the verifier (`rlvr verify FILE.jsonl --verifier NAME` runs it on saved responses)",
+    "timeout": "make it faster or raise reward.timeout_s",
+    "crash": "find what kills its worker (memory: reward.memory_mb)",
+}
+
+
+class FailureWatch:
+    """Warns on the console (logger ``rlvr``) when a verifier fails (errs, returns no valid score, times out or
+    crashes: :func:`failure_kind`) on at least ``threshold`` of a step's samples, naming the step, the verifier's
+    key, the share, the failures by kind, the most frequent reason and the fix.
+
+    Not repeated without bound: per verifier key, the first step at or over the threshold warns; a later step
+    warns again only when its share is at least :data:`WORSE_BY` above the share last warned about (so at most
+    ``(1 - threshold) / WORSE_BY + 1`` warnings per verifier per run). A share that falls and climbs back to a
+    level already warned about stays quiet: every step's shares are in ``metrics.jsonl``. ``threshold`` None:
+    never warns. Errors: ``ValueError`` for a threshold outside (0, 1].
+    """
+
+    WORSE_BY = 0.1
+
+    def __init__(self, threshold: float | None, setting: str = "reward.warn_error_frac") -> None:
+        if threshold is not None and not 0 < threshold <= 1:
+            raise ValueError(f"{setting}={threshold:g} must be in (0, 1] (e.g. 0.25), or null to never warn")
+        self.threshold, self.setting = threshold, setting
+        self.warned: dict[str, float] = {}  # verifier key -> the share last warned about
+
+    def check(self, step: int, scored: Sequence[Scored]) -> list[str]:
+        """Warn about the verifiers of ``scored`` (one step's B samples) past the threshold; returns the messages
+        logged (empty: none)."""
+        if self.threshold is None or not scored:
+            return []
+        b, out = len(scored), []
+        for key in scored[0].results:
+            failed = [s.results[key] for s in scored if key in s.results and failure_kind(s.results[key])]
+            share = len(failed) / b
+            if share < self.threshold or share < self.warned.get(key, -1.0) + self.WORSE_BY - 1e-9:
+                continue
+            self.warned[key] = share
+            kinds = collections.Counter(failure_kind(r) for r in failed)
+            counts = ", ".join(f"{n} {kind}{'s' if n > 1 else ''}" for kind, n in kinds.items())
+            example = collections.Counter(r.reason for r in failed).most_common(1)[0][0]
+            advice = "; ".join(_ADVICE[k] for k in kinds)
+            again = (f"next warning for it only at {min(1.0, share + self.WORSE_BY):.0%} or more" if share < 1
+                     else "no further warnings for it")  # fmt: skip
+            msg = (f"step {step}: verifier {key!r} failed on {share:.0%} of the step's samples ({len(failed)} of {b}: "
+                   f"{counts}), each scored 0 by it; e.g. {example!r}. {advice[0].upper()}{advice[1:]}. "
+                   f"({self.setting}={self.threshold:g}; {again})")  # fmt: skip
+            log.warning(msg)
+            out.append(msg)
+        return out

@@ -7,8 +7,10 @@ this file); each pool starts in well under a second (forkserver).
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import types
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,7 @@ from rlvr.metrics.samples import sample_rows
 from rlvr.recipe import load_recipe
 from rlvr.reward import ScoringPool, coerce_result, reward_metrics
 from rlvr.reward.base import InvalidScoreError
-from rlvr.reward.pool import Scored, verifier_keys
+from rlvr.reward.pool import FailureWatch, Scored, verifier_keys
 from rlvr.types import Completion, Prompt, VerifyResult
 
 HERE = os.path.abspath(__file__)
@@ -109,6 +111,58 @@ def test_reward_metrics_count_invalid_scores_among_the_errors() -> None:
     assert mn.describe(mn.REWARD_INVALID_SCORE_FRAC).unit == "fraction"
 
 
+# -- friction of the issue: a verifier failing a large share of a step's samples -----------------------------------
+def _step(failures: dict[str, list[str | None]], b: int = 8) -> list[Scored]:
+    """B samples; verifier ``k``'s sample i has reason ``failures[k][i]`` (None past the list: scored fine)."""
+    def result(reasons: list[str | None], i: int) -> VerifyResult:
+        reason = reasons[i] if i < len(reasons) else None
+        return VerifyResult(score=0.0 if reason else 1.0, reason=reason)
+
+    return [Scored(reward=0.0, results={k: result(v, i) for k, v in failures.items()}, latency_s=0.1) for i in range(b)]
+
+
+def test_failure_watch_warns_past_the_threshold_once_then_only_when_worse(caplog) -> None:
+    """Threshold 0.25, 8 samples a step. flaky fails 1 (12.5%: quiet), 3 (37.5%: warns), 3 (quiet), 4 (50%: 10
+    points over the 37.5% warned: warns), 8 (100%: warns, and says it is the last), 8 (quiet); steady never fails."""
+    watch = FailureWatch(0.25)
+    err = "error: ZeroDivisionError: division by zero"
+    fails = {1: [err], 2: [err, "timeout", err], 3: [err] * 3, 4: [err, err, "crashed", "timeout"], 5: [err] * 8,
+             6: [err] * 8}  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="rlvr"):
+        said = {step: watch.check(step, _step({"steady": [], "flaky": f})) for step, f in fails.items()}
+    assert [step for step, msgs in said.items() if msgs] == [2, 4, 5]
+    assert all(len(msgs) == 1 for msgs in said.values() if msgs)
+    assert said[2][0] == (
+        "step 2: verifier 'flaky' failed on 38% of the step's samples (3 of 8: 2 errors, 1 timeout), each scored 0 "
+        "by it; e.g. 'error: ZeroDivisionError: division by zero'. Fix the verifier (`rlvr verify FILE.jsonl "
+        "--verifier NAME` runs it on saved responses); make it faster or raise reward.timeout_s. "
+        "(reward.warn_error_frac=0.25; next warning for it only at 48% or more)")  # fmt: skip
+    assert "(4 of 8: 2 errors, 1 crash, 1 timeout)" in said[4][0] and "reward.memory_mb" in said[4][0]
+    assert "100%" in said[5][0] and "no further warnings for it" in said[5][0]
+    assert [r.getMessage() for r in caplog.records if r.name == "rlvr"] == said[2] + said[4] + said[5]
+    assert FailureWatch(None).check(1, _step({"v": [err] * 8})) == []
+    with pytest.raises(ValueError, match=r"reward.warn_error_frac=0 must be in \(0, 1\]"):
+        FailureWatch(0.0)
+
+
+def test_the_step_loop_checks_each_rollout_it_collects(caplog) -> None:
+    """The controller's ``_finish_rollout`` (every training batch, either loop) hands the scored batch to the
+    roles' FailureWatch: 2 of 4 samples raising warns once, naming the batch's step."""
+    from rlvr.runtime.controller import _finish_rollout, _Started
+
+    r = load_recipe(TINY, ["rollout.prompts_per_step=1", "rollout.samples_per_prompt=4"])
+    err = "error: ValueError: bad"
+    scored = _step({"math": [err, None, err]}, b=4)
+    roles = types.SimpleNamespace(failures=FailureWatch(r.reward.warn_error_frac),
+                                  finish_rollout=lambda pending: (_completions(["x"] * 4), scored, {}))  # fmt: skip
+    prompts = [Prompt(index=0, text="q", prompt_ids=[1], gold="g")]
+    with caplog.at_level(logging.WARNING, logger="rlvr"):
+        _finish_rollout(_Started(7, prompts, None), roles, prompts, None, None, r, "math", 0)
+        _finish_rollout(_Started(8, prompts, None), roles, prompts, None, None, r, "math", 0)
+    warned = [m for m in caplog.messages if "failed on" in m]
+    assert len(warned) == 1 and warned[0].startswith("step 7: verifier 'math' failed on 50% of the step's samples")
+
+
 # -- friction of the issue: per-verifier keys ---------------------------------------------------------------------
 def test_verifier_keys_are_short_names_however_the_file_is_named(tmp_path) -> None:
     rel = os.path.relpath(HERE)
@@ -149,18 +203,19 @@ def _recipe(tmp_path: Path, verifiers: list, **reward: object) -> Path:
 
 def test_a_recipe_with_two_verifiers_of_one_short_name_fails_at_load(tmp_path) -> None:
     with pytest.raises(RecipeError) as e:
-        load_recipe(_recipe(tmp_path, [{"name": "math"}, {"name": "judge", "key": "j"}]))
+        load_recipe(_recipe(tmp_path, [{"name": "math"}, {"name": "judge", "key": "j"}], warn_error_frac=1.5))
+    assert "reward.warn_error_frac=1.5 must be in (0, 1]" in str(e.value)
     assert "reward.verifiers[1].key='j': a judge verifier is keyed 'judge'" in str(e.value)
     with pytest.raises(RecipeError, match=r"give reward.verifiers\[1\] a key of its own, e.g. `- \{name: "
                                           r"a/check.py:math, key: math_2\}`"):  # fmt: skip
         load_recipe(_recipe(tmp_path, [{"name": "math"}, {"name": "a/check.py:math"}]))
     r = load_recipe(_recipe(tmp_path, [{"name": "math"}, {"name": "a/check.py:math", "key": "m2"}]))
-    assert verifier_keys(r.reward.verifiers) == ["math", "m2"]
+    assert verifier_keys(r.reward.verifiers) == ["math", "m2"] and r.reward.warn_error_frac == 0.25
 
 
 def test_a_checkpoint_written_before_keys_resumes_and_may_add_one() -> None:
-    """A checkpoint's recipe.yaml from before ``key`` existed resumes unchanged; a resumed run may add a key (it
-    names metrics only), not change a verifier's weight."""
+    """A checkpoint's recipe.yaml from before ``key`` and ``warn_error_frac`` existed resumes unchanged; a resumed
+    run may add a key (it names metrics only) or change the warning threshold, not a verifier's weight."""
     import copy
 
     from rlvr.config import read_recipe, to_dict
@@ -168,10 +223,10 @@ def test_a_checkpoint_written_before_keys_resumes_and_may_add_one() -> None:
 
     new = to_dict(load_recipe(TINY))
     old = copy.deepcopy(new)
-    del old["reward"]["verifiers"][0]["key"]
+    del old["reward"]["verifiers"][0]["key"], old["reward"]["warn_error_frac"]
     defaults = to_dict(read_recipe(None, []))
     assert recipe_diff(old, new, defaults) == []
-    new["reward"]["verifiers"][0]["key"] = "n"
+    new["reward"]["verifiers"][0]["key"], new["reward"]["warn_error_frac"] = "n", 0.5
     assert recipe_diff(old, new, defaults) == []
     new["reward"]["verifiers"][0]["weight"] = 2.0
     assert [k for k, _, _ in recipe_diff(old, new, defaults)] == ["reward.verifiers"]
