@@ -171,6 +171,11 @@ class VerifierSpec:
     """Weight of this verifier's score in the reward."""
     args: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for the verifier's constructor."""
+    key: str | None = None
+    """The verifier's short name in results and metrics (``reward/score/<key>``). None: the attribute of
+    ``module:attr`` / ``file.py:attr`` (``fn`` for ``verifiers/mine.py:fn``, however the path is written), else
+    the name (``math``); a name repeated gets ``#2``, ``#3``. Two different verifiers with one short name must be
+    given keys (the recipe check says so); a ``judge`` verifier takes none."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -180,6 +185,11 @@ class RewardConfig:
     """Scoring worker processes."""
     timeout_s: float = 5.0
     """Hard wall-clock limit per sample; a sample over it scores 0 with reason ``timeout``."""
+    warn_error_frac: float | None = 0.25
+    """Warn on the console when a verifier errs, returns an invalid score, times out or crashes on at least this
+    share of a step's samples, with the share and an example reason: once per verifier, then again only when its
+    share is 0.1 above the share last warned about (``rlvr.reward.pool.FailureWatch``). None: never warn (the
+    shares are in ``metrics.jsonl`` either way: ``reward/error_frac``, ``timeout_frac``, ``crash_frac``)."""
     memory_mb: int | None = 4096
     """Address-space limit of each scoring worker process (MiB; None: no limit); a sample that blows it is scored
     0 (``crashed``/``error``) and the worker replaced."""

@@ -290,6 +290,7 @@ def _check(r: Recipe) -> None:
     errs.extend(dapo_errors(al, ro.samples_per_prompt, ro.max_new_tokens))
     errs.extend(extra_errors(r))
     errs.extend(judge_errors(r))
+    errs.extend(verifier_errors(r))
     for k in r.metrics.pass_k:
         if not 1 <= k <= ro.samples_per_prompt:
             errs.append(
@@ -383,6 +384,35 @@ def extra_errors(r: Recipe) -> list[str]:
         errs.append("trainer.max_nonfinite_in_row must be >= 1")
     if r.metrics.samples_every < 0 or r.metrics.samples_rows < 1:
         errs.append("metrics.samples_every must be >= 0 (0: off) and metrics.samples_rows >= 1")
+    return errs
+
+
+def verifier_errors(r: Recipe) -> list[str]:
+    """The verifiers' keys (``reward.verifiers[i].key``, and two verifiers that would share one:
+    :func:`rlvr.reward.pool.verifier_keys`) and ``reward.warn_error_frac``."""
+    from rlvr.reward.judge import JUDGE
+    from rlvr.reward.pool import verifier_keys
+
+    errs: list[str] = []
+    w = r.reward.warn_error_frac
+    if w is not None and not 0 < w <= 1:
+        errs.append(f"reward.warn_error_frac={w} must be in (0, 1] (the share of a step's samples a verifier may "
+                    "fail before a warning; e.g. 0.25), or null to never warn")  # fmt: skip
+    bad_key = False
+    for i, spec in enumerate(r.reward.verifiers):
+        if spec.key is not None and spec.name == JUDGE:
+            bad_key = True
+            errs.append(f"reward.verifiers[{i}].key={spec.key!r}: a judge verifier is keyed 'judge' ('judge#2' for a "
+                        "second; the sample tables read that key): remove its key")  # fmt: skip
+        elif spec.key is not None and (not spec.key.strip() or any(c.isspace() or c == "#" for c in spec.key)):
+            bad_key = True
+            errs.append(f"reward.verifiers[{i}].key={spec.key!r} must be a non-empty name without spaces or '#' "
+                        "(it names reward/score/<key>; e.g. key: correct)")  # fmt: skip
+    if not bad_key:
+        try:
+            verifier_keys(r.reward.verifiers)
+        except ValueError as e:
+            errs.append(str(e))
     return errs
 
 

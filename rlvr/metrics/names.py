@@ -97,7 +97,9 @@ def passk(k: int | str) -> str:
 
 
 def reward_score(verifier: str) -> str:
-    """``reward/score/<verifier>``: mean unweighted score of one verifier (its key: the name, ``#2`` on a repeat)."""
+    """``reward/score/<verifier>``: mean unweighted score of one verifier, by its key (its ``key:``, else the
+    attribute of ``file.py:attr`` / ``module:attr``, else the name; ``#2`` on a repeat:
+    ``rlvr.reward.pool.verifier_keys``)."""
     return _name(NS_REWARD, f"score/{verifier}")
 
 
@@ -160,6 +162,7 @@ REWARD_CORRECT_FRAC = _name(NS_REWARD, "correct_frac")
 REWARD_TIMEOUT_FRAC = _name(NS_REWARD, "timeout_frac")
 REWARD_CRASH_FRAC = _name(NS_REWARD, "crash_frac")
 REWARD_ERROR_FRAC = _name(NS_REWARD, "error_frac")
+REWARD_INVALID_SCORE_FRAC = _name(NS_REWARD, "invalid_score_frac")
 REWARD_NO_ANSWER_FRAC = _name(NS_REWARD, "no_answer_frac")
 REWARD_LATENCY_MEAN_S = _name(NS_REWARD, "latency_mean_s")
 REWARD_LATENCY_MAX_S = _name(NS_REWARD, "latency_max_s")
@@ -281,7 +284,10 @@ _ENTRIES: tuple[Metric, ...] = (
     _M(REWARD_CORRECT_FRAC, "fraction", "rollouts the primary (first) verifier gives full marks (score >= 1)"),
     _M(REWARD_TIMEOUT_FRAC, "fraction", "rollouts where some verifier timed out"),
     _M(REWARD_CRASH_FRAC, "fraction", "rollouts where some verifier's worker crashed"),
-    _M(REWARD_ERROR_FRAC, "fraction", "rollouts where some verifier raised an error"),
+    _M(REWARD_ERROR_FRAC, "fraction", "rollouts where some verifier raised an error or returned no valid score "
+       "(each scored 0 for that verifier)"),
+    _M(REWARD_INVALID_SCORE_FRAC, "fraction", "rollouts where some verifier returned no valid score (not a number, "
+       "NaN, or outside [0, 1]; scored 0 for it, reason 'error: score ...'); part of reward/error_frac"),
     _M(REWARD_NO_ANSWER_FRAC, "fraction", "rollouts where some verifier found no answer"),
     _M(REWARD_LATENCY_MEAN_S, "seconds", "mean scoring latency per rollout"),
     _M(REWARD_LATENCY_MAX_S, "seconds", "largest scoring latency of the batch"),

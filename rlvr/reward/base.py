@@ -18,13 +18,14 @@ fields, and it never raises on model output: a bad answer is a score of 0 with a
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
 import inspect
-import math
+import numbers
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol, runtime_checkable
@@ -92,24 +93,55 @@ use. Names registered here in one process are not seen by scoring workers (separ
 verifiers as ``module:attr``, ``file.py:attr`` or an entry point instead."""
 
 
-def coerce_result(value: Any) -> VerifyResult:
-    """A verifier's return value as a :class:`VerifyResult`.
+SCORE_SLACK = 1e-6
+"""A score within this of [0, 1] is rounding, not a bug (``0.1 + 0.2 + 0.7 == 1.0000000000000002``): it is clipped
+into [0, 1]; one farther out is an :class:`InvalidScoreError`."""
 
-    A VerifyResult passes through; a bool, int or float ``x`` becomes ``VerifyResult(score=float(x))`` with
-    reason None when ``x >= 1``, ``wrong`` when ``x <= 0``, else ``partial``.
-    Errors: ``TypeError`` for any other type; ``ValueError`` for a score that is NaN or infinite.
+INVALID_SCORE = "error: score "
+"""Reason prefix of a sample whose verifier returned no valid score (:class:`InvalidScoreError`), e.g.
+``error: score 7.5 outside [0, 1]``: the scoring pool scores that verifier 0 for the sample, as for a verifier
+that raised (``error: <ExcType>: msg``); counted in ``reward/error_frac`` and ``reward/invalid_score_frac``."""
+
+
+class InvalidScoreError(TypeError, ValueError):
+    """A verifier returned something that is not a score in [0, 1]: not a number (None, a string), NaN, an
+    infinity, or a number outside [0, 1] (by more than :data:`SCORE_SLACK`). Its message starts with ``score``
+    (``score 7.5 outside [0, 1]``); the scoring pool's reason is ``error: `` + the message (:data:`INVALID_SCORE`).
+    A ``TypeError`` and a ``ValueError``, as both were raised before."""
+
+
+def coerce_result(value: Any) -> VerifyResult:
+    """A verifier's return value as a :class:`VerifyResult` whose score lies in [0, 1].
+
+    A VerifyResult passes through; a real number ``x`` (bool, int, float, a NumPy scalar) becomes
+    ``VerifyResult(score=float(x))`` with reason None when ``x >= 1``, ``wrong`` when ``x <= 0``, else ``partial``.
+    A score within :data:`SCORE_SLACK` of [0, 1] is clipped into it.
+    Errors: :class:`InvalidScoreError` (a ``TypeError`` and ``ValueError``) for any other type, or a score that
+    is NaN, infinite or outside [0, 1]: a verifier's score must lie in [0, 1] (scale it there, and weigh it with
+    the recipe's ``weight``).
     """
     if isinstance(value, VerifyResult):
         score = value.score
-    elif isinstance(value, (bool, int, float)):
+    elif isinstance(value, numbers.Real):
         score = float(value)
         reason = None if score >= 1 else ("wrong" if score <= 0 else "partial")
         value = VerifyResult(score=score, parsed=None, reason=reason)
     else:
-        raise TypeError(f"a verifier returned {type(value).__name__}; expected VerifyResult, float or bool")
-    if not isinstance(score, (int, float)) or not math.isfinite(score):
-        raise ValueError(f"a verifier returned the score {score!r}; scores must be finite numbers")
+        raise InvalidScoreError(
+            f"score {_shown(value)} ({type(value).__name__}) is not a number: return a VerifyResult, float or bool"
+        )
+    if not isinstance(score, numbers.Real):
+        raise InvalidScoreError(f"score {_shown(score)} ({type(score).__name__}) is not a number")
+    if not -SCORE_SLACK <= score <= 1 + SCORE_SLACK:  # NaN fails every comparison
+        raise InvalidScoreError(f"score {float(score)!r} outside [0, 1]")
+    if not 0 <= score <= 1 or type(score) is not float:
+        value = dataclasses.replace(value, score=min(max(float(score), 0.0), 1.0))
     return value
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 class FunctionVerifier:

@@ -12,7 +12,11 @@ Per sample, exactly one :class:`Scored` comes back, in input order, always:
   sample scores 0 with reason ``timeout`` for every verifier;
 - a worker that dies while scoring (a segfault, ``os._exit``, the OOM killer, ``memory_mb`` exceeded) is
   replaced; the sample scores 0 with reason ``crashed``;
-- a verifier that raises scores 0 for that sample with reason ``error: <ExcType>: msg``; the worker lives on.
+- a verifier that raises scores 0 for that sample with reason ``error: <ExcType>: msg``; the worker lives on;
+- a verifier that returns no valid score (not a number, NaN, or outside [0, 1]:
+  :class:`~rlvr.reward.base.InvalidScoreError`) scores 0 for that sample with reason ``error: score 7.5 outside
+  [0, 1]`` (:data:`~rlvr.reward.base.INVALID_SCORE`), as one that raised: never counted correct, and its weighted
+  term adds nothing to the reward; the other verifiers' scores of the sample stand.
 
 A replacement worker's start-up (imports, building the verifiers) is not counted against any sample's limit.
 Workers end with the pool's process, even when it is killed while one of them hangs on a sample.
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import math
 import multiprocessing as mp
 import multiprocessing.connection as mp_connection
@@ -40,8 +45,11 @@ from typing import Any, Sequence
 
 from rlvr.config import VerifierSpec
 from rlvr.metrics import names as mn
-from rlvr.reward.base import build_verifier, coerce_result, is_file_target, resolve_verifier
+from rlvr.reward.base import (INVALID_SCORE, InvalidScoreError, build_verifier, coerce_result, is_file_target,
+                              resolve_verifier)
 from rlvr.types import VerifyResult
+
+log = logging.getLogger("rlvr")
 
 START_TIMEOUT_S = 120.0
 """A worker that has not built its verifiers within this many seconds fails the pool (``RuntimeError``)."""
@@ -54,7 +62,7 @@ class Scored:
     """The reward of one sample.
 
     ``reward``: sum over verifiers of ``weight * score`` (the recipe's weights; no normaliser).
-    ``results``: each verifier's verdict, keyed by verifier name (see :func:`verifier_keys`).
+    ``results``: each verifier's verdict, keyed by the verifier's short name (see :func:`verifier_keys`).
     ``latency_s``: wall-clock seconds from sending the sample to a worker to its result (or to the kill).
     """
 
@@ -63,19 +71,52 @@ class Scored:
     latency_s: float
 
     def failed(self, reason: str) -> bool:
-        """True when some verifier's reason is ``reason`` (or, for ``error``, starts with ``error:``)."""
-        if reason == "error":
-            return any((r.reason or "").startswith("error:") for r in self.results.values())
+        """True when some verifier's reason is ``reason``; for ``error``, one that starts with ``error:`` (the
+        verifier raised, or returned no valid score); for ``invalid_score``, one that starts with
+        :data:`~rlvr.reward.base.INVALID_SCORE` (no valid score only)."""
+        if reason in ("error", "invalid_score"):
+            prefix = "error:" if reason == "error" else INVALID_SCORE
+            return any((r.reason or "").startswith(prefix) for r in self.results.values())
         return any(r.reason == reason for r in self.results.values())
 
 
-def verifier_keys(specs: Sequence[VerifierSpec]) -> list[str]:
-    """Result keys of the verifiers: each spec's name, with ``#2``, ``#3`` ... on repeats of a name."""
-    seen: collections.Counter[str] = collections.Counter()
+def verifier_key(spec: VerifierSpec) -> str:
+    """A verifier's short name before repeats are numbered: ``spec.key`` when given; else, for ``module:attr`` and
+    ``path/file.py:attr``, the attribute (the text after the last colon: ``fn`` whether the file is named
+    ``verifiers/mine.py``, ``/abs/verifiers/mine.py`` or ``pkg.mine``); else the name (``math``, an entry point)."""
+    if spec.key is not None:
+        return spec.key
+    return spec.name.rpartition(":")[2] if ":" in spec.name else spec.name
+
+
+def verifier_keys(specs: Sequence[VerifierSpec], where: str = "reward.verifiers") -> list[str]:
+    """Result and metric keys of the verifiers (``reward/score/<key>``), in order: each spec's
+    :func:`verifier_key`, with ``#2``, ``#3`` ... when the same name (no ``key``) is listed again.
+
+    Errors: ``ValueError`` when two different verifiers get one key (``a/check.py:score`` and
+    ``b/check.py:score``, or a ``key`` that another verifier already has), naming both entries of ``where`` and
+    the fix: a ``key:`` of its own for one of them.
+    """
+    first: dict[str, tuple[int, VerifierSpec]] = {}
+    repeats: collections.Counter[str] = collections.Counter()
     keys = []
-    for spec in specs:
-        seen[spec.name] += 1
-        keys.append(spec.name if seen[spec.name] == 1 else f"{spec.name}#{seen[spec.name]}")
+    for i, spec in enumerate(specs):
+        key = verifier_key(spec)
+        if key in first:
+            j, other = first[key]
+            if spec.key is not None or other.key is not None or spec.name != other.name:
+                raise ValueError(
+                    f"{where}[{j}] ({other.name!r}) and {where}[{i}] ({spec.name!r}) would both be keyed {key!r} in "
+                    f"the results and metrics (reward/score/{key}): give {where}[{i}] a key of its own, e.g. "
+                    f"`- {{name: {spec.name}, key: {key}_{i + 1}}}`"
+                )
+            repeats[key] += 1
+            key = f"{key}#{repeats[key] + 1}"
+            if key in first:
+                raise ValueError(f"{where}[{first[key][0]}] has the key {key!r}, which {where}[{i}] gets as a repeat "
+                                 f"of {spec.name!r}: give one of them another key")  # fmt: skip
+        first[key] = (i, spec)
+        keys.append(key)
     return keys
 
 
@@ -115,6 +156,10 @@ def _safe(value: Any) -> VerifyResult:
 
 
 def _error(exc: BaseException) -> VerifyResult:
+    """Score 0 with reason ``error: <ExcType>: msg``, or ``error: score ...`` (:data:`INVALID_SCORE`) for a verifier
+    that returned no valid score."""
+    if isinstance(exc, InvalidScoreError):
+        return VerifyResult(score=0.0, parsed=None, reason=f"error: {str(exc)[:300]}")
     return VerifyResult(score=0.0, parsed=None, reason=f"error: {type(exc).__name__}: {str(exc)[:300]}")
 
 
@@ -196,8 +241,8 @@ class ScoringPool:
 
     Errors: ``ValueError`` for empty specs or non-positive sizes; the errors of
     :func:`~rlvr.reward.base.resolve_verifier` for a name that does not resolve (raised here, in the caller's
-    process); ``RuntimeError`` when a worker cannot build its verifiers (the message holds its traceback) or
-    workers keep dying before they are ready.
+    process) and of :func:`verifier_keys` for two verifiers with one key; ``RuntimeError`` when a worker cannot
+    build its verifiers (the message holds its traceback) or workers keep dying before they are ready.
     """
 
     def __init__(
@@ -221,7 +266,7 @@ class ScoringPool:
         for spec in self._specs:  # fail fast, in the caller's process, on a name that does not resolve
             target = resolve_verifier(spec.name)
             preload.extend(getattr(target, "preload_modules", ()))
-        self.keys = verifier_keys(specs)  # the names as the recipe gives them
+        self.keys = verifier_keys(specs)  # short names, whichever way a file is named
         self.weights = {k: s.weight for k, s in zip(self.keys, self._specs)}
         self.timeout_s = float(timeout_s)
         self.memory_mb = memory_mb
@@ -272,7 +317,7 @@ class ScoringPool:
 
     def stats(self) -> dict[str, int]:
         """Counters since the pool started: ``samples``, ``timeouts``, ``crashes``, ``errors`` (samples with a
-        verifier that raised), ``restarts`` (workers replaced)."""
+        verifier that raised or returned no valid score), ``restarts`` (workers replaced)."""
         return {k: int(self._stats[k]) for k in ("samples", "timeouts", "crashes", "errors", "restarts")}
 
     def close(self) -> None:
@@ -438,7 +483,8 @@ def reward_metrics(scored: Sequence[Scored]) -> dict[str, float]:
     """Metrics of one batch of B scored samples, each a mean over the B samples (normaliser B).
 
     ``reward/mean``; ``reward/timeout_frac``, ``reward/crash_frac``, ``reward/error_frac``,
-    ``reward/no_answer_frac`` (samples where some verifier gave that reason); ``reward/latency_mean_s``,
+    ``reward/invalid_score_frac`` (part of the errors: no valid score), ``reward/no_answer_frac`` (samples where
+    some verifier gave that reason, :meth:`Scored.failed`); ``reward/latency_mean_s``,
     ``reward/latency_max_s``, ``reward/latency_p50_s`` and ``reward/latency_p99_s`` (nearest-rank percentiles
     over the B latencies, see :func:`nearest_rank`; seconds); ``reward/score/<verifier key>`` (mean
     unweighted score). Empty input: ``{}``.
@@ -451,6 +497,7 @@ def reward_metrics(scored: Sequence[Scored]) -> dict[str, float]:
         mn.REWARD_TIMEOUT_FRAC: sum(s.failed("timeout") for s in scored) / b,
         mn.REWARD_CRASH_FRAC: sum(s.failed("crashed") for s in scored) / b,
         mn.REWARD_ERROR_FRAC: sum(s.failed("error") for s in scored) / b,
+        mn.REWARD_INVALID_SCORE_FRAC: sum(s.failed("invalid_score") for s in scored) / b,
         mn.REWARD_NO_ANSWER_FRAC: sum(s.failed("no_answer") for s in scored) / b,
         mn.REWARD_LATENCY_MEAN_S: sum(s.latency_s for s in scored) / b,
         mn.REWARD_LATENCY_MAX_S: max(s.latency_s for s in scored),
@@ -460,3 +507,64 @@ def reward_metrics(scored: Sequence[Scored]) -> dict[str, float]:
     for key in scored[0].results:
         m[mn.reward_score(key)] = sum(s.results[key].score for s in scored if key in s.results) / b
     return m
+
+
+def failure_kind(result: VerifyResult) -> str | None:
+    """``error`` (the verifier raised or returned no valid score), ``timeout``, ``crash``, or None (scored)."""
+    reason = result.reason or ""
+    if reason.startswith("error:"):
+        return "error"
+    return {"timeout": "timeout", "crashed": "crash"}.get(reason)
+
+
+_ADVICE = {
+    "error": "fix the verifier (`rlvr verify FILE.jsonl --verifier NAME` runs it on saved responses)",
+    "timeout": "make it faster or raise reward.timeout_s",
+    "crash": "find what kills its worker (memory: reward.memory_mb)",
+}
+
+
+class FailureWatch:
+    """Warns on the console (logger ``rlvr``) when a verifier fails (errs, returns no valid score, times out or
+    crashes: :func:`failure_kind`) on at least ``threshold`` of a step's samples, naming the step, the verifier's
+    key, the share, the failures by kind, the most frequent reason and the fix.
+
+    Not repeated without bound: per verifier key, the first step at or over the threshold warns; a later step
+    warns again only when its share is at least :data:`WORSE_BY` above the share last warned about (so at most
+    ``(1 - threshold) / WORSE_BY + 1`` warnings per verifier per run). A share that falls and climbs back to a
+    level already warned about stays quiet: every step's shares are in ``metrics.jsonl``. ``threshold`` None:
+    never warns. Errors: ``ValueError`` for a threshold outside (0, 1].
+    """
+
+    WORSE_BY = 0.1
+
+    def __init__(self, threshold: float | None, setting: str = "reward.warn_error_frac") -> None:
+        if threshold is not None and not 0 < threshold <= 1:
+            raise ValueError(f"{setting}={threshold:g} must be in (0, 1] (e.g. 0.25), or null to never warn")
+        self.threshold, self.setting = threshold, setting
+        self.warned: dict[str, float] = {}  # verifier key -> the share last warned about
+
+    def check(self, step: int, scored: Sequence[Scored]) -> list[str]:
+        """Warn about the verifiers of ``scored`` (one step's B samples) past the threshold; returns the messages
+        logged (empty: none)."""
+        if self.threshold is None or not scored:
+            return []
+        b, out = len(scored), []
+        for key in scored[0].results:
+            failed = [s.results[key] for s in scored if key in s.results and failure_kind(s.results[key])]
+            share = len(failed) / b
+            if share < self.threshold or share < self.warned.get(key, -1.0) + self.WORSE_BY - 1e-9:
+                continue
+            self.warned[key] = share
+            kinds = collections.Counter(failure_kind(r) for r in failed)
+            counts = ", ".join(f"{n} {kind}{'s' if n > 1 else ''}" for kind, n in kinds.items())
+            example = collections.Counter(r.reason for r in failed).most_common(1)[0][0]
+            advice = "; ".join(_ADVICE[k] for k in kinds)
+            again = (f"next warning for it only at {min(1.0, share + self.WORSE_BY):.0%} or more" if share < 1
+                     else "no further warnings for it")  # fmt: skip
+            msg = (f"step {step}: verifier {key!r} failed on {share:.0%} of the step's samples ({len(failed)} of {b}: "
+                   f"{counts}), each scored 0 by it; e.g. {example!r}. {advice[0].upper()}{advice[1:]}. "
+                   f"({self.setting}={self.threshold:g}; {again})")  # fmt: skip
+            log.warning(msg)
+            out.append(msg)
+        return out

@@ -72,7 +72,7 @@ MAY_CHANGE_ON_RESUME = (
     "run.save_final",
     "rollout.num_engines", "rollout.kv_cache_gib", "rollout.gpu_memory_utilization", "rollout.enforce_eager",
     "rollout.num_gpus", "rollout.threads", "rollout.cpus",
-    "reward.num_workers",
+    "reward.num_workers", "reward.warn_error_frac",
     "trainer.threads", "trainer.cpus", "trainer.num_gpus", "trainer.micro_batch_size", "trainer.gradient_checkpointing",
     "critic.threads", "critic.num_gpus", "critic.micro_batch_size",
     "sync.", "metrics.", "checkpoint.",
@@ -419,8 +419,10 @@ def recipe_diff(
 
     ``defaults``: a recipe dict of every default (resolved). A key absent from ``old`` whose new value is its
     default is no change: the checkpoint was written by an rlvr that did not have the setting yet, and ran as
-    its default does (e.g. ``judge.*`` and ``algorithm.flawed_penalty``, added by issue 15)."""
+    its default does (e.g. ``judge.*`` and ``algorithm.flawed_penalty``, added by issue 15); likewise a field
+    absent from an entry of ``reward.verifiers`` (:func:`_verifiers_compared`)."""
     a, b = _flatten(old), _flatten(new)
+    ca, cb = _flatten(_verifiers_compared(old)), _flatten(_verifiers_compared(new))  # the same keys as a, b
     d = _flatten(defaults) if defaults is not None else {}
     out = []
     for key in sorted(set(a) | set(b)):
@@ -429,9 +431,24 @@ def recipe_diff(
         va, vb = a.get(key, _ABSENT), b.get(key, _ABSENT)
         if va is _ABSENT and key in d and vb == d[key]:
             continue
-        if va != vb:
+        if ca.get(key, _ABSENT) != cb.get(key, _ABSENT):
             out.append((key, va, vb))
     return out
+
+
+def _verifiers_compared(tree: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``tree`` with each ``reward.verifiers`` entry as :func:`recipe_diff` compares it: fields it lacks (a
+    checkpoint written before ``VerifierSpec`` had them) at their defaults, and ``key`` left out (it names the
+    verifier's metrics only, so a resumed run may set one: issue 24)."""
+    verifiers = (tree.get("reward") or {}).get("verifiers") if isinstance(tree.get("reward"), Mapping) else None
+    if not isinstance(verifiers, list):
+        return tree
+    from rlvr.config import VerifierSpec
+
+    default = {k: v for k, v in to_dict(VerifierSpec()).items() if k not in ("key", "name")}  # type: ignore[arg-type]
+    entries = [{**default, **{k: v for k, v in e.items() if k != "key"}} if isinstance(e, Mapping) else e
+               for e in verifiers]  # fmt: skip
+    return {**tree, "reward": {**tree["reward"], "verifiers": entries}}
 
 
 class _Absent:

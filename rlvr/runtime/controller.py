@@ -591,6 +591,7 @@ def _finish_rollout(started: _Started, roles: "Roles", prompts: list[Prompt], sa
     """Collect and score a :func:`_start_rollout`, then shape and (DAPO) refill it: see :func:`_rollout`."""
     step, batch_prompts = started.step, started.prompts
     completions, scored, timings = roles.finish_rollout(started.pending)
+    roles.failures.check(step, scored)  # a console warning when a verifier fails many samples (reward.warn_error_frac)
     metrics = rollout_metrics(completions, scored, r.pass_k, r.rollout.samples_per_prompt, primary=primary)
     rows = sample_rows(batch_prompts, completions, scored, primary, n_rows) if n_rows else []
     rewards = shaped_rewards(completions, scored, r)  # [P, G]

@@ -18,7 +18,7 @@ from typing import Any
 from rlvr.config import Recipe
 from rlvr.metrics import names as mn
 from rlvr.reward.judge import JUDGE, NOT_JUDGED, JudgeItem, judge_keys, merge_judged, rule_specs, selected, settings_of
-from rlvr.reward.pool import Scored, verifier_keys
+from rlvr.reward.pool import FailureWatch, Scored, verifier_keys
 from rlvr.rollout import engine_class
 from rlvr.runtime.advantage_stage import uses_critic
 from rlvr.runtime.executors import Group, Handle, LocalExecutor, RayExecutor, Resources, RoleError
@@ -144,6 +144,7 @@ class Roles:
         self.ex = executor
         self.reward: Handle | None = None  # set once spawned: what shutdown() closes
         self.step = 0  # the step the loop is on (named in timeout errors); set by train()
+        self.failures = FailureWatch(r.reward.warn_error_frac)  # warns on verifiers failing a step's samples
         try:
             self._start(model_dir, env)
         except BaseException:  # a role that fails to start: stop every role, group and thread started so far

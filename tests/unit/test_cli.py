@@ -167,7 +167,7 @@ def test_non_default_keys_are_exactly_the_overrides():
         "algorithm.policy_loss.clip_high=0.28", "algorithm.advantage=passk", "trainer.resources={gen: 1}",
         "reward.verifiers=[{name: numeric}]",
     ])) == {
-        "reward.verifiers": [{"name": "numeric", "weight": 1.0, "args": {}}],
+        "reward.verifiers": [{"name": "numeric", "weight": 1.0, "args": {}, "key": None}],
         "algorithm.advantage": {"name": "passk", "k": 4},
         "algorithm.policy_loss.clip_high": 0.28,
         "trainer.resources.gen": 1,

@@ -132,12 +132,12 @@ def test_weighted_reward_and_metrics() -> None:
     # reward = 0.25 * numeric + 2.0 * Length(max_chars=3)
     specs = [VerifierSpec(name="numeric", weight=0.25), spec("Length", weight=2.0, max_chars=3)]
     with ScoringPool(specs, num_workers=2, timeout_s=10.0) as pool:
-        assert pool.keys == ["numeric", f"{HERE}:Length"]
+        assert pool.keys == ["numeric", "Length"]
         out = pool.score(["12", "the answer is 12", "x", "abcd"], ["12", "12", "3", "1"], [{}] * 4)
     # "12": 0.25*1 + 2*1 = 2.25; long right answer: 0.25*1 + 0 = 0.25; "x": 0 + 2 = 2.0; "abcd" (not a
     # number, 4 chars): 0 + 0 = 0
     assert [s.reward for s in out] == [2.25, 0.25, 2.0, 0.0]
-    assert out[1].results[f"{HERE}:Length"].reason == "too_long"
+    assert out[1].results["Length"].reason == "too_long"
     m = reward_metrics(out)
     assert m["reward/mean"] == pytest.approx((2.25 + 0.25 + 2.0 + 0.0) / 4)
     assert m["reward/no_answer_frac"] == pytest.approx(2 / 4)  # "x" and "abcd" hold no number
@@ -176,7 +176,7 @@ def test_relative_file_path_survives_chdir(tmp_path, monkeypatch) -> None:
     rel = os.path.relpath(HERE)
     with ScoringPool([VerifierSpec(name=f"{rel}:misbehave")], num_workers=1, timeout_s=5.0) as pool:
         monkeypatch.chdir(tmp_path)
-        assert pool.keys == [f"{rel}:misbehave"]  # results keep the recipe's name
+        assert pool.keys == ["misbehave"]  # results are keyed by the attribute, however the file is named
         assert [s.reward for s in pool.score(["1"], ["1"], [{}])] == [1.0]
 
 

@@ -301,7 +301,7 @@ def test_unknown_name_names_nearest_builtin() -> None:
 def test_coerce_result() -> None:
     assert coerce_result(True) == VerifyResult(score=1.0)
     assert coerce_result(0) == VerifyResult(score=0.0, reason="wrong")
-    with pytest.raises(ValueError, match="finite"):
+    with pytest.raises(ValueError, match=r"score nan outside \[0, 1\]"):
         coerce_result(float("nan"))
     with pytest.raises(TypeError):
         coerce_result(None)
