@@ -132,7 +132,8 @@ def _read_file(path: Path) -> list[dict[str, Any]]:
     raise ValueError(f"{path}: unsupported file type {path.suffix!r}; use one of {', '.join(FILE_SUFFIXES)}")
 
 
-def _hub_reachable(timeout_s: float = 2.0) -> bool:
+def hub_reachable(timeout_s: float = 2.0) -> bool:
+    """Whether a TCP connection to the Hugging Face hub (``HF_ENDPOINT``) opens within ``timeout_s`` seconds."""
     import socket
     from urllib.parse import urlparse
 
@@ -150,7 +151,7 @@ def _go_offline_without_network() -> None:
     Sets ``HF_DATASETS_OFFLINE=1`` and patches ``datasets.config``, which reads the flags once at import.
     """
     flag = os.environ.get("HF_DATASETS_OFFLINE") or os.environ.get("HF_HUB_OFFLINE")
-    offline = flag.strip().upper() in ("1", "ON", "YES", "TRUE") if flag else not _hub_reachable()
+    offline = flag.strip().upper() in ("1", "ON", "YES", "TRUE") if flag else not hub_reachable()
     if not offline:
         return
     if not flag:
