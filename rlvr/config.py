@@ -103,8 +103,9 @@ class DataConfig:
     shuffle: bool = True
     """Shuffle every epoch (seeded by ``run.seed`` and the epoch)."""
     bad_gold: Literal["drop", "error"] = "drop"
-    """Rows whose gold the first verifier cannot parse (``rlvr.reward.golds``, case V15): ``drop`` them (count
-    and examples logged) or ``error``: stop with a RecipeError listing them."""
+    """Rows whose gold the first verifier cannot parse (``rlvr.reward.golds``, case V15), or that have none (the
+    answer field absent from the row, null or empty): ``drop`` them (count and first examples logged) or
+    ``error``: stop with a RecipeError listing them (row, id, why)."""
     generated: GeneratedTaskConfig = field(default_factory=GeneratedTaskConfig)
 
 

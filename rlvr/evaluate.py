@@ -57,8 +57,6 @@ BOXED_TEMPLATE = "{question}\nPlease reason step by step, and put your final ans
 """Default user message: the instruction the training recipes use (the ``math`` verifier reads the last box)."""
 SCORER_MEMORY_MB = 4096
 """Address-space limit of each scoring process (MiB), as the recipe default ``reward.memory_mb``."""
-ID_FIELDS = ("id", "ID", "unique_id", "task_id", "idx")
-"""Row fields copied as the problem ``id`` into ``samples.jsonl`` (the first one present)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -322,9 +320,11 @@ def _engine(cfg: EvalConfig, model_dir: str, max_model_len: int) -> Any:
 
 
 def sample_record(ls: LoadedSet, p: Prompt, c: Completion, s: Any, key: str) -> dict[str, Any]:
-    """One ``samples.jsonl`` line (module docstring)."""
+    """One ``samples.jsonl`` line (module docstring); ``id``: :func:`rlvr.data.datasets.row_id`."""
+    from rlvr.data.datasets import row_id
+
     r = s.results[key]
-    pid = next((p.row[f] for f in ID_FIELDS if f in p.row), None)
+    pid = row_id(p.row)
     return {
         "dataset": ls.spec.name, "row": ls.file_rows[p.index], "id": pid, "sample": c.sample_index,
         "prompt": p.text, "response": c.text, "gold": p.gold, "parsed": r.parsed, "score": r.score,

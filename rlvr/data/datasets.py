@@ -27,6 +27,8 @@ FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 """The ``rlvr`` package folder; its parent is the repository root (an editable install)."""
 _FIELD = re.compile(r"\{([^{}]+)\}")
+ID_FIELDS = ("id", "ID", "unique_id", "task_id", "idx")
+"""Row fields read as a problem's id (the first one present): named in load errors, copied by ``rlvr eval``."""
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -212,7 +214,15 @@ def gsm8k_gold(answer: str) -> str | None:
     return answer.rsplit("#### ", 1)[1].strip().replace(",", "")
 
 
+def row_id(row: dict[str, Any]) -> Any:
+    """The row's id (the first of :data:`ID_FIELDS` it has), None when it has none."""
+    return next((row[f] for f in ID_FIELDS if f in row), None)
+
+
 def _missing(where: str, field: str, key: str, row: dict[str, Any]) -> ValueError:
+    """The error for a field a row lacks (``data.<key>`` names it) or holds null, naming the fix."""
+    if field in row:  # present, but null: naming the fields would offer the very one it calls missing
+        return ValueError(f"{where}: field {field!r} (data.{key}) is null; fill or remove that row")
     return ValueError(
         f"{where}: no field {field!r} (data.{key}); set data.{key} to one of: {', '.join(map(str, row))}"
         + (" (or a template over them, e.g. '{Body} {Question}')" if key == "question" else "")
@@ -233,25 +243,24 @@ def _question(row: dict[str, Any], spec: str, where: str) -> str:
     return _FIELD.sub(field, spec)
 
 
-def _gold(row: dict[str, Any], cfg: DataConfig, where: str) -> str:
-    if row.get(cfg.answer) is None:
-        raise _missing(where, cfg.answer, "answer", row)
+def gold_problem(row: dict[str, Any], cfg: DataConfig) -> tuple[str | None, str | None]:
+    """(gold, None) for a row whose gold reads as ``cfg.answer`` / ``cfg.answer_format`` say, else (None, why):
+    the field absent from the row, null, empty, or without the ``#### `` marker ``answer_format: gsm8k`` needs;
+    each reason names the recipe key."""
+    if cfg.answer not in row:
+        return None, f"no field {cfg.answer!r} in this row (data.answer)"
     value = row[cfg.answer]
+    if value is None:
+        return None, f"field {cfg.answer!r} is null (data.answer)"
     if cfg.answer_format == "gsm8k":
         gold = gsm8k_gold(str(value))
         if gold is None:
-            raise ValueError(
-                f"{where}: field {cfg.answer!r} has no '#### ' marker for data.answer_format=gsm8k; "
-                "set data.answer_format=raw if the field holds the answer itself"
-            )
+            return None, f"field {cfg.answer!r} has no '#### ' marker (data.answer_format=gsm8k)"
     else:
         gold = format_gold(value)
     if not gold:
-        raise ValueError(
-            f"{where}: empty gold answer in field {cfg.answer!r}; set data.answer to the field holding the "
-            f"answer (fields: {', '.join(map(str, row))}), or remove the row"
-        )
-    return gold
+        return None, f"field {cfg.answer!r} is empty (data.answer)"
+    return gold, None
 
 
 def load_rows(cfg: DataConfig, seed: int) -> list[dict[str, Any]]:
@@ -259,13 +268,17 @@ def load_rows(cfg: DataConfig, seed: int) -> list[dict[str, Any]]:
 
     ``question`` comes from ``cfg.question`` (a field, or a template such as ``"{Body} {Question}"``), ``gold``
     from ``cfg.answer`` read as ``cfg.answer_format``; ``row`` is the source row itself (every field).
+    A row whose gold cannot be read (:func:`gold_problem`: the field absent from that row, null, empty, or
+    without its ``####`` marker) has ``gold`` None and ``gold_problem`` (why, naming the key): it is one of the
+    unusable golds :func:`rlvr.reward.golds.check_golds` drops or refuses under ``data.bad_gold``.
     ``generated``: the training rows of :func:`rlvr.data.generated.generated_split` for ``seed``, or its
     holdout rows when ``cfg.split`` is ``holdout``, ``test`` or ``validation`` (``data.question``,
     ``data.answer`` and ``data.answer_format`` do not apply to it). ``seed`` is used by ``generated`` only.
 
     Errors: ``FileNotFoundError`` for a file path that exists nowhere (the message lists where it looked);
-    ``ValueError`` naming the file, the row (counting from 0) and the key to set for a missing field, an
-    empty gold, malformed JSON, or a source ``datasets`` cannot load.
+    ``ValueError`` naming the file, the row (counting from 0) and the key to set for a question field a row
+    lacks or holds null, an answer field no row has, a ``####`` marker no row has (``answer_format: gsm8k``),
+    malformed JSON, or a source ``datasets`` cannot load.
     """
     if cfg.limit is not None and cfg.limit < 1:
         raise ValueError(f"data.limit={cfg.limit}: must be >= 1 (or null for all rows)")
@@ -284,10 +297,19 @@ def load_rows(cfg: DataConfig, seed: int) -> list[dict[str, Any]]:
         raw = raw[: cfg.limit]
     if not raw:
         raise ValueError(f"{name}: no rows")
+    if not any(cfg.answer in row for row in raw):  # no row has the field: the key is wrong, not the data
+        raise _missing(f"{name} row 0 (counting from 0)", cfg.answer, "answer", raw[0])
     rows = []
     for i, row in enumerate(raw):
         where = f"{name} row {i} (counting from 0)"
-        rows.append({"question": _question(row, cfg.question, where), "gold": _gold(row, cfg, where), "row": row})
+        gold, problem = gold_problem(row, cfg)
+        rows.append({"question": _question(row, cfg.question, where), "gold": gold, "row": row}
+                    | ({"gold_problem": problem} if problem else {}))
+    no_marker = ["marker" in r.get("gold_problem", "") for r in rows]
+    if cfg.answer_format == "gsm8k" and any(no_marker) and all(r["gold"] is None for r in rows):
+        raise ValueError(f"{name}: no row's field {cfg.answer!r} has the '#### ' marker data.answer_format=gsm8k "
+                         f"reads (row {no_marker.index(True)} included); set data.answer_format=raw if the field "
+                         "holds the answer itself")
     return rows
 
 

@@ -4,7 +4,9 @@ A gold the verifier cannot parse (a prose sentence, ``Anya needs to climb one fl
 scores every completion 0, or, with a lenient parser, may score 1 for nonsense: either way its group teaches
 nothing or the wrong thing, silently. :func:`check_golds` parses every row's gold with the gold parser of the
 recipe's first (primary) verifier, reports the unusable ones (count and up to :data:`EXAMPLES` examples, logged),
-and drops them (``data.bad_gold: drop``) or stops the run (``data.bad_gold: error``).
+and drops them (``data.bad_gold: drop``) or stops the run (``data.bad_gold: error``). A row with no gold at all
+(its answer field absent, null or empty: :func:`rlvr.data.datasets.gold_problem`) is unusable under the same
+policy, whatever the verifier.
 
 Gold parsers (:func:`gold_checker`), in order:
 
@@ -58,11 +60,23 @@ _PROSE_WORDS = frozenset(
 
 @dataclass(frozen=True, kw_only=True)
 class BadGold:
-    """One unusable gold: ``index`` is the row's position in the rows given (counting from 0)."""
+    """One unusable gold: ``index`` is the row's position in the rows given (counting from 0), ``id`` the row's
+    id field (:func:`rlvr.data.datasets.row_id`; None: it has none), ``gold`` None when the row has no gold."""
 
     index: int
-    gold: str
+    gold: str | None
     reason: str
+    id: Any = None
+
+    def label(self) -> str:
+        """``row 3 (id 'q-7'): '42' (why)``: the row, its id if any, the gold and the reason."""
+        gold = "no gold" if self.gold is None else repr(self.gold[:80])
+        return f"{row_label(self.index, self.id)}: {gold} ({self.reason})"
+
+
+def row_label(index: int, row_id: Any = None) -> str:
+    """``row 3`` or ``row 3 (id 'q-7')``: a row of the data as errors name it (counting from 0)."""
+    return f"row {index}" + (f" (id {row_id!r})" if row_id is not None else "")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,14 +97,15 @@ class GoldReport:
 
     def summary(self) -> str:
         """One line: how many golds are unusable and the first :data:`EXAMPLES` with their reasons."""
-        if not self.checked:
-            return f"golds not checked: verifier {self.verifier!r} has no check_gold"
         if not self.bad:
+            if not self.checked:
+                return f"golds not checked: verifier {self.verifier!r} has no check_gold"
             return f"all {self.total} golds usable by verifier {self.verifier!r}"
-        shown = "; ".join(f"row {b.index}: {b.gold[:80]!r} ({b.reason})" for b in self.bad[:EXAMPLES])
+        shown = "; ".join(b.label() for b in self.bad[:EXAMPLES])
         more = f"; and {len(self.bad) - EXAMPLES} more" if len(self.bad) > EXAMPLES else ""
+        unchecked = "" if self.checked else f" (verifier {self.verifier!r} has no check_gold: the others unchecked)"
         return (
-            f"{len(self.bad)} of {self.total} rows have a gold that verifier {self.verifier!r} cannot use: "
+            f"{len(self.bad)} of {self.total} rows have no gold verifier {self.verifier!r} can use{unchecked}: "
             f"{shown}{more}"
         )
 
@@ -206,14 +221,18 @@ def check_golds(
 ) -> tuple[list[dict[str, Any]], GoldReport]:
     """Check every row's ``gold`` with the first verifier of ``specs``; drop or refuse the unusable ones.
 
-    ``rows``: as :func:`rlvr.data.load_rows` returns them (each with a ``gold``). Each distinct gold is parsed
-    once. A ``check_gold`` that raises counts as a reason (``error: <ExcType>: msg``).
-    Returns ``(kept_rows, report)``: the rows whose gold is usable, in order (all rows when the verifier has no
-    gold parser), and a :class:`GoldReport` (logged: a warning when some gold is bad).
+    ``rows``: as :func:`rlvr.data.load_rows` returns them (each with a ``gold``; None with a ``gold_problem`` when
+    the row has none: unusable whatever the verifier). Each distinct gold is parsed once. A ``check_gold`` that
+    raises counts as a reason (``error: <ExcType>: msg``).
+    Returns ``(kept_rows, report)``: the rows whose gold is usable, in order (all rows with a gold when the
+    verifier has no gold parser), and a :class:`GoldReport` (logged: a warning with the count and the first
+    :data:`EXAMPLES` rows when some gold is bad).
 
     Errors: ``ValueError`` for a ``mode`` other than ``drop`` / ``error`` or no specs;
     :class:`~rlvr.config.RecipeError` when ``mode`` is ``error`` and some gold is bad, or when no row is left.
     """
+    from rlvr.data.datasets import row_id
+
     if mode not in ("drop", "error"):
         raise ValueError(f"data.bad_gold must be 'drop' or 'error', got {mode!r}")
     if not specs:
@@ -222,23 +241,26 @@ def check_golds(
     checker = gold_checker(specs[0])
     if checker is None:
         log.info("verifier %r defines no check_gold: the %d golds are not checked at load time", name, len(rows))
-        return list(rows), GoldReport(verifier=name, checked=False, total=len(rows), kept=len(rows), bad=(), mode=mode)
     verdicts: dict[str, str | None] = {}
+    for gold in dict.fromkeys(str(row["gold"]) for row in rows if row.get("gold") is not None):
+        try:
+            verdicts[gold] = checker(gold) if checker is not None else None
+        except Exception as e:  # noqa: BLE001 - a plugin's bug names the row instead of stopping the load
+            verdicts[gold] = f"error: {type(e).__name__}: {str(e)[:200]}"
     kept, bad = [], []
     for i, row in enumerate(rows):
-        gold = str(row.get("gold", ""))
-        if gold not in verdicts:
-            try:
-                verdicts[gold] = checker(gold)
-            except Exception as e:  # noqa: BLE001 - a plugin's bug names the row instead of stopping the load
-                verdicts[gold] = f"error: {type(e).__name__}: {str(e)[:200]}"
-        if verdicts[gold] is None:
+        gold = row.get("gold")
+        why = row.get("gold_problem", "no gold") if gold is None else verdicts.get(str(gold))
+        if why is None:
             kept.append(row)
         else:
-            bad.append(BadGold(index=i, gold=gold, reason=str(verdicts[gold])))
-    report = GoldReport(verifier=name, checked=True, total=len(rows), kept=len(kept), bad=tuple(bad), mode=mode)
+            bad.append(BadGold(index=i, gold=None if gold is None else str(gold), reason=str(why),
+                               id=row_id(row.get("row") or {})))
+    report = GoldReport(verifier=name, checked=checker is not None, total=len(rows), kept=len(kept), bad=tuple(bad),
+                        mode=mode)  # fmt: skip
     if not bad:
-        log.info("%s", report.summary())
+        if checker is not None:
+            log.info("%s", report.summary())
         return kept, report
     fix = "fix data.answer / data.answer_format (or the verifier's args), or the data"
     if mode == "error":
