@@ -258,7 +258,7 @@ def _load_data(r: Recipe) -> _Data:
     model_dir = resolve_model(r.model.path)
     tok = AutoTokenizer.from_pretrained(model_dir)
     rows = load_rows(r.data, r.run.seed)
-    rows, _ = check_golds(rows, r.reward.verifiers, r.data.bad_gold)  # case V15: drop or refuse unusable golds
+    rows, _ = check_golds(rows, r.reward.verifiers, r.data.bad_gold, r.timeouts.gold_check_s)  # case V15
     prompts, dropped = build_prompts(rows, tok, r.data)
     log.info("%d prompts (%d dropped as longer than %d tokens)", len(prompts), dropped, r.data.max_prompt_tokens)
     if len(prompts) < r.rollout.prompts_per_step:

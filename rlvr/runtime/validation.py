@@ -59,7 +59,7 @@ def validation_prompts(recipe: Recipe, tokenizer: Any) -> list[Prompt]:
         recipe.data, source=va.source or recipe.data.source, split=va.split, limit=va.limit, shuffle=False
     )
     rows = load_rows(data, recipe.run.seed)
-    rows, _ = check_golds(rows, recipe.reward.verifiers, recipe.data.bad_gold)
+    rows, _ = check_golds(rows, recipe.reward.verifiers, recipe.data.bad_gold, recipe.timeouts.gold_check_s)
     prompts, _ = build_prompts(rows, tokenizer, data)
     return prompts
 
