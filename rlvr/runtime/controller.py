@@ -87,15 +87,16 @@ def write_recipe(recipe: Recipe, run_dir: Path) -> None:
 
 
 def preflight(recipe: Recipe) -> None:
-    """Checks that need no role started: every verifier name resolves, the data source and validation source
-    exist (or may be ``datasets`` names), the model name is embedded, a folder, or a hub id.
+    """Checks that need no role started: every verifier name resolves and its ``args`` fit its constructor
+    (:func:`rlvr.reward.base.check_verifier_args`), the data source and validation source exist (or may be
+    ``datasets`` names), the model name is embedded, a folder, or a hub id.
 
     Errors: ``ValueError``/``KeyError``/``FileNotFoundError``/``ImportError`` with the message of the failed check.
     """
     from rlvr.data.datasets import did_you_mean, resolve_data_path
     from rlvr.hardware import cpu_has_bf16
     from rlvr.models import check_model_name
-    from rlvr.reward.base import resolve_verifier
+    from rlvr.reward.base import check_verifier_args, resolve_verifier
 
     check_model_name(recipe.model.path)
     if recipe.model.dtype == "bfloat16" and recipe.trainer.num_gpus == 0 and not cpu_has_bf16():
@@ -123,6 +124,9 @@ def preflight(recipe: Recipe) -> None:
 
     for spec in rule_specs(recipe.reward.verifiers):  # a judge verifier is the judge role's (judge.model)
         resolve_verifier(spec.name)
+    for i, spec in enumerate(recipe.reward.verifiers):  # a judge's args: checked by the recipe loader
+        if spec in rule_specs(recipe.reward.verifiers):
+            check_verifier_args(spec, f"reward.verifiers[{i}].args")
     if recipe.judge.model is not None and len(rule_specs(recipe.reward.verifiers)) < len(recipe.reward.verifiers):
         check_model_name(recipe.judge.model)
     sources = (("data.source", recipe.data.source, recipe.data.split),
