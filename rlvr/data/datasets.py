@@ -355,17 +355,20 @@ def render_prompt(question: str, tokenizer: Any, cfg: DataConfig) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
-def build_prompts(rows: list[dict[str, Any]], tokenizer: Any, cfg: DataConfig) -> tuple[list[Prompt], int]:
+def build_prompts(rows: list[dict[str, Any]], tokenizer: Any, cfg: DataConfig,
+                  context: tuple[int, int] | None = None) -> tuple[list[Prompt], int]:
     """Template and tokenize ``rows`` (from :func:`load_rows`); drop prompts over ``cfg.max_prompt_tokens``.
 
     Returns (prompts, dropped): each kept :class:`~rlvr.types.Prompt` has ``prompt_ids`` [L], L <=
     ``max_prompt_tokens``, and ``index`` = the row's position in ``rows``; ``dropped`` counts the rows with
     L > ``max_prompt_tokens`` (also logged). With a chat template the text is tokenized with
     ``add_special_tokens=False``, since the template already holds BOS (no doubled BOS); raw text gets the
-    tokenizer's special tokens (its BOS) added.
+    tokenizer's special tokens (its BOS) added. ``context``: (the model's context, ``rollout.max_new_tokens``)
+    when known, so that the advice for prompts that are all too long stays within what the context holds.
 
     Errors: ``ValueError`` when no rows are given, the tokenizer lacks a needed chat template, or every
-    prompt is too long (the message gives the shortest length to set).
+    prompt is too long (the message gives the shortest length to set, or, where the context cannot hold it beside
+    the response, what to shorten).
     """
     if not rows:
         raise ValueError("no rows to build prompts from; check data.source and data.limit")
@@ -383,8 +386,26 @@ def build_prompts(rows: list[dict[str, Any]], tokenizer: Any, cfg: DataConfig) -
             dropped, len(rows), cfg.max_prompt_tokens, max(len(p) for p in ids),
         )
     if not prompts:
-        raise ValueError(
-            f"all {len(rows)} prompts are longer than data.max_prompt_tokens={cfg.max_prompt_tokens}; "
-            f"set data.max_prompt_tokens >= {min(len(p) for p in ids)}"
-        )
+        shortest = min(len(p) for p in ids)
+        head = f"all {len(rows)} prompts are longer than data.max_prompt_tokens={cfg.max_prompt_tokens}; "
+        raise ValueError(head + _too_long_fix(shortest, context))
     return prompts, dropped
+
+
+def _too_long_fix(shortest: int, context: tuple[int, int] | None) -> str:
+    """The fix for prompts that are all too long: raise ``data.max_prompt_tokens`` to the shortest prompt where
+    the model's context holds it beside the response; else lower ``rollout.max_new_tokens`` or shorten prompts."""
+    if context is None:
+        return f"set data.max_prompt_tokens >= {shortest}"
+    ctx, new = context
+    room = ctx - new
+    shorten = "shorten the prompts (data.prompt_template, data.system_prompt, the questions)"
+    if shortest <= room:
+        return (f"set data.max_prompt_tokens >= {shortest} (at most {room}: the model's {ctx}-token context less "
+                f"rollout.max_new_tokens={new})")
+    if shortest < ctx:
+        return (f"the shortest ({shortest} tokens) fits the model's {ctx}-token context beside at most "
+                f"{ctx - shortest} new tokens, not rollout.max_new_tokens={new}: lower rollout.max_new_tokens to "
+                f"{ctx - shortest} or less and set data.max_prompt_tokens >= {shortest}, or {shorten}")
+    return (f"the shortest ({shortest} tokens) leaves no room for a response in the model's {ctx}-token context: "
+            f"{shorten}, or use a model with a longer context")

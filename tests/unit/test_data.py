@@ -306,6 +306,29 @@ def test_length_filter_count_exact(tok, caplog):
         build_prompts(rows, tok, DataConfig(source="x", max_prompt_tokens=6))
 
 
+def test_all_too_long_advice_stays_within_the_context(tok):
+    """Issue 24 item 1: "set data.max_prompt_tokens >= 637" on a 512-token model led the run into the engine's
+    context error. With the context known (its size, rollout.max_new_tokens), the advice fits in it. Prompts of 7
+    to 12 tokens (6 fixed + n words), max 6: all too long, the shortest 7."""
+    rows = _rows(*[" ".join(["plus"] * n) for n in (1, 3, 6)])
+
+    def advice(context):
+        with pytest.raises(ValueError) as e:
+            build_prompts(rows, tok, DataConfig(source="x", max_prompt_tokens=6), context)
+        return str(e.value).removeprefix("all 3 prompts are longer than data.max_prompt_tokens=6; ")
+
+    assert advice((16, 4)) == ("set data.max_prompt_tokens >= 7 (at most 12: the model's 16-token context less "
+                               "rollout.max_new_tokens=4)")
+    assert advice((16, 12)) == ("the shortest (7 tokens) fits the model's 16-token context beside at most 9 new "
+                                "tokens, not rollout.max_new_tokens=12: lower rollout.max_new_tokens to 9 or less and "
+                                "set data.max_prompt_tokens >= 7, or shorten the prompts (data.prompt_template, "
+                                "data.system_prompt, the questions)")
+    assert advice((7, 2)) == ("the shortest (7 tokens) leaves no room for a response in the model's 7-token context: "
+                              "shorten the prompts (data.prompt_template, data.system_prompt, the questions), or use "
+                              "a model with a longer context")
+    assert advice(None) == "set data.max_prompt_tokens >= 7"  # context unknown: as before
+
+
 def test_no_chat_template_is_a_clear_error(tok):
     import copy
 
