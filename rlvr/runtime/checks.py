@@ -6,6 +6,9 @@ to change and the value that fits.
   rollout.max_new_tokens`` (:func:`check_context`); no data, no weights.
 - :func:`load_prompts`: the data load the run itself uses (:func:`rlvr.runtime.controller.train`): rows, their
   golds (``data.bad_gold``, ``timeouts.gold_check_s``), prompts tokenised and filtered by length.
+- :func:`build_verifiers`: every rule verifier built with its args, in this process.
+- :func:`dry_run` (``rlvr train --dry-run``): all of the above with the tokenizer and the model's config only (no
+  Ray, no engine, no weights), one line per thing checked; so a green dry run means the run's own loading passes.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ log = logging.getLogger("rlvr")
 CONTEXT_KEYS = "data.max_prompt_tokens + rollout.max_new_tokens"
 """The two recipe keys whose sum must fit in the model's context."""
 NOT_CHECKED = "not checked:"
-"""The start of a line for a check that could not be made here."""
+"""The start of a :func:`dry_run` line for a check that could not be made here."""
 
 
 def preflight(recipe: Recipe, *, model_optional: bool = False) -> list[str]:
@@ -180,3 +183,58 @@ def _too_few(r: Recipe, prompts: int, rows: int, bad: int, too_long: int, ctx: i
         fixes.append("fix the unusable golds (the warning above lists them)")
     return (f"data: {prompts} usable prompts but rollout.prompts_per_step={r.rollout.prompts_per_step} ({rows} rows; "
             f"{bad} without a usable gold, {too_long} longer than data.max_prompt_tokens={p}): {', or '.join(fixes)}")
+
+
+def build_verifiers(recipe: Recipe) -> str:
+    """Build every rule verifier of ``reward.verifiers`` with its args, in this process (as each scoring worker
+    will). Returns the line saying so.
+
+    Errors: those of :func:`rlvr.reward.base.resolve_verifier`; :class:`~rlvr.config.RecipeError` naming
+    ``reward.verifiers[i].args`` when a constructor refuses its args (its own message included).
+    """
+    from rlvr.reward.base import build_verifier
+    from rlvr.reward.judge import JUDGE
+
+    rules = [(i, s) for i, s in enumerate(recipe.reward.verifiers) if s.name != JUDGE]
+    for i, spec in rules:
+        try:
+            build_verifier(spec)
+        except (TypeError, ValueError) as e:
+            raise RecipeError(f"reward.verifiers[{i}] ({spec.name}) cannot be built with args {dict(spec.args)}: "
+                              f"{type(e).__name__}: {e}; fix reward.verifiers[{i}].args") from e
+    return f"checked: verifiers {', '.join(s.name for _, s in rules)} built"
+
+
+def dry_run(recipe: Recipe) -> list[str]:
+    """``rlvr train --dry-run``: :func:`preflight`, then the data loaded as the run loads it (:func:`load_prompts`,
+    and the validation prompts when ``validation.every_steps``) with the model's tokenizer, and every verifier
+    built (:func:`build_verifiers`); no Ray, no engine, no weights. Where the model is not available here (a hub
+    id neither cached nor reachable) the rows and golds are still checked, and the prompt lengths are a
+    ``not checked`` line. Returns one line per check.
+
+    Errors: those of the checks it runs.
+    """
+    from rlvr.data import load_rows
+    from rlvr.reward.golds import check_golds
+
+    r = recipe
+    lines, model = _preflight(r, model_optional=True)
+    if model is None:
+        rows = load_rows(r.data, r.run.seed)
+        _, report = check_golds(rows, r.reward.verifiers, r.data.bad_gold, r.timeouts.gold_check_s)
+        lines += [f"checked: data {r.data.source}: {len(rows)} rows, golds usable {report.kept}/{report.total} "
+                  f"(verifier {report.verifier})",
+                  f"{NOT_CHECKED} prompt lengths (data.max_prompt_tokens): the model's tokenizer is not available here"]
+    else:
+        from transformers import AutoTokenizer
+
+        from rlvr.runtime.validation import validation_prompts
+
+        tokenizer = AutoTokenizer.from_pretrained(model[0])
+        lines.append(load_prompts(r, tokenizer, model[1])[1])
+        if r.validation.every_steps:
+            va = r.validation
+            val = validation_prompts(r, tokenizer)
+            lines.append(f"checked: validation data {va.source or r.data.source} [{va.split}]: {len(val)} prompts")
+    lines.append(build_verifiers(r))
+    return lines

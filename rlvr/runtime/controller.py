@@ -198,16 +198,17 @@ class _Data:
 
 def _load_data(r: Recipe) -> _Data:
     """Model folder, tokenizer, prompts (:func:`rlvr.runtime.checks.load_prompts`: rows, golds checked, the
-    model's context); errors name the recipe key to change."""
+    model's context) and every verifier built; errors name the recipe key to change."""
     from transformers import AutoTokenizer
 
     from rlvr.models import model_context
     from rlvr.runtime import checkpoint as ck
-    from rlvr.runtime.checks import load_prompts
+    from rlvr.runtime.checks import build_verifiers, load_prompts
 
     model_dir, ctx = model_context(r.model.path)
     tok = AutoTokenizer.from_pretrained(model_dir)
     prompts, _ = load_prompts(r, tok, ctx)
+    build_verifiers(r)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     return _Data(model_dir, tok, prompts, ck.data_fingerprint(prompts), pad_id)
 
