@@ -53,16 +53,21 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"rlvr train: cannot read recipe file {args.recipe!r}: {e.strerror or e}", file=sys.stderr)
         return 2
     _print_recipe(recipe, whole=args.dry_run or show_all())
-    from rlvr.runtime.controller import preflight
+    from rlvr.runtime.checks import NOT_CHECKED, dry_run, preflight
 
-    try:
-        preflight(recipe)  # verifier names, data files, model name: before anything starts or any folder is made
+    try:  # before anything starts or any folder is made; --dry-run also loads the data and builds the verifiers
+        checked = dry_run(recipe) if args.dry_run else preflight(recipe)
     except (ValueError, KeyError, OSError, ImportError, AttributeError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"rlvr train: {msg}", file=sys.stderr)
         return 2
     if args.dry_run:
-        print("dry run: recipe valid; nothing started.")
+        print("\n".join(checked))
+        if any(line.startswith(NOT_CHECKED) for line in checked):
+            print("dry run: recipe valid; what could not be checked here is marked 'not checked'; nothing started.")
+        else:
+            print("dry run: recipe valid; model context, data and verifiers checked: the run will start; "
+                  "nothing started.")
         return 0
     from rlvr.runtime.controller import NonFiniteError, RunInterrupted, prepare_run_dir, train
     from rlvr.runtime.executors import RoleError
@@ -120,7 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("train", help="train a policy with a recipe")
     p.add_argument("recipe", help="recipe YAML (see recipes/)")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-6 run.steps=5")
-    p.add_argument("--dry-run", action="store_true", help="load, check and print the recipe, then stop")
+    p.add_argument("--dry-run", action="store_true", help="check the recipe, the model's context (its config and "
+                   "tokenizer, no weights), the data (rows, golds, prompt lengths) and the verifiers (built), print "
+                   "what was checked, then stop; starts no role")
     p.add_argument("--resume", metavar="auto|PATH", help="continue from a checkpoint: auto = the newest complete one "
                    "of the run folder output_dir/name (a fresh start if none), or a RUN/checkpoints/step_N folder")
     p.set_defaults(fn=cmd_train)

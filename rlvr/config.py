@@ -103,8 +103,9 @@ class DataConfig:
     shuffle: bool = True
     """Shuffle every epoch (seeded by ``run.seed`` and the epoch)."""
     bad_gold: Literal["drop", "error"] = "drop"
-    """Rows whose gold the first verifier cannot parse (``rlvr.reward.golds``, case V15): ``drop`` them (count
-    and examples logged) or ``error``: stop with a RecipeError listing them."""
+    """Rows whose gold the first verifier cannot parse (``rlvr.reward.golds``, case V15), or that have none (the
+    answer field absent from the row, null or empty): ``drop`` them (count and first examples logged) or
+    ``error``: stop with a RecipeError listing them (row, id, why)."""
     generated: GeneratedTaskConfig = field(default_factory=GeneratedTaskConfig)
 
 
@@ -436,9 +437,9 @@ class SyncConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class TimeoutsConfig:
-    """Deadlines (wall-clock seconds) of the controller's waits on its roles. A role that overruns stops the run
-    with an error naming the role, the step and the setting to raise. The weight sync's own deadline is
-    ``sync.timeout_s``; a verifier's, per sample, ``reward.timeout_s``."""
+    """Deadlines (wall-clock seconds) of the controller's waits on its roles, and of the data load's gold check.
+    A role that overruns stops the run with an error naming the role, the step and the setting to raise. The
+    weight sync's own deadline is ``sync.timeout_s``; a verifier's, per sample, ``reward.timeout_s``."""
 
     startup_s: float = 1800.0
     """Roles starting (the first DeepSpeed start compiles an op, ~2 min on 2 cores; a model download may follow),
@@ -452,6 +453,10 @@ class TimeoutsConfig:
     """One policy update (and the critic's, beside it), and the reference-logprob and critic-value passes."""
     checkpoint_s: float = 1800.0
     """Writing or loading a checkpoint, and saving the final policy."""
+    gold_check_s: float = 60.0
+    """One gold's check by the primary verifier's ``check_gold`` at data load (in the driver, before any role
+    starts: ``rlvr.reward.golds``); a check that has not returned by then stops the load with an error naming the
+    verifier, the row and the gold (a ``check_gold`` that never returns would otherwise hang the run)."""
 
 
 @dataclass(frozen=True, kw_only=True)

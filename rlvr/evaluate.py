@@ -47,6 +47,7 @@ from typing import Any, Literal, TextIO
 
 from rlvr.config import DataConfig, ModelConfig, RecipeError, RewardConfig, RolloutConfig, VerifierSpec, plain
 from rlvr.metrics.intervals import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CONFIDENCE, bootstrap_ci
+from rlvr.models.context import context_limit, token_budgets
 from rlvr.runtime.validation import mean_over_problems, problem_metrics, problem_outcomes
 from rlvr.types import Completion, Prompt, SamplingConfig
 
@@ -56,8 +57,6 @@ BOXED_TEMPLATE = "{question}\nPlease reason step by step, and put your final ans
 """Default user message: the instruction the training recipes use (the ``math`` verifier reads the last box)."""
 SCORER_MEMORY_MB = 4096
 """Address-space limit of each scoring process (MiB), as the recipe default ``reward.memory_mb``."""
-ID_FIELDS = ("id", "ID", "unique_id", "task_id", "idx")
-"""Row fields copied as the problem ``id`` into ``samples.jsonl`` (the first one present)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -248,7 +247,7 @@ def load_set(es: EvalSet, cfg: EvalConfig, tokenizer: Any, prompt_limit: int) ->
                          "--answer-field, data.answer_format --answer-format)") from e  # fmt: skip
     for i, r in enumerate(rows):
         r["file_row"] = i
-    kept, report = check_golds(rows, [es.verifier_spec], "drop")
+    kept, report = check_golds(rows, [es.verifier_spec], "drop", deadline_key=None)
     try:
         prompts, too_long = build_prompts(kept, tokenizer, dc)
     except ValueError as e:
@@ -260,43 +259,6 @@ def load_set(es: EvalSet, cfg: EvalConfig, tokenizer: Any, prompt_limit: int) ->
     prompts = [dataclasses.replace(p, index=i) for i, p in enumerate(prompts)]
     counts = {"rows": len(rows), "bad_gold": len(report.bad), "too_long": too_long, "problems": len(prompts)}
     return LoadedSet(spec=es, prompts=prompts, file_rows=file_rows, counts=counts)
-
-
-def token_budgets(ctx: int | None, max_prompt_tokens: int, max_new_tokens: int, fit: bool) -> tuple[int, int]:
-    """(prompt token limit, new tokens) for a model of ``ctx`` positions (``max_position_embeddings``; None: no
-    limit known, both as given). Prompt and response share the context: prompts longer than the limit are dropped
-    (counted as ``too_long``), so every kept prompt plus its response fits.
-
-    - ``fit`` (the eval default, no flag): new tokens = ``min(max_new_tokens, ctx - budget)``, the prompt budget
-      being ``min(max_prompt_tokens, ctx // 2)`` (SmolLM2, 8192 positions: 512 new tokens, prompts up to 1024;
-      ``tiny-random``, 512 positions: 256 and 256);
-    - given: ``max_new_tokens`` as it is.
-
-    The prompt limit is then ``min(max_prompt_tokens, ctx - new tokens)``.
-    Errors: ``ValueError`` when the new tokens leave no position for a prompt (given >= ``ctx``, or ``ctx`` < 2),
-    naming the most that fits and the fix.
-    """
-    if ctx is None:
-        return max_prompt_tokens, max_new_tokens
-    budget = min(max_prompt_tokens, ctx // 2)
-    new = min(max_new_tokens, ctx - budget) if fit else max_new_tokens
-    limit = min(max_prompt_tokens, ctx - new)
-    if limit < 1:
-        most = f"at most {ctx - 1}, e.g. {ctx - budget} to keep {budget} tokens for the prompt" if ctx > 1 else "none"
-        raise ValueError(f"{new} new tokens (--max-new-tokens, or rollout.max_new_tokens of --recipe) leave no room "
-                         f"for a prompt in the model's {ctx}-token context (max_position_embeddings of its "
-                         f"config.json): lower it ({most}), or leave --max-new-tokens out to fit it to the context")  # fmt: skip
-    return limit, new
-
-
-def context_limit(model_dir: str) -> int | None:
-    """The model's longest sequence (``max_position_embeddings`` of its config), None when it declares none."""
-    from transformers import AutoConfig
-
-    conf = AutoConfig.from_pretrained(model_dir)
-    conf = getattr(conf, "text_config", None) or conf
-    value = getattr(conf, "max_position_embeddings", None)
-    return int(value) if value else None
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -358,9 +320,11 @@ def _engine(cfg: EvalConfig, model_dir: str, max_model_len: int) -> Any:
 
 
 def sample_record(ls: LoadedSet, p: Prompt, c: Completion, s: Any, key: str) -> dict[str, Any]:
-    """One ``samples.jsonl`` line (module docstring)."""
+    """One ``samples.jsonl`` line (module docstring); ``id``: :func:`rlvr.data.datasets.row_id`."""
+    from rlvr.data.datasets import row_id
+
     r = s.results[key]
-    pid = next((p.row[f] for f in ID_FIELDS if f in p.row), None)
+    pid = row_id(p.row)
     return {
         "dataset": ls.spec.name, "row": ls.file_rows[p.index], "id": pid, "sample": c.sample_index,
         "prompt": p.text, "response": c.text, "gold": p.gold, "parsed": r.parsed, "score": r.score,

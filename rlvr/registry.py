@@ -106,3 +106,37 @@ class Registry(Generic[T]):
 
     def names(self) -> list[str]:
         return sorted(self._items)
+
+
+def check_kwargs(fn: Callable[..., Any], kwargs: dict[str, Any], where: str) -> None:
+    """Check a recipe's keyword arguments for ``fn`` (a class: its constructor; a function) against its signature
+    before anything calls it, so a typo fails at load with the recipe key instead of a ``TypeError`` in a role.
+
+    ``where``: the recipe key that holds ``kwargs`` (``reward.verifiers[0].args``); each error names
+    ``where.<name>``. A signature with ``**kwargs`` takes any name; one that cannot be read (a builtin) is not
+    checked. Errors: :class:`~rlvr.config.RecipeError` naming an unknown name with its nearest parameter
+    (difflib, as unknown recipe keys) and the names ``fn`` takes, or a required parameter left out.
+    """
+    import inspect
+
+    from rlvr.config import RecipeError
+
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    params = sig.parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return
+    named = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    label = getattr(fn, "__name__", None) or repr(fn)
+    takes = f"{label} takes {', '.join(named)}" if named else f"{label} takes no arguments"
+    for key in kwargs:
+        if key not in named:
+            near = difflib.get_close_matches(str(key), named, n=1, cutoff=0.5)
+            hint = f"did you mean '{where}.{near[0]}'? ({takes})" if near else takes
+            raise RecipeError(f"unknown key '{where}.{key}': {hint}")
+    missing = [p.name for p in params if p.name in named and p.default is p.empty and p.name not in kwargs]
+    if missing:
+        raise RecipeError(f"'{where}' lacks {', '.join(missing)}: {label} needs {'it' if len(missing) == 1 else 'them'} "
+                          f"(no default); add {', '.join(f'{where}.{m}' for m in missing)}")

@@ -27,6 +27,8 @@ FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 """The ``rlvr`` package folder; its parent is the repository root (an editable install)."""
 _FIELD = re.compile(r"\{([^{}]+)\}")
+ID_FIELDS = ("id", "ID", "unique_id", "task_id", "idx")
+"""Row fields read as a problem's id (the first one present): named in load errors, copied by ``rlvr eval``."""
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -132,7 +134,8 @@ def _read_file(path: Path) -> list[dict[str, Any]]:
     raise ValueError(f"{path}: unsupported file type {path.suffix!r}; use one of {', '.join(FILE_SUFFIXES)}")
 
 
-def _hub_reachable(timeout_s: float = 2.0) -> bool:
+def hub_reachable(timeout_s: float = 2.0) -> bool:
+    """Whether a TCP connection to the Hugging Face hub (``HF_ENDPOINT``) opens within ``timeout_s`` seconds."""
     import socket
     from urllib.parse import urlparse
 
@@ -150,7 +153,7 @@ def _go_offline_without_network() -> None:
     Sets ``HF_DATASETS_OFFLINE=1`` and patches ``datasets.config``, which reads the flags once at import.
     """
     flag = os.environ.get("HF_DATASETS_OFFLINE") or os.environ.get("HF_HUB_OFFLINE")
-    offline = flag.strip().upper() in ("1", "ON", "YES", "TRUE") if flag else not _hub_reachable()
+    offline = flag.strip().upper() in ("1", "ON", "YES", "TRUE") if flag else not hub_reachable()
     if not offline:
         return
     if not flag:
@@ -211,7 +214,15 @@ def gsm8k_gold(answer: str) -> str | None:
     return answer.rsplit("#### ", 1)[1].strip().replace(",", "")
 
 
+def row_id(row: dict[str, Any]) -> Any:
+    """The row's id (the first of :data:`ID_FIELDS` it has), None when it has none."""
+    return next((row[f] for f in ID_FIELDS if f in row), None)
+
+
 def _missing(where: str, field: str, key: str, row: dict[str, Any]) -> ValueError:
+    """The error for a field a row lacks (``data.<key>`` names it) or holds null, naming the fix."""
+    if field in row:  # present, but null: naming the fields would offer the very one it calls missing
+        return ValueError(f"{where}: field {field!r} (data.{key}) is null; fill or remove that row")
     return ValueError(
         f"{where}: no field {field!r} (data.{key}); set data.{key} to one of: {', '.join(map(str, row))}"
         + (" (or a template over them, e.g. '{Body} {Question}')" if key == "question" else "")
@@ -232,25 +243,24 @@ def _question(row: dict[str, Any], spec: str, where: str) -> str:
     return _FIELD.sub(field, spec)
 
 
-def _gold(row: dict[str, Any], cfg: DataConfig, where: str) -> str:
-    if row.get(cfg.answer) is None:
-        raise _missing(where, cfg.answer, "answer", row)
+def gold_problem(row: dict[str, Any], cfg: DataConfig) -> tuple[str | None, str | None]:
+    """(gold, None) for a row whose gold reads as ``cfg.answer`` / ``cfg.answer_format`` say, else (None, why):
+    the field absent from the row, null, empty, or without the ``#### `` marker ``answer_format: gsm8k`` needs;
+    each reason names the recipe key."""
+    if cfg.answer not in row:
+        return None, f"no field {cfg.answer!r} in this row (data.answer)"
     value = row[cfg.answer]
+    if value is None:
+        return None, f"field {cfg.answer!r} is null (data.answer)"
     if cfg.answer_format == "gsm8k":
         gold = gsm8k_gold(str(value))
         if gold is None:
-            raise ValueError(
-                f"{where}: field {cfg.answer!r} has no '#### ' marker for data.answer_format=gsm8k; "
-                "set data.answer_format=raw if the field holds the answer itself"
-            )
+            return None, f"field {cfg.answer!r} has no '#### ' marker (data.answer_format=gsm8k)"
     else:
         gold = format_gold(value)
     if not gold:
-        raise ValueError(
-            f"{where}: empty gold answer in field {cfg.answer!r}; set data.answer to the field holding the "
-            f"answer (fields: {', '.join(map(str, row))}), or remove the row"
-        )
-    return gold
+        return None, f"field {cfg.answer!r} is empty (data.answer)"
+    return gold, None
 
 
 def load_rows(cfg: DataConfig, seed: int) -> list[dict[str, Any]]:
@@ -258,13 +268,17 @@ def load_rows(cfg: DataConfig, seed: int) -> list[dict[str, Any]]:
 
     ``question`` comes from ``cfg.question`` (a field, or a template such as ``"{Body} {Question}"``), ``gold``
     from ``cfg.answer`` read as ``cfg.answer_format``; ``row`` is the source row itself (every field).
+    A row whose gold cannot be read (:func:`gold_problem`: the field absent from that row, null, empty, or
+    without its ``####`` marker) has ``gold`` None and ``gold_problem`` (why, naming the key): it is one of the
+    unusable golds :func:`rlvr.reward.golds.check_golds` drops or refuses under ``data.bad_gold``.
     ``generated``: the training rows of :func:`rlvr.data.generated.generated_split` for ``seed``, or its
     holdout rows when ``cfg.split`` is ``holdout``, ``test`` or ``validation`` (``data.question``,
     ``data.answer`` and ``data.answer_format`` do not apply to it). ``seed`` is used by ``generated`` only.
 
     Errors: ``FileNotFoundError`` for a file path that exists nowhere (the message lists where it looked);
-    ``ValueError`` naming the file, the row (counting from 0) and the key to set for a missing field, an
-    empty gold, malformed JSON, or a source ``datasets`` cannot load.
+    ``ValueError`` naming the file, the row (counting from 0) and the key to set for a question field a row
+    lacks or holds null, an answer field no row has, a ``####`` marker no row has (``answer_format: gsm8k``),
+    malformed JSON, or a source ``datasets`` cannot load.
     """
     if cfg.limit is not None and cfg.limit < 1:
         raise ValueError(f"data.limit={cfg.limit}: must be >= 1 (or null for all rows)")
@@ -283,10 +297,19 @@ def load_rows(cfg: DataConfig, seed: int) -> list[dict[str, Any]]:
         raw = raw[: cfg.limit]
     if not raw:
         raise ValueError(f"{name}: no rows")
+    if not any(cfg.answer in row for row in raw):  # no row has the field: the key is wrong, not the data
+        raise _missing(f"{name} row 0 (counting from 0)", cfg.answer, "answer", raw[0])
     rows = []
     for i, row in enumerate(raw):
         where = f"{name} row {i} (counting from 0)"
-        rows.append({"question": _question(row, cfg.question, where), "gold": _gold(row, cfg, where), "row": row})
+        gold, problem = gold_problem(row, cfg)
+        rows.append({"question": _question(row, cfg.question, where), "gold": gold, "row": row}
+                    | ({"gold_problem": problem} if problem else {}))
+    no_marker = ["marker" in r.get("gold_problem", "") for r in rows]
+    if cfg.answer_format == "gsm8k" and any(no_marker) and all(r["gold"] is None for r in rows):
+        raise ValueError(f"{name}: no row's field {cfg.answer!r} has the '#### ' marker data.answer_format=gsm8k "
+                         f"reads (row {no_marker.index(True)} included); set data.answer_format=raw if the field "
+                         "holds the answer itself")
     return rows
 
 
@@ -332,17 +355,20 @@ def render_prompt(question: str, tokenizer: Any, cfg: DataConfig) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
-def build_prompts(rows: list[dict[str, Any]], tokenizer: Any, cfg: DataConfig) -> tuple[list[Prompt], int]:
+def build_prompts(rows: list[dict[str, Any]], tokenizer: Any, cfg: DataConfig,
+                  context: tuple[int, int] | None = None) -> tuple[list[Prompt], int]:
     """Template and tokenize ``rows`` (from :func:`load_rows`); drop prompts over ``cfg.max_prompt_tokens``.
 
     Returns (prompts, dropped): each kept :class:`~rlvr.types.Prompt` has ``prompt_ids`` [L], L <=
     ``max_prompt_tokens``, and ``index`` = the row's position in ``rows``; ``dropped`` counts the rows with
     L > ``max_prompt_tokens`` (also logged). With a chat template the text is tokenized with
     ``add_special_tokens=False``, since the template already holds BOS (no doubled BOS); raw text gets the
-    tokenizer's special tokens (its BOS) added.
+    tokenizer's special tokens (its BOS) added. ``context``: (the model's context, ``rollout.max_new_tokens``)
+    when known, so that the advice for prompts that are all too long stays within what the context holds.
 
     Errors: ``ValueError`` when no rows are given, the tokenizer lacks a needed chat template, or every
-    prompt is too long (the message gives the shortest length to set).
+    prompt is too long (the message gives the shortest length to set, or, where the context cannot hold it beside
+    the response, what to shorten).
     """
     if not rows:
         raise ValueError("no rows to build prompts from; check data.source and data.limit")
@@ -360,8 +386,26 @@ def build_prompts(rows: list[dict[str, Any]], tokenizer: Any, cfg: DataConfig) -
             dropped, len(rows), cfg.max_prompt_tokens, max(len(p) for p in ids),
         )
     if not prompts:
-        raise ValueError(
-            f"all {len(rows)} prompts are longer than data.max_prompt_tokens={cfg.max_prompt_tokens}; "
-            f"set data.max_prompt_tokens >= {min(len(p) for p in ids)}"
-        )
+        shortest = min(len(p) for p in ids)
+        head = f"all {len(rows)} prompts are longer than data.max_prompt_tokens={cfg.max_prompt_tokens}; "
+        raise ValueError(head + _too_long_fix(shortest, context))
     return prompts, dropped
+
+
+def _too_long_fix(shortest: int, context: tuple[int, int] | None) -> str:
+    """The fix for prompts that are all too long: raise ``data.max_prompt_tokens`` to the shortest prompt where
+    the model's context holds it beside the response; else lower ``rollout.max_new_tokens`` or shorten prompts."""
+    if context is None:
+        return f"set data.max_prompt_tokens >= {shortest}"
+    ctx, new = context
+    room = ctx - new
+    shorten = "shorten the prompts (data.prompt_template, data.system_prompt, the questions)"
+    if shortest <= room:
+        return (f"set data.max_prompt_tokens >= {shortest} (at most {room}: the model's {ctx}-token context less "
+                f"rollout.max_new_tokens={new})")
+    if shortest < ctx:
+        return (f"the shortest ({shortest} tokens) fits the model's {ctx}-token context beside at most "
+                f"{ctx - shortest} new tokens, not rollout.max_new_tokens={new}: lower rollout.max_new_tokens to "
+                f"{ctx - shortest} or less and set data.max_prompt_tokens >= {shortest}, or {shorten}")
+    return (f"the shortest ({shortest} tokens) leaves no room for a response in the model's {ctx}-token context: "
+            f"{shorten}, or use a model with a longer context")

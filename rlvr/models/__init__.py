@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import os
 
+from rlvr.models.context import ModelUnavailable, context_limit, model_context, token_budgets
 from rlvr.models.embedded import EMBEDDED_MODELS, cache_root, embedded_model_path
 
-__all__ = ["EMBEDDED_MODELS", "cache_root", "check_model_name", "embedded_model_path", "resolve_model"]
+__all__ = ["EMBEDDED_MODELS", "ModelUnavailable", "cache_root", "check_model_name", "context_limit",
+           "embedded_model_path", "model_context", "resolve_model", "token_budgets"]
 
 
 def resolve_model(path: str) -> str:

@@ -244,3 +244,24 @@ def build_verifier(spec: VerifierSpec) -> Verifier:
     if callable(obj):
         return FunctionVerifier(obj, name=spec.name)
     raise TypeError(f"verifier {spec.name!r} is a {type(obj).__name__}: not a class, function or verifier")
+
+
+def check_verifier_args(spec: VerifierSpec, where: str) -> None:
+    """Check ``spec.args`` against what the verifier ``spec.name`` takes, without building it: a class's
+    constructor signature (:func:`rlvr.registry.check_kwargs`); a function or an object with ``verify`` takes no
+    args. ``where``: the recipe key of the args (``reward.verifiers[0].args``), named in the message.
+
+    Errors: those of :func:`resolve_verifier`; :class:`~rlvr.config.RecipeError` for an unknown argument (with
+    the nearest the constructor takes), a required one left out, or args given to a verifier that takes none.
+    """
+    from rlvr.config import RecipeError
+    from rlvr.registry import check_kwargs
+
+    obj = resolve_verifier(spec.name)
+    if inspect.isclass(obj):
+        check_kwargs(obj, dict(spec.args), where)
+    elif spec.args:
+        kind = "function" if inspect.isfunction(obj) else type(obj).__name__
+        raise RecipeError(f"'{where}': verifier {spec.name!r} is a {kind}, not a class, so it takes no args (got "
+                          f"{', '.join(sorted(spec.args))}); drop '{where}', or make it a class whose constructor "
+                          "takes them")

@@ -4,7 +4,10 @@ A gold the verifier cannot parse (a prose sentence, ``Anya needs to climb one fl
 scores every completion 0, or, with a lenient parser, may score 1 for nonsense: either way its group teaches
 nothing or the wrong thing, silently. :func:`check_golds` parses every row's gold with the gold parser of the
 recipe's first (primary) verifier, reports the unusable ones (count and up to :data:`EXAMPLES` examples, logged),
-and drops them (``data.bad_gold: drop``) or stops the run (``data.bad_gold: error``).
+and drops them (``data.bad_gold: drop``) or stops the run (``data.bad_gold: error``). A row with no gold at all
+(its answer field absent, null or empty: :func:`rlvr.data.datasets.gold_problem`) is unusable under the same
+policy, whatever the verifier. Each gold's check has a deadline (``timeouts.gold_check_s``): a ``check_gold``
+that does not return stops the load with an error naming the verifier, the row and the gold, instead of hanging.
 
 Gold parsers (:func:`gold_checker`), in order:
 
@@ -24,17 +27,21 @@ from __future__ import annotations
 
 import logging
 import math
+import queue
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from rlvr.config import RecipeError, VerifierSpec
+from rlvr.config import RecipeError, TimeoutsConfig, VerifierSpec
 from rlvr.reward.base import FunctionVerifier, build_verifier
 
 log = logging.getLogger(__name__)
 
 EXAMPLES = 5
 """Bad golds shown in the log and in the error message."""
+DEADLINE_S = TimeoutsConfig().gold_check_s
+"""Default deadline of one gold's check, seconds: the recipe default of ``timeouts.gold_check_s``."""
 _COMMAND_RE = re.compile(r"\\(?:begin|end)\s*\{[^{}]*\}|\\[A-Za-z]+")
 _WORD_RE = re.compile(r"(?<![A-Za-z])[A-Za-z]{2,}(?![A-Za-z])")
 _GSM8K_MARK_RE = re.compile(r"####\s*(\S[^\n]*)")
@@ -58,11 +65,27 @@ _PROSE_WORDS = frozenset(
 
 @dataclass(frozen=True, kw_only=True)
 class BadGold:
-    """One unusable gold: ``index`` is the row's position in the rows given (counting from 0)."""
+    """One unusable gold: ``index`` is the row's position in the rows given (counting from 0), ``id`` the row's
+    id field (:func:`rlvr.data.datasets.row_id`; None: it has none), ``gold`` None when the row has no gold."""
 
     index: int
-    gold: str
+    gold: str | None
     reason: str
+    id: Any = None
+
+    def label(self) -> str:
+        """``row 3 (id 'q-7'): '42' (why)``: the row, its id if any, the gold and the reason."""
+        gold = "no gold" if self.gold is None else repr(self.gold[:80])
+        return f"{row_label(self.index, self.id)}: {gold} ({self.reason})"
+
+
+def row_label(index: int, row_id: Any = None) -> str:
+    """``row 3`` or ``row 3 (id 'q-7')``: a row of the data as errors name it (counting from 0)."""
+    return f"row {index}" + (f" (id {row_id!r})" if row_id is not None else "")
+
+
+class GoldCheckTimeout(RecipeError):
+    """A verifier's gold check did not return within its deadline (``timeouts.gold_check_s``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,14 +106,15 @@ class GoldReport:
 
     def summary(self) -> str:
         """One line: how many golds are unusable and the first :data:`EXAMPLES` with their reasons."""
-        if not self.checked:
-            return f"golds not checked: verifier {self.verifier!r} has no check_gold"
         if not self.bad:
+            if not self.checked:
+                return f"golds not checked: verifier {self.verifier!r} has no check_gold"
             return f"all {self.total} golds usable by verifier {self.verifier!r}"
-        shown = "; ".join(f"row {b.index}: {b.gold[:80]!r} ({b.reason})" for b in self.bad[:EXAMPLES])
+        shown = "; ".join(b.label() for b in self.bad[:EXAMPLES])
         more = f"; and {len(self.bad) - EXAMPLES} more" if len(self.bad) > EXAMPLES else ""
+        unchecked = "" if self.checked else f" (verifier {self.verifier!r} has no check_gold: the others unchecked)"
         return (
-            f"{len(self.bad)} of {self.total} rows have a gold that verifier {self.verifier!r} cannot use: "
+            f"{len(self.bad)} of {self.total} rows have no gold verifier {self.verifier!r} can use{unchecked}: "
             f"{shown}{more}"
         )
 
@@ -202,18 +226,26 @@ def gold_checker(spec: VerifierSpec) -> Callable[[str], str | None] | None:
 
 
 def check_golds(
-    rows: Sequence[dict[str, Any]], specs: Sequence[VerifierSpec], mode: str = "drop"
+    rows: Sequence[dict[str, Any]], specs: Sequence[VerifierSpec], mode: str = "drop",
+    deadline_s: float = DEADLINE_S, deadline_key: str | None = "timeouts.gold_check_s",
 ) -> tuple[list[dict[str, Any]], GoldReport]:
     """Check every row's ``gold`` with the first verifier of ``specs``; drop or refuse the unusable ones.
 
-    ``rows``: as :func:`rlvr.data.load_rows` returns them (each with a ``gold``). Each distinct gold is parsed
-    once. A ``check_gold`` that raises counts as a reason (``error: <ExcType>: msg``).
-    Returns ``(kept_rows, report)``: the rows whose gold is usable, in order (all rows when the verifier has no
-    gold parser), and a :class:`GoldReport` (logged: a warning when some gold is bad).
+    ``rows``: as :func:`rlvr.data.load_rows` returns them (each with a ``gold``; None with a ``gold_problem`` when
+    the row has none: unusable whatever the verifier). Each distinct gold is parsed once, in a daemon thread with
+    ``deadline_s`` seconds per gold (a hung ``check_gold`` cannot be killed; it is left behind and the load
+    stops). A ``check_gold`` that raises counts as a reason (``error: <ExcType>: msg``).
+    Returns ``(kept_rows, report)``: the rows whose gold is usable, in order (all rows with a gold when the
+    verifier has no gold parser), and a :class:`GoldReport` (logged: a warning with the count and the first
+    :data:`EXAMPLES` rows when some gold is bad).
 
     Errors: ``ValueError`` for a ``mode`` other than ``drop`` / ``error`` or no specs;
-    :class:`~rlvr.config.RecipeError` when ``mode`` is ``error`` and some gold is bad, or when no row is left.
+    :class:`~rlvr.config.RecipeError` when ``mode`` is ``error`` and some gold is bad, or when no row is left;
+    :class:`GoldCheckTimeout` (a RecipeError) naming the verifier, the row, the gold and the setting
+    ``deadline_key`` (None: there is none to name) when one gold's check takes longer than ``deadline_s``.
     """
+    from rlvr.data.datasets import row_id
+
     if mode not in ("drop", "error"):
         raise ValueError(f"data.bad_gold must be 'drop' or 'error', got {mode!r}")
     if not specs:
@@ -222,23 +254,31 @@ def check_golds(
     checker = gold_checker(specs[0])
     if checker is None:
         log.info("verifier %r defines no check_gold: the %d golds are not checked at load time", name, len(rows))
-        return list(rows), GoldReport(verifier=name, checked=False, total=len(rows), kept=len(rows), bad=(), mode=mode)
-    verdicts: dict[str, str | None] = {}
+    golds = [row["gold"] for row in rows if row.get("gold") is not None]
+    verdicts = _verdicts(checker, golds, deadline_s) if checker is not None else {}
+    hung = next((g for g, v in verdicts.items() if isinstance(v, _Hung)), None)
+    if hung is not None:
+        i = next(i for i, row in enumerate(rows) if row.get("gold") is not None and str(row["gold"]) == hung)
+        key, slow = (f" ({deadline_key})", f", or raise {deadline_key} if it is only slow") if deadline_key else ("", "")
+        raise GoldCheckTimeout(
+            f"verifier {name!r}: check_gold did not return within {deadline_s:g} s{key} for "
+            f"{row_label(i, row_id(rows[i].get('row') or {}))}, gold {hung[:80]!r}. A check_gold must return None "
+            f"or a reason promptly: fix the verifier's check_gold (or that row){slow}"
+        )
     kept, bad = [], []
     for i, row in enumerate(rows):
-        gold = str(row.get("gold", ""))
-        if gold not in verdicts:
-            try:
-                verdicts[gold] = checker(gold)
-            except Exception as e:  # noqa: BLE001 - a plugin's bug names the row instead of stopping the load
-                verdicts[gold] = f"error: {type(e).__name__}: {str(e)[:200]}"
-        if verdicts[gold] is None:
+        gold = row.get("gold")
+        why = row.get("gold_problem", "no gold") if gold is None else verdicts.get(str(gold))
+        if why is None:
             kept.append(row)
         else:
-            bad.append(BadGold(index=i, gold=gold, reason=str(verdicts[gold])))
-    report = GoldReport(verifier=name, checked=True, total=len(rows), kept=len(kept), bad=tuple(bad), mode=mode)
+            bad.append(BadGold(index=i, gold=None if gold is None else str(gold), reason=str(why),
+                               id=row_id(row.get("row") or {})))
+    report = GoldReport(verifier=name, checked=checker is not None, total=len(rows), kept=len(kept), bad=tuple(bad),
+                        mode=mode)  # fmt: skip
     if not bad:
-        log.info("%s", report.summary())
+        if checker is not None:
+            log.info("%s", report.summary())
         return kept, report
     fix = "fix data.answer / data.answer_format (or the verifier's args), or the data"
     if mode == "error":
@@ -247,3 +287,36 @@ def check_golds(
         raise RecipeError(f"{report.summary()}. No row is left: {fix}")
     log.warning("%s. Dropped them (data.bad_gold=drop).", report.summary())
     return kept, report
+
+
+@dataclass(frozen=True)
+class _Hung:
+    """The verdict of a gold whose check did not return within its deadline."""
+
+
+def _verdicts(checker: Callable[[str], str | None], golds: Sequence[str], deadline_s: float) -> dict[str, Any]:
+    """``{gold: None (usable) | reason | _Hung()}`` for each distinct gold, checked in order in one daemon thread;
+    the caller waits ``deadline_s`` seconds for each. At the first gold over its deadline the rest are left
+    unchecked (absent) and the thread is abandoned (it cannot be stopped; as a daemon it does not keep the process
+    alive)."""
+    distinct = list(dict.fromkeys(str(g) for g in golds))
+    results: queue.Queue = queue.Queue()
+
+    def work() -> None:
+        for gold in distinct:
+            try:
+                verdict = checker(gold)
+            except Exception as e:  # noqa: BLE001 - a plugin's bug names the row instead of stopping the load
+                verdict = f"error: {type(e).__name__}: {str(e)[:200]}"
+            results.put((gold, verdict))
+
+    threading.Thread(target=work, name="rlvr-check-gold", daemon=True).start()
+    verdicts: dict[str, Any] = {}
+    for gold in distinct:
+        try:
+            done, verdict = results.get(timeout=deadline_s)
+        except queue.Empty:
+            verdicts[gold] = _Hung()
+            break
+        verdicts[done] = verdict
+    return verdicts

@@ -28,6 +28,7 @@ from rlvr.metrics.timeline import append_step, role_usage, staleness_metrics
 from rlvr.metrics.sinks import make_sinks
 from rlvr.reward.pool import Scored
 from rlvr.runtime.advantage_stage import build_dph_buffer, dph_batch, form_advantages, needs_reference, uses_critic
+from rlvr.runtime.checks import preflight  # noqa: F401 (rlvr.runtime.controller.preflight: checks at load)
 from rlvr.runtime.roles import Roles
 from rlvr.runtime.validation import run_validation, validation_prompts
 from rlvr.seeding import DPH_BUFFER_ROUND, STALE_ROUND, rollout_seed
@@ -84,57 +85,6 @@ def write_recipe(recipe: Recipe, run_dir: Path) -> None:
     """``RUN/recipe.yaml`` (the resolved recipe) and ``RUN/derived.json`` (its derived sizes)."""
     (run_dir / "recipe.yaml").write_text(dump_yaml(recipe))
     (run_dir / "derived.json").write_text(json.dumps(recipe.derived(), indent=2))
-
-
-def preflight(recipe: Recipe) -> None:
-    """Checks that need no role started: every verifier name resolves, the data source and validation source
-    exist (or may be ``datasets`` names), the model name is embedded, a folder, or a hub id.
-
-    Errors: ``ValueError``/``KeyError``/``FileNotFoundError``/``ImportError`` with the message of the failed check.
-    """
-    from rlvr.data.datasets import did_you_mean, resolve_data_path
-    from rlvr.hardware import cpu_has_bf16
-    from rlvr.models import check_model_name
-    from rlvr.reward.base import resolve_verifier
-
-    check_model_name(recipe.model.path)
-    if recipe.model.dtype == "bfloat16" and recipe.trainer.num_gpus == 0 and not cpu_has_bf16():
-        log.warning("this CPU has no bf16 instructions (AVX512-BF16 / AMX): bf16 matmuls run ~100x slower than fp32 "
-                    "here (measured on an AVX2-only EPYC: 1.06 s against 0.011 s for a 640x576 @ 576x1536 matmul); "
-                    "set model.dtype=auto (the default: float32 here) or float32 for a run many times faster")
-    ro, tr = recipe.rollout, recipe.trainer
-    if ro.max_staleness and ro.num_gpus == 0 and tr.num_gpus == 0 and not (ro.cpus and tr.cpus):
-        log.warning("rollout.max_staleness=%d on CPU with the engines and the trainer on the same cores: the overlapped "
-                    "stages compete for them (measured on 2 cores: steps 1.25x slower than max_staleness=0, "
-                    "benchmarks/async_speedup.py); overlap pays where they have hardware of their own (GPUs, or "
-                    "rollout.cpus / trainer.cpus on a machine with cores to spare)", ro.max_staleness)
-    if ro.max_staleness and recipe.algorithm.rollout_correction == "none":
-        log.warning("rollout.max_staleness=%d with algorithm.rollout_correction=none: the update is the on-policy "
-                    "gradient evaluated on samples %d version(s) old, uncorrected (the default, auto, would use AReaL's "
-                    "decoupled objective)", ro.max_staleness, ro.max_staleness)
-    import importlib.util
-
-    packages = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
-    for backend in recipe.metrics.backends:
-        if importlib.util.find_spec(packages[backend]) is None:
-            raise ImportError(f"metrics.backends has {backend!r} but its package is not installed: "
-                              f"pip install 'rlvr[logging]' (or {packages[backend]}), or drop it from metrics.backends")
-    from rlvr.reward.judge import rule_specs
-
-    for spec in rule_specs(recipe.reward.verifiers):  # a judge verifier is the judge role's (judge.model)
-        resolve_verifier(spec.name)
-    if recipe.judge.model is not None and len(rule_specs(recipe.reward.verifiers)) < len(recipe.reward.verifiers):
-        check_model_name(recipe.judge.model)
-    sources = (("data.source", recipe.data.source, recipe.data.split),
-               ("validation.source", recipe.validation.source, recipe.validation.split))  # fmt: skip
-    for key, source, split in sources:
-        if source is None or source == "generated":
-            continue
-        looks_like_file = source.endswith((".jsonl", ".json", ".parquet")) or source.startswith((".", "/", "~"))
-        if looks_like_file and resolve_data_path(source) is None:
-            hint = did_you_mean(source, split=split)
-            raise FileNotFoundError(f"{key}={source!r}: no such file (relative paths are tried from the working "
-                                    f"directory, then from the rlvr repository); fix the path.{hint}")
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -247,27 +197,18 @@ class _Data:
 
 
 def _load_data(r: Recipe) -> _Data:
-    """Model folder, tokenizer, rows (golds checked: case V15), prompts; errors name the recipe key to change."""
+    """Model folder, tokenizer, prompts (:func:`rlvr.runtime.checks.load_prompts`: rows, golds checked, the
+    model's context) and every verifier built; errors name the recipe key to change."""
     from transformers import AutoTokenizer
 
-    from rlvr.data import build_prompts, load_rows
-    from rlvr.models import resolve_model
-    from rlvr.reward.golds import check_golds
+    from rlvr.models import model_context
     from rlvr.runtime import checkpoint as ck
+    from rlvr.runtime.checks import build_verifiers, load_prompts
 
-    model_dir = resolve_model(r.model.path)
+    model_dir, ctx = model_context(r.model.path)
     tok = AutoTokenizer.from_pretrained(model_dir)
-    rows = load_rows(r.data, r.run.seed)
-    rows, _ = check_golds(rows, r.reward.verifiers, r.data.bad_gold)  # case V15: drop or refuse unusable golds
-    prompts, dropped = build_prompts(rows, tok, r.data)
-    log.info("%d prompts (%d dropped as longer than %d tokens)", len(prompts), dropped, r.data.max_prompt_tokens)
-    if len(prompts) < r.rollout.prompts_per_step:
-        from rlvr.config import RecipeError
-
-        raise RecipeError(
-            f"data: {len(prompts)} usable prompts but rollout.prompts_per_step={r.rollout.prompts_per_step}; "
-            "lower prompts_per_step or raise data.max_prompt_tokens / data.limit"
-        )
+    prompts, _ = load_prompts(r, tok, ctx)
+    build_verifiers(r)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     return _Data(model_dir, tok, prompts, ck.data_fingerprint(prompts), pad_id)
 

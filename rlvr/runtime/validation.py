@@ -46,14 +46,20 @@ _GOLD = object()
 
 
 def validation_prompts(recipe: Recipe, tokenizer: Any) -> list[Prompt]:
-    """Held-out prompts for ``recipe.validation`` (templated like the training prompts)."""
+    """Held-out prompts for ``recipe.validation`` (templated like the training prompts; golds checked under
+    ``data.bad_gold`` as the training rows are: :func:`rlvr.reward.golds.check_golds`).
+
+    Errors: those of :func:`rlvr.data.load_rows`, :func:`~rlvr.reward.golds.check_golds` and
+    :func:`~rlvr.data.build_prompts`."""
     from rlvr.data import build_prompts, load_rows
+    from rlvr.reward.golds import check_golds
 
     va = recipe.validation
     data = dataclasses.replace(
         recipe.data, source=va.source or recipe.data.source, split=va.split, limit=va.limit, shuffle=False
     )
     rows = load_rows(data, recipe.run.seed)
+    rows, _ = check_golds(rows, recipe.reward.verifiers, recipe.data.bad_gold, recipe.timeouts.gold_check_s)
     prompts, _ = build_prompts(rows, tokenizer, data)
     return prompts
 

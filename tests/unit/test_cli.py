@@ -40,8 +40,48 @@ def test_dry_run_prints_resolved_recipe_and_derived(tmp_path, capsys):
         "#   grad_accum_steps_per_rank: 2",
         "#   pass_k: [1, 2, 4]",
         "#   total_samples: 48",
-        "dry run: recipe valid; nothing started.",
+        "checked: verifier args reward.verifiers[0] fit their constructors",
+        "checked: model tiny-random context 512 >= 64 + 8 (data.max_prompt_tokens + rollout.max_new_tokens)",
+        "checked: data generated: 200 rows, golds usable 200/200 (verifier numeric), 200 prompts (0 over 64 tokens)",
+        "checked: verifiers numeric built",
+        "dry run: recipe valid; model context, data and verifiers checked: the run will start; nothing started.",
     ]
+
+
+def test_dry_run_loads_the_data_and_builds_the_verifiers(tmp_path, capsys):
+    """Issue 24, --dry-run: it loads the data as the run does (rows, golds, prompt lengths against the tiny-random
+    tokenizer) and builds every verifier, saying what it checked; every data and verifier error the run would
+    meet fails it (exit 2, one line naming the key), before anything starts. Five rows: row 1's answer is null
+    (dropped under data.bad_gold=drop), row 2's prompt is 53 tokens, over data.max_prompt_tokens=40 (the others
+    are 23)."""
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"question": "1+1?", "answer": "2"}\n{"question": "2+2?", "answer": null, "id": "q-7"}\n'
+                    '{"question": "What is 12 plus 30? Think it over.", "answer": "42"}\n'
+                    '{"question": "3+4?", "answer": "7"}\n{"question": "3+5?", "answer": "8"}\n')
+    base = ["train", str(TINY), f"data.source={data}", "data.max_prompt_tokens=40", "rollout.prompts_per_step=2"]
+    assert main([*base, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[-3:] == [
+        f"checked: data {data}: 5 rows, golds usable 4/5 (verifier numeric), 3 prompts (1 over 40 tokens)",
+        "checked: verifiers numeric built",
+        "dry run: recipe valid; model context, data and verifiers checked: the run will start; nothing started.",
+    ]
+    for override, expected in (
+        ("data.bad_gold=error", "1 of 5 rows have no gold verifier 'numeric' can use: row 1 (id 'q-7'): no gold "
+                                "(field 'answer' is null (data.answer)). data.bad_gold=error"),
+        ("rollout.prompts_per_step=4", "data: 3 usable prompts but rollout.prompts_per_step=4 (5 rows; 1 without a "
+                                       "usable gold, 1 longer than data.max_prompt_tokens=40): lower "
+                                       "rollout.prompts_per_step, or raise data.max_prompt_tokens (at most 504: the "
+                                       "model's 512-token context less rollout.max_new_tokens=8), or fix the unusable "
+                                       "golds"),
+        ("reward.verifiers=[{name: numeric}, {name: format}]",
+         "reward.verifiers[1] (format) cannot be built with args {}: ValueError: the format verifier needs at least "
+         "one of think, boxed, answer_tag set to true; fix reward.verifiers[1].args"),
+    ):
+        assert main([*base, override, "--dry-run"]) == 2, override
+        out, err = capsys.readouterr()
+        assert expected in err and "dry run:" not in out, (override, err)
+    assert list(tmp_path.iterdir()) == [data]  # no run folder
 
 
 def test_dry_run_applies_overrides(tmp_path, capsys):

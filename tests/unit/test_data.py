@@ -121,15 +121,43 @@ def test_missing_template_field_names_fix():
         load_rows(DataConfig(source=SVAMP, question="{Body} {Questoin}", answer="Answer"), 0)
 
 
-def test_empty_gold_and_missing_marker(tmp_path):
+def test_rows_without_a_gold_follow_data_bad_gold(tmp_path, caplog):
+    """Issue 24 item 4: a row whose answer is null, absent, empty or lacks its '####' marker is an unusable gold
+    under data.bad_gold, like a gold the verifier cannot parse (counted, the first examples logged; error mode
+    names the row, its id and the key), not a stop for the whole run; a null answer is called null, not a
+    missing field with the very field named as the fix. Only a key no row has stops the load (the recipe's fault)."""
+    from rlvr.config import RecipeError, VerifierSpec
+    from rlvr.reward.golds import check_golds
+
     path = tmp_path / "d.jsonl"
-    path.write_text('{"question": "a", "answer": "1"}\n\n{"question": "b", "answer": " "}\n')
-    with pytest.raises(ValueError, match=r"d\.jsonl row 1 \(counting from 0\): empty gold answer in field 'answer'"):
-        load_rows(DataConfig(source=str(path)), 0)
-    with pytest.raises(ValueError, match=r"row 0 .*no '#### ' marker.*answer_format=raw"):
+    path.write_text('{"question": "a", "answer": "1", "id": "r0"}\n\n{"question": "b", "answer": " "}\n'
+                    '{"question": "c", "answer": null, "id": "q-7"}\n{"question": "d"}\n{"question": "e", "answer": 5}\n')
+    rows = load_rows(DataConfig(source=str(path)), 0)
+    assert [(r["gold"], r.get("gold_problem")) for r in rows] == [
+        ("1", None), (None, "field 'answer' is empty (data.answer)"), (None, "field 'answer' is null (data.answer)"),
+        (None, "no field 'answer' in this row (data.answer)"), ("5", None)]  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="rlvr.reward.golds"):
+        kept, report = check_golds(rows, [VerifierSpec(name="numeric")])
+    assert [r["gold"] for r in kept] == ["1", "5"] and (report.total, report.kept, len(report.bad)) == (5, 2, 3)
+    assert ("3 of 5 rows have no gold verifier 'numeric' can use: row 1: no gold (field 'answer' is empty "
+            "(data.answer)); row 2 (id 'q-7'): no gold (field 'answer' is null (data.answer)); row 3: no gold (no "
+            "field 'answer' in this row (data.answer)). Dropped them (data.bad_gold=drop).") in caplog.text
+    with pytest.raises(RecipeError) as e:
+        check_golds(rows, [VerifierSpec(name="numeric")], mode="error")
+    assert "row 2 (id 'q-7'): no gold (field 'answer' is null (data.answer))" in str(e.value)
+    assert "data.bad_gold=error: fix data.answer" in str(e.value) and "or set data.bad_gold=drop" in str(e.value)
+    (tmp_path / "plain.py").write_text("def plain(response, gold, **row):\n    return response == gold\n")
+    kept, report = check_golds(rows, [VerifierSpec(name=f"{tmp_path / 'plain.py'}:plain")])
+    assert [r["gold"] for r in kept] == ["1", "5"] and not report.checked  # no check_gold: rows with no gold go too
+    with pytest.raises(ValueError, match=r"d\.jsonl row 0 \(counting from 0\): no field 'answr' \(data\.answer\); "
+                                         r"set data\.answer to one of: question, answer, id$"):
+        load_rows(DataConfig(source=str(path), answer="answr"), 0)  # no row has it: the key is wrong
+    with pytest.raises(ValueError, match=r"no row's field 'answer' has the '#### ' marker .*\(row 0 included\); "
+                                         r"set data\.answer_format=raw"):
         load_rows(DataConfig(source=str(path), answer_format="gsm8k"), 0)
-    path.write_text('{"question": "a", "answer": null}\n')
-    with pytest.raises(ValueError, match="set data.answer to one of: question, answer"):
+    path.write_text('{"question": null, "answer": "1"}\n')
+    with pytest.raises(ValueError, match=r"row 0 \(counting from 0\): field 'question' \(data\.question\) is null; "
+                                         r"fill or remove that row$"):
         load_rows(DataConfig(source=str(path)), 0)
 
 
@@ -276,6 +304,29 @@ def test_length_filter_count_exact(tok, caplog):
     assert (len(prompts), dropped) == (6, 0)
     with pytest.raises(ValueError, match=r"data.max_prompt_tokens >= 7"):
         build_prompts(rows, tok, DataConfig(source="x", max_prompt_tokens=6))
+
+
+def test_all_too_long_advice_stays_within_the_context(tok):
+    """Issue 24 item 1: "set data.max_prompt_tokens >= 637" on a 512-token model led the run into the engine's
+    context error. With the context known (its size, rollout.max_new_tokens), the advice fits in it. Prompts of 7
+    to 12 tokens (6 fixed + n words), max 6: all too long, the shortest 7."""
+    rows = _rows(*[" ".join(["plus"] * n) for n in (1, 3, 6)])
+
+    def advice(context):
+        with pytest.raises(ValueError) as e:
+            build_prompts(rows, tok, DataConfig(source="x", max_prompt_tokens=6), context)
+        return str(e.value).removeprefix("all 3 prompts are longer than data.max_prompt_tokens=6; ")
+
+    assert advice((16, 4)) == ("set data.max_prompt_tokens >= 7 (at most 12: the model's 16-token context less "
+                               "rollout.max_new_tokens=4)")
+    assert advice((16, 12)) == ("the shortest (7 tokens) fits the model's 16-token context beside at most 9 new "
+                                "tokens, not rollout.max_new_tokens=12: lower rollout.max_new_tokens to 9 or less and "
+                                "set data.max_prompt_tokens >= 7, or shorten the prompts (data.prompt_template, "
+                                "data.system_prompt, the questions)")
+    assert advice((7, 2)) == ("the shortest (7 tokens) leaves no room for a response in the model's 7-token context: "
+                              "shorten the prompts (data.prompt_template, data.system_prompt, the questions), or use "
+                              "a model with a longer context")
+    assert advice(None) == "set data.max_prompt_tokens >= 7"  # context unknown: as before
 
 
 def test_no_chat_template_is_a_clear_error(tok):

@@ -328,7 +328,7 @@ def test_eval_takes_the_recipe_sections_and_flags_override():
 
 
 def test_token_budgets_fit_the_context_by_hand():
-    from rlvr.evaluate import token_budgets
+    from rlvr.models import token_budgets
 
     # fitted (no --max-new-tokens): prompt budget min(P, ctx // 2), new = min(512, ctx - budget), limit
     # min(P, ctx - new). SmolLM2 (8192): budget 1024, new min(512, 7168) = 512, limit min(1024, 7680) = 1024
@@ -350,8 +350,7 @@ def test_token_budgets_fit_the_context_by_hand():
 
 
 def test_tiny_random_context_is_read_from_its_config():
-    from rlvr.evaluate import context_limit
-    from rlvr.models import resolve_model
+    from rlvr.models import context_limit, resolve_model
 
     assert context_limit(resolve_model("tiny-random")) == 512  # rlvr/models/tiny.py: max_position_embeddings
 

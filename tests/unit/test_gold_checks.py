@@ -209,3 +209,58 @@ def test_gsm8k_verifier_check_gold_follows_its_unit_rule():
 
     assert Gsm8kVerifier().check_gold("9 (apples)") is None
     assert "units: number" in Gsm8kVerifier(units="refuse").check_gold("9 (apples)")
+
+
+STUCK = '''
+import threading
+
+RELEASE = threading.Event()
+
+
+def stuck(response, gold, **row):
+    return response == gold
+
+
+def _check(gold):
+    if gold == "7":
+        RELEASE.wait()  # never returns until the test releases it
+    return None
+
+
+stuck.check_gold = _check
+'''
+
+
+@pytest.mark.timeout(60)
+def test_check_gold_that_never_returns_stops_the_load_naming_the_row(tmp_path: Path, capsys) -> None:
+    """Issue 24 item 2: a check_gold that never returns hung the run forever at data load (in the driver, before
+    any deadline). Now each gold's check has timeouts.gold_check_s: past it the load stops with the verifier, the
+    row (index and id), the gold and the key; through rlvr train --dry-run too, in about that time."""
+    import time
+
+    from rlvr.cli import main
+    from rlvr.reward.base import resolve_verifier
+
+    plugin = tmp_path / "stuck.py"
+    plugin.write_text(STUCK)
+    name = f"{plugin}:stuck"
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(f'{{"question": "q{i}", "answer": "{g}", "id": "r{i}"}}\n'
+                            for i, g in enumerate(["1", "2", "1", "7", "7"])))
+    expected = (f"verifier '{name}': check_gold did not return within 0.5 s (timeouts.gold_check_s) for row 3 "
+                "(id 'r3'), gold '7'. A check_gold must return None or a reason promptly: fix the verifier's "
+                "check_gold (or that row), or raise timeouts.gold_check_s if it is only slow")
+    t0 = time.monotonic()
+    try:
+        rc = main(["train", str(REPO / "recipes" / "tiny_test.yaml"), f"data.source={data}",
+                   f"reward.verifiers=[{{name: '{name}'}}]", "timeouts.gold_check_s=0.5", "--dry-run"])
+        err = capsys.readouterr().err
+        assert (rc, err) == (2, f"rlvr train: {expected}\n")
+        rows = [{"question": "q", "gold": g, "row": {"id": f"r{i}"}} for i, g in enumerate(["1", "7"])]
+        with pytest.raises(RecipeError) as e:
+            check_golds(rows, [VerifierSpec(name=name)], deadline_s=0.2, deadline_key=None)  # rlvr eval: no key
+        assert str(e.value).endswith("for row 1 (id 'r1'), gold '7'. A check_gold must return None or a reason "
+                                     "promptly: fix the verifier's check_gold (or that row)")
+    finally:
+        resolve_verifier(name).__globals__["RELEASE"].set()  # let the abandoned checks end
+    assert time.monotonic() - t0 < 30

@@ -1,0 +1,240 @@
+"""Load-time checks: what can be known about a recipe before any role starts, each error naming the recipe key
+to change and the value that fits.
+
+- :func:`preflight` (every ``rlvr train``, before the run folder is made): verifier names and ``args`` against
+  their constructors, data files, model name, and the model's context against ``data.max_prompt_tokens +
+  rollout.max_new_tokens`` (:func:`check_context`); no data, no weights.
+- :func:`load_prompts`: the data load the run itself uses (:func:`rlvr.runtime.controller.train`): rows, their
+  golds (``data.bad_gold``, ``timeouts.gold_check_s``), prompts tokenised and filtered by length.
+- :func:`build_verifiers`: every rule verifier built with its args, in this process.
+- :func:`dry_run` (``rlvr train --dry-run``): all of the above with the tokenizer and the model's config only (no
+  Ray, no engine, no weights), one line per thing checked; so a green dry run means the run's own loading passes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from typing import Any
+
+from rlvr.config import Recipe, RecipeError
+from rlvr.types import Prompt
+
+log = logging.getLogger("rlvr")
+
+CONTEXT_KEYS = "data.max_prompt_tokens + rollout.max_new_tokens"
+"""The two recipe keys whose sum must fit in the model's context."""
+NOT_CHECKED = "not checked:"
+"""The start of a :func:`dry_run` line for a check that could not be made here."""
+
+
+def preflight(recipe: Recipe, *, model_optional: bool = False) -> list[str]:
+    """Checks that need no role started: every verifier name resolves and its ``args`` fit its constructor
+    (:func:`rlvr.reward.base.check_verifier_args`), the data source and validation source exist (or may be
+    ``datasets`` names), the model name is embedded, a folder, or a hub id, and its context holds a prompt and its
+    response (:func:`check_context`; reads the model's config, building an embedded model on first use).
+    ``model_optional`` (``--dry-run``): a model whose config cannot be read here (a hub id neither cached nor
+    reachable) is a ``not checked`` line instead of an error. Returns one line per check made (``checked: ...``)
+    or skipped (``not checked: ...``).
+
+    Errors: ``ValueError`` (:class:`~rlvr.config.RecipeError` for unknown verifier args and a context too short) /
+    ``KeyError`` / ``FileNotFoundError`` / ``ImportError`` with the message of the failed check;
+    :class:`~rlvr.models.ModelUnavailable` (an ``OSError``) for a model that cannot be read, unless
+    ``model_optional``.
+    """
+    return _preflight(recipe, model_optional)[0]
+
+
+def _preflight(recipe: Recipe, model_optional: bool) -> tuple[list[str], tuple[str, int | None] | None]:
+    """:func:`preflight`'s lines and (model location, context), None when the model is not available here."""
+    from rlvr.data.datasets import did_you_mean, resolve_data_path
+    from rlvr.models import ModelUnavailable, check_model_name, model_context
+    from rlvr.reward.base import check_verifier_args, resolve_verifier
+    from rlvr.reward.judge import JUDGE
+
+    check_model_name(recipe.model.path)
+    _warn_settings(recipe)
+    packages = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
+    for backend in recipe.metrics.backends:
+        if importlib.util.find_spec(packages[backend]) is None:
+            raise ImportError(f"metrics.backends has {backend!r} but its package is not installed: "
+                              f"pip install 'rlvr[logging]' (or {packages[backend]}), or drop it from metrics.backends")
+    specs = recipe.reward.verifiers
+    rules = [(i, s) for i, s in enumerate(specs) if s.name != JUDGE]  # a judge's args: the recipe loader checks them
+    for _, spec in rules:
+        resolve_verifier(spec.name)
+    for i, spec in rules:
+        check_verifier_args(spec, f"reward.verifiers[{i}].args")
+    if recipe.judge.model is not None and len(rules) < len(specs):
+        check_model_name(recipe.judge.model)
+    sources = (("data.source", recipe.data.source, recipe.data.split),
+               ("validation.source", recipe.validation.source, recipe.validation.split))  # fmt: skip
+    for key, source, split in sources:
+        if source is None or source == "generated":
+            continue
+        looks_like_file = source.endswith((".jsonl", ".json", ".parquet")) or source.startswith((".", "/", "~"))
+        if looks_like_file and resolve_data_path(source) is None:
+            hint = did_you_mean(source, split=split)
+            raise FileNotFoundError(f"{key}={source!r}: no such file (relative paths are tried from the working "
+                                    f"directory, then from the rlvr repository); fix the path.{hint}")
+    lines = [f"checked: verifier args {', '.join(f'reward.verifiers[{i}]' for i, _ in rules)} fit their constructors"]
+    try:
+        model = model_context(recipe.model.path)
+    except ModelUnavailable as e:
+        if not model_optional:
+            raise
+        return [*lines, f"{NOT_CHECKED} the model's context and the prompt lengths: {e}"], None
+    return [*lines, check_context(recipe, model[1])], model
+
+
+def _warn_settings(recipe: Recipe) -> None:
+    """Warnings about settings that work but cost (bf16 on a CPU without bf16, overlap on shared cores)."""
+    from rlvr.hardware import cpu_has_bf16
+
+    if recipe.model.dtype == "bfloat16" and recipe.trainer.num_gpus == 0 and not cpu_has_bf16():
+        log.warning("this CPU has no bf16 instructions (AVX512-BF16 / AMX): bf16 matmuls run ~100x slower than fp32 "
+                    "here (measured on an AVX2-only EPYC: 1.06 s against 0.011 s for a 640x576 @ 576x1536 matmul); "
+                    "set model.dtype=auto (the default: float32 here) or float32 for a run many times faster")
+    ro, tr = recipe.rollout, recipe.trainer
+    if ro.max_staleness and ro.num_gpus == 0 and tr.num_gpus == 0 and not (ro.cpus and tr.cpus):
+        log.warning("rollout.max_staleness=%d on CPU with the engines and the trainer on the same cores: the overlapped "
+                    "stages compete for them (measured on 2 cores: steps 1.25x slower than max_staleness=0, "
+                    "benchmarks/async_speedup.py); overlap pays where they have hardware of their own (GPUs, or "
+                    "rollout.cpus / trainer.cpus on a machine with cores to spare)", ro.max_staleness)
+    if ro.max_staleness and recipe.algorithm.rollout_correction == "none":
+        log.warning("rollout.max_staleness=%d with algorithm.rollout_correction=none: the update is the on-policy "
+                    "gradient evaluated on samples %d version(s) old, uncorrected (the default, auto, would use AReaL's "
+                    "decoupled objective)", ro.max_staleness, ro.max_staleness)
+
+
+def check_context(recipe: Recipe, ctx: int | None) -> str:
+    """Check that a prompt of ``data.max_prompt_tokens`` and its response of ``rollout.max_new_tokens`` fit in the
+    model's context ``ctx`` (positions; None: the config declares none, not checked); validation samples as many
+    new tokens. Returns the line saying what was checked.
+
+    Errors: :class:`~rlvr.config.RecipeError` naming both keys and the largest values that fit: each key alone
+    with the other kept, where that leaves at least one token; else both (:func:`rlvr.models.token_budgets`).
+    """
+    from rlvr.models import token_budgets
+
+    p, n, model = recipe.data.max_prompt_tokens, recipe.rollout.max_new_tokens, recipe.model.path
+    if ctx is None:
+        return f"{NOT_CHECKED} {CONTEXT_KEYS} = {p} + {n}: model {model} declares no max_position_embeddings"
+    if p + n <= ctx:
+        return f"checked: model {model} context {ctx} >= {p} + {n} ({CONTEXT_KEYS})"
+    fixes = []
+    if ctx - n >= 1:
+        fixes.append(f"data.max_prompt_tokens to at most {ctx - n} (keeping rollout.max_new_tokens={n})")
+    if ctx - p >= 1:
+        fixes.append(f"rollout.max_new_tokens to at most {ctx - p} (keeping data.max_prompt_tokens={p})")
+    if not fixes:
+        lp, ln = token_budgets(ctx, p, n, fit=True)
+        fixes.append(f"both, e.g. data.max_prompt_tokens={lp} rollout.max_new_tokens={ln}")
+    raise RecipeError(f"{CONTEXT_KEYS} = {p} + {n} = {p + n} tokens, more than the {ctx}-token context of model "
+                      f"{model} (max_position_embeddings of its config.json), which a prompt and its response share "
+                      f"(the engine refuses a longer one): lower {', or '.join(fixes)}")
+
+
+def load_prompts(recipe: Recipe, tokenizer: Any, ctx: int | None) -> tuple[list[Prompt], str]:
+    """The run's prompts, as the run loads them: :func:`rlvr.data.load_rows`, the golds checked by the primary
+    verifier (:func:`rlvr.reward.golds.check_golds` under ``data.bad_gold`` and ``timeouts.gold_check_s``), then
+    templated and filtered by ``data.max_prompt_tokens`` (:func:`rlvr.data.build_prompts`). ``ctx``: the model's
+    context (None: unknown), so that advice stays within it. Returns (prompts, the line saying what was checked).
+
+    Errors: those of the three steps and of :func:`check_context`; :class:`~rlvr.config.RecipeError` when fewer
+    prompts are left than ``rollout.prompts_per_step`` (the message says where the rows went and what to change).
+    """
+    from rlvr.data import build_prompts, load_rows
+    from rlvr.reward.golds import check_golds
+
+    r = recipe
+    check_context(r, ctx)
+    rows = load_rows(r.data, r.run.seed)
+    kept, report = check_golds(rows, r.reward.verifiers, r.data.bad_gold, r.timeouts.gold_check_s)
+    context = (ctx, r.rollout.max_new_tokens) if ctx is not None else None
+    prompts, dropped = build_prompts(kept, tokenizer, r.data, context)
+    log.info("%d prompts (%d dropped as longer than %d tokens)", len(prompts), dropped, r.data.max_prompt_tokens)
+    if len(prompts) < r.rollout.prompts_per_step:
+        raise RecipeError(_too_few(r, len(prompts), len(rows), len(report.bad), dropped, ctx))
+    unchecked = "" if report.checked else ", no check_gold"
+    line = (f"checked: data {r.data.source}: {len(rows)} rows, golds usable {report.kept}/{report.total} (verifier "
+            f"{report.verifier}{unchecked}), {len(prompts)} prompts ({dropped} over {r.data.max_prompt_tokens} tokens)")
+    return prompts, line
+
+
+def _too_few(r: Recipe, prompts: int, rows: int, bad: int, too_long: int, ctx: int | None) -> str:
+    """Why fewer prompts than ``rollout.prompts_per_step`` are left, and what to change: raising
+    ``data.max_prompt_tokens`` is offered only where prompts were dropped as too long and the context holds more."""
+    p, n = r.data.max_prompt_tokens, r.rollout.max_new_tokens
+    fixes = ["lower rollout.prompts_per_step"]
+    if too_long:
+        room = ctx - n if ctx is not None else None
+        if room is None:
+            fixes.append("raise data.max_prompt_tokens")
+        elif p < room:
+            fixes.append(f"raise data.max_prompt_tokens (at most {room}: the model's {ctx}-token context less "
+                         f"rollout.max_new_tokens={n})")
+        else:
+            fixes.append("shorten the prompts (data.prompt_template, data.system_prompt), or lower "
+                         "rollout.max_new_tokens to make room for a larger data.max_prompt_tokens")
+    if r.data.limit is not None and r.data.limit <= rows:
+        fixes.append("raise data.limit")
+    if bad:
+        fixes.append("fix the unusable golds (the warning above lists them)")
+    return (f"data: {prompts} usable prompts but rollout.prompts_per_step={r.rollout.prompts_per_step} ({rows} rows; "
+            f"{bad} without a usable gold, {too_long} longer than data.max_prompt_tokens={p}): {', or '.join(fixes)}")
+
+
+def build_verifiers(recipe: Recipe) -> str:
+    """Build every rule verifier of ``reward.verifiers`` with its args, in this process (as each scoring worker
+    will). Returns the line saying so.
+
+    Errors: those of :func:`rlvr.reward.base.resolve_verifier`; :class:`~rlvr.config.RecipeError` naming
+    ``reward.verifiers[i].args`` when a constructor refuses its args (its own message included).
+    """
+    from rlvr.reward.base import build_verifier
+    from rlvr.reward.judge import JUDGE
+
+    rules = [(i, s) for i, s in enumerate(recipe.reward.verifiers) if s.name != JUDGE]
+    for i, spec in rules:
+        try:
+            build_verifier(spec)
+        except (TypeError, ValueError) as e:
+            raise RecipeError(f"reward.verifiers[{i}] ({spec.name}) cannot be built with args {dict(spec.args)}: "
+                              f"{type(e).__name__}: {e}; fix reward.verifiers[{i}].args") from e
+    return f"checked: verifiers {', '.join(s.name for _, s in rules)} built"
+
+
+def dry_run(recipe: Recipe) -> list[str]:
+    """``rlvr train --dry-run``: :func:`preflight`, then the data loaded as the run loads it (:func:`load_prompts`,
+    and the validation prompts when ``validation.every_steps``) with the model's tokenizer, and every verifier
+    built (:func:`build_verifiers`); no Ray, no engine, no weights. Where the model is not available here (a hub
+    id neither cached nor reachable) the rows and golds are still checked, and the prompt lengths are a
+    ``not checked`` line. Returns one line per check.
+
+    Errors: those of the checks it runs.
+    """
+    from rlvr.data import load_rows
+    from rlvr.reward.golds import check_golds
+
+    r = recipe
+    lines, model = _preflight(r, model_optional=True)
+    if model is None:
+        rows = load_rows(r.data, r.run.seed)
+        _, report = check_golds(rows, r.reward.verifiers, r.data.bad_gold, r.timeouts.gold_check_s)
+        lines += [f"checked: data {r.data.source}: {len(rows)} rows, golds usable {report.kept}/{report.total} "
+                  f"(verifier {report.verifier})",
+                  f"{NOT_CHECKED} prompt lengths (data.max_prompt_tokens): the model's tokenizer is not available here"]
+    else:
+        from transformers import AutoTokenizer
+
+        from rlvr.runtime.validation import validation_prompts
+
+        tokenizer = AutoTokenizer.from_pretrained(model[0])
+        lines.append(load_prompts(r, tokenizer, model[1])[1])
+        if r.validation.every_steps:
+            va = r.validation
+            val = validation_prompts(r, tokenizer)
+            lines.append(f"checked: validation data {va.source or r.data.source} [{va.split}]: {len(val)} prompts")
+    lines.append(build_verifiers(r))
+    return lines

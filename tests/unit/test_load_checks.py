@@ -1,0 +1,100 @@
+"""Load-time checks of issue 24 (rlvr.runtime.checks, rlvr.registry.check_kwargs): a prompt and its response
+against the model's context, and verifier args against their constructors, refused at preflight (before Ray, a run
+folder or an engine) with the recipe keys to change and the values that fit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlvr.config import RecipeError
+from rlvr.recipe import load_recipe
+
+TINY = Path(__file__).resolve().parents[2] / "recipes" / "tiny_test.yaml"  # tiny-random: 512 positions
+
+
+def _recipe(*overrides: str):
+    return load_recipe(TINY, list(overrides))
+
+
+def test_prompt_and_response_longer_than_the_context_fail_at_preflight():
+    """Issue 24 item 1: 400 + 200 tokens on tiny-random's 512 positions passed --dry-run, and the run died in
+    the engine ~60 s later (vLLM's max_model_len error). Now preflight names both keys and the largest values
+    that fit: 512 - 200 = 312 prompt tokens, or 512 - 400 = 112 new tokens."""
+    from rlvr.runtime.controller import preflight
+
+    with pytest.raises(RecipeError) as e:
+        preflight(_recipe("data.max_prompt_tokens=400", "rollout.max_new_tokens=200"))
+    assert str(e.value) == (
+        "data.max_prompt_tokens + rollout.max_new_tokens = 400 + 200 = 600 tokens, more than the 512-token context "
+        "of model tiny-random (max_position_embeddings of its config.json), which a prompt and its response share "
+        "(the engine refuses a longer one): lower data.max_prompt_tokens to at most 312 (keeping "
+        "rollout.max_new_tokens=200), or rollout.max_new_tokens to at most 112 (keeping data.max_prompt_tokens=400)"
+    )
+    assert preflight(_recipe("data.max_prompt_tokens=504"))[-1] == (
+        "checked: model tiny-random context 512 >= 504 + 8 (data.max_prompt_tokens + rollout.max_new_tokens)"
+    )  # 504 + 8 = 512: exactly full fits
+
+
+def test_context_fixes_by_hand():
+    """Each key alone where the other leaves it a token; both (as rlvr eval fits them: half the context for the
+    prompt) where neither alone can; a config without max_position_embeddings is said to be unchecked."""
+    from rlvr.runtime.checks import check_context
+
+    def fixes(p: int, n: int, ctx: int) -> str:
+        with pytest.raises(RecipeError) as e:
+            check_context(_recipe(f"data.max_prompt_tokens={p}", f"rollout.max_new_tokens={n}"), ctx)
+        return str(e.value).split(": lower ")[1]
+
+    assert fixes(100, 600, 512) == "rollout.max_new_tokens to at most 412 (keeping data.max_prompt_tokens=100)"
+    assert fixes(600, 100, 512) == "data.max_prompt_tokens to at most 412 (keeping rollout.max_new_tokens=100)"
+    assert fixes(600, 600, 512) == "both, e.g. data.max_prompt_tokens=256 rollout.max_new_tokens=256"
+    assert fixes(512, 1, 512) == "data.max_prompt_tokens to at most 511 (keeping rollout.max_new_tokens=1)"
+    assert check_context(_recipe(), None) == ("not checked: data.max_prompt_tokens + rollout.max_new_tokens = 64 + 8: "
+                                              "model tiny-random declares no max_position_embeddings")
+
+
+def test_unknown_verifier_args_fail_at_preflight_with_the_nearest_name(tmp_path):
+    """Issue 24 item 3: `numeric` with `tolerence` passed --dry-run and the run died with a raw TypeError. Now
+    preflight names the recipe key, the nearest argument and what the constructor takes; args given to a function
+    verifier (it takes none) are refused there too."""
+    from rlvr.runtime.controller import preflight
+
+    with pytest.raises(RecipeError) as e:
+        preflight(_recipe("reward.verifiers=[{name: math}, {name: numeric, args: {tolerence: 0.01}}]"))
+    assert str(e.value) == ("unknown key 'reward.verifiers[1].args.tolerence': did you mean "
+                            "'reward.verifiers[1].args.tolerance'? (NumericVerifier takes tolerance, units)")
+    plugin = tmp_path / "fn.py"
+    plugin.write_text("def exact(response, gold, **row):\n    return response == gold\n")
+    with pytest.raises(RecipeError) as e:
+        preflight(_recipe(f"reward.verifiers=[{{name: '{plugin}:exact', args: {{strict: true}}}}]"))
+    assert str(e.value) == (f"'reward.verifiers[0].args': verifier '{plugin}:exact' is a function, not a class, so it "
+                            "takes no args (got strict); drop 'reward.verifiers[0].args', or make it a class whose "
+                            "constructor takes them")
+    assert preflight(_recipe("reward.verifiers=[{name: numeric, args: {tolerance: 0.01}}]"))[0] == (
+        "checked: verifier args reward.verifiers[0] fit their constructors")
+
+
+def test_check_kwargs_by_hand():
+    """The one check environments and tools will reuse: unknown names with the nearest, required ones left out,
+    ``**kwargs`` taking anything."""
+    from rlvr.registry import check_kwargs
+
+    class Env:
+        def __init__(self, max_turns: int, *, reward_scale: float = 1.0) -> None: ...
+
+    def tool(query, top_k=3): ...
+
+    def anything(**kw): ...
+
+    check_kwargs(Env, {"max_turns": 3, "reward_scale": 2.0}, "env.args")
+    check_kwargs(anything, {"whatever": 1}, "x")
+    with pytest.raises(RecipeError, match=r"^unknown key 'env\.args\.reward_scal': did you mean "
+                                          r"'env\.args\.reward_scale'\? \(Env takes max_turns, reward_scale\)$"):
+        check_kwargs(Env, {"max_turns": 3, "reward_scal": 2.0}, "env.args")
+    with pytest.raises(RecipeError, match=r"^'env\.args' lacks max_turns: Env needs it \(no default\); add "
+                                          r"env\.args\.max_turns$"):
+        check_kwargs(Env, {}, "env.args")
+    with pytest.raises(RecipeError, match=r"^unknown key 'tools\[0\]\.args\.k': tool takes query, top_k$"):
+        check_kwargs(tool, {"query": "q", "k": 1}, "tools[0].args")
