@@ -1,0 +1,184 @@
+"""The real turn loop (rlvr.envs.turns.run_turns) driven by a scripted engine (fixed outputs) and the in-process
+environment runner, on the tiny model's character-level tokenizer, so every id is worked out by hand from its
+vocabulary (rlvr.models.tiny.VOCAB: one id per character, <|im_start|> = 1, <|im_end|> = 2)."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from transformers import AutoTokenizer
+
+from rlvr.envs.base import EnvStep
+from rlvr.envs.builtins import Guess
+from rlvr.envs.runner import InlineRunner
+from rlvr.envs.tokens import ChatRenderer
+from rlvr.envs.turns import TurnSettings, run_turns
+from rlvr.models import resolve_model
+from rlvr.models.tiny import VOCAB
+from rlvr.types import Completion, Prompt, SamplingConfig
+
+HERE = "tests.unit.test_env_turns"
+
+
+def ids(text: str) -> list[int]:
+    """Hand tokenisation: one id per character, the two ChatML markers as one id each."""
+    out, i = [], 0
+    while i < len(text):
+        for special in ("<|im_start|>", "<|im_end|>"):
+            if text.startswith(special, i):
+                out.append(VOCAB[special])
+                i += len(special)
+                break
+        else:
+            out.append(VOCAB[text[i]])
+            i += 1
+    return out
+
+
+class HigherLower:
+    """A lowercase guessing game for this test (the tiny vocabulary has no capitals)."""
+
+    def __init__(self, secret: int = 11) -> None:
+        self.secret, self.tries = secret, 0
+
+    def reset(self, row):
+        self.secret = int(row["gold"])
+        return None
+
+    def step(self, history, reply):
+        self.tries += 1
+        g = int(reply["content"])
+        if g == self.secret:
+            return EnvStep([], reward=1.0, done=True, info={"tries": self.tries})
+        word = "higher" if g < self.secret else "lower"
+        return EnvStep([{"role": "user", "content": word}], reward=0.0, done=False)
+
+
+class ScriptedEngine:
+    """Answers round r with ``script[r]`` for every prompt; logprob of the k-th token of a turn: -(k + 1) / 10."""
+
+    def __init__(self, tok, script: list[str], eos: int = 2) -> None:
+        self.tok, self.script, self.eos, self.calls = tok, script, eos, []
+
+    def __call__(self, prompts: list[Prompt], sampling: SamplingConfig) -> list[Completion]:
+        r = len(self.calls)
+        self.calls.append(([list(p.prompt_ids) for p in prompts], [p.max_new_tokens for p in prompts], sampling.seed))
+        out = []
+        for p in prompts:
+            toks = ids(self.script[r]) + [self.eos]
+            n = min(len(toks), p.max_new_tokens)
+            out.append(Completion(prompt_index=p.index, sample_index=0, prompt_ids=list(p.prompt_ids),
+                                  token_ids=toks[:n], logprobs=[-(k + 1) / 10 for k in range(n)],
+                                  text=self.script[r], finish_reason="stop" if n == len(toks) else "length",
+                                  policy_version=7))
+        return out
+
+
+@pytest.fixture(scope="module")
+def renderer():
+    return ChatRenderer(AutoTokenizer.from_pretrained(resolve_model("tiny-random")))
+
+
+def _start(renderer, question="guess a number from 1 to 16"):
+    conv = [{"role": "user", "content": question}]
+    return Prompt(index=0, text="", prompt_ids=renderer.opening_ids(conv), gold="11"), conv
+
+
+ROW = {"gold": "11", "env": {"name": "tests/unit/test_env_turns.py:HigherLower"}}
+
+
+def test_a_three_turn_trajectory_by_hand(renderer):
+    start, conv = _start(renderer)
+    engine = ScriptedEngine(renderer.tokenizer, ["8", "12", "11"])
+    settings = TurnSettings(max_turns=5, max_tokens=200, max_new_tokens=8)
+    trajs, counters = run_turns([start], [conv], 1, engine, InlineRunner(), renderer, settings,
+                                SamplingConfig(n=1, max_new_tokens=8, seed=100), [ROW])
+    (t,) = trajs
+    prompt = ids("<|im_start|>user\nguess a number from 1 to 16<|im_end|>\n<|im_start|>assistant\n")
+    assert start.prompt_ids == prompt
+    between1 = ids("\n<|im_start|>user\nhigher<|im_end|>\n<|im_start|>assistant\n")
+    between2 = ids("\n<|im_start|>user\nlower<|im_end|>\n<|im_start|>assistant\n")
+    expected = ids("8") + [2] + between1 + ids("12") + [2] + between2 + ids("11") + [2]
+    (seg,) = t.segments
+    assert seg.prompt_ids == prompt and seg.ids == expected
+    assert seg.mask == [1, 1] + [0] * len(between1) + [1, 1, 1] + [0] * len(between2) + [1, 1, 1]
+    assert seg.logprobs == ([-0.1, -0.2] + [0.0] * len(between1) + [-0.1, -0.2, -0.3] + [0.0] * len(between2)
+                            + [-0.1, -0.2, -0.3])
+    assert (t.turns, t.end, t.turn_rewards, t.last_text) == (3, "done", [0.0, 0.0, 1.0], "11")
+    assert t.info[-1] == {"tries": 3}  # the environment's state travelled with the trajectory (pickled each step)
+    # token-in: the engine was shown exactly the trajectory's ids so far, each round
+    assert [c[0][0] for c in engine.calls] == [prompt, prompt + expected[:2 + len(between1)],
+                                               prompt + expected[:2 + len(between1) + 3 + len(between2)]]
+    assert [c[2] for c in engine.calls] == [100, 101, 102]  # round r seeded seed + r
+    # the conversation rendered at once gives the same ids (the last turn's closing "\n" was never sampled)
+    whole = renderer.encode(renderer.render(t.messages, generation_prompt=False))
+    assert prompt + expected == whole[:-1]
+    (c,) = t.completions()
+    assert c.loss_mask == seg.mask and c.sampled_tokens == 8 and c.turns == 3 and c.end_reason == "done"
+    assert c.token_ids == expected and c.text == "11" and c.policy_version == 7
+
+
+def test_turns_end_at_max_turns_the_budget_and_the_token_limit(renderer):
+    start, conv = _start(renderer)
+    settings = TurnSettings(max_turns=2, max_tokens=200, max_new_tokens=8)
+    (t,), _ = run_turns([start], [conv], 1, ScriptedEngine(None, ["1", "2", "3"]), InlineRunner(), renderer,
+                        settings, SamplingConfig(n=1, max_new_tokens=8), [ROW])
+    assert (t.turns, t.end) == (2, "max_turns")
+    # budget: turn 1 takes 2 tokens; the separator to turn 2 takes 26 (1 + 1 + 4 + 1 + 6 + 1 + 1 + 1 + 9 + 1 for
+    # "\n", "<|im_start|>", "user", "\n", "higher", "<|im_end|>", "\n", "<|im_start|>", "assistant", "\n"):
+    # with a budget of 28, 2 + 26 + 1 > 28 leaves no room for a turn
+    between = ids("\n<|im_start|>user\nhigher<|im_end|>\n<|im_start|>assistant\n")
+    assert len(between) == 26
+    settings = TurnSettings(max_turns=5, max_tokens=28, max_new_tokens=8)
+    (t,), _ = run_turns([start], [conv], 1, ScriptedEngine(None, ["1", "2"]), InlineRunner(), renderer,
+                        settings, SamplingConfig(n=1, max_new_tokens=8), [ROW])
+    assert (t.turns, t.end, t.segments[0].ids) == (1, "budget", ids("1") + [2])
+    # room for the separator: the next turn may sample only what is left of the budget (29 - 28 = 1 token)
+    settings = TurnSettings(max_turns=5, max_tokens=29, max_new_tokens=8)
+    engine = ScriptedEngine(None, ["1", "12"])
+    (t,), _ = run_turns([start], [conv], 1, engine, InlineRunner(), renderer, settings,
+                        SamplingConfig(n=1, max_new_tokens=8), [ROW])
+    assert [c[1] for c in engine.calls] == [[8], [1]]
+    assert (t.turns, t.end, t.last_finish) == (2, "length", "length")
+
+
+class Broken:
+    def reset(self, row):
+        return None
+
+    def step(self, history, reply):
+        if reply["content"] == "1":
+            raise RuntimeError("boom")
+        if reply["content"] == "2":
+            return "not a step"
+        return EnvStep([{"role": "user", "content": "again"}], reward=2.0)
+
+
+def test_an_environment_that_raises_or_answers_garbage_ends_only_its_trajectory(renderer):
+    start, conv = _start(renderer)
+    rows = [{"gold": "11", "env": {"name": "tests/unit/test_env_turns.py:Broken"}}]
+    engine = ScriptedEngine(None, ["1"])
+    trajs, counters = run_turns([start], [conv], 3, engine, InlineRunner(), renderer,
+                                TurnSettings(max_turns=3, max_tokens=200, max_new_tokens=8),
+                                SamplingConfig(n=1, max_new_tokens=8), rows)
+    assert [t.end for t in trajs] == ["env: error: RuntimeError: boom"] * 3 and counters["env_failures"] == 3
+    for script, why in (("2", "env: bad output: step returned str"), ("3", "env: bad output: step returned the reward 2.0")):
+        (t,), _ = run_turns([start], [conv], 1, ScriptedEngine(None, [script]), InlineRunner(), renderer,
+                            TurnSettings(max_turns=3, max_tokens=200, max_new_tokens=8),
+                            SamplingConfig(n=1, max_new_tokens=8), rows)
+        assert t.end.startswith(why), t.end
+
+
+def test_guess_answers_higher_lower_and_keeps_its_guesses():
+    env = Guess(low=1, high=16)
+    assert env.reset({"gold": "11"}) is None
+    s = env.step([], {"role": "assistant", "content": "I guess 8"})
+    assert (s.done, s.reward, s.messages[0]["content"]) == (False, 0.0, "8 is wrong: my number is higher. Guess again.")
+    env = pickle.loads(pickle.dumps(env))
+    s = env.step([], {"role": "assistant", "content": "maybe 12?"})
+    assert "lower" in s.messages[0]["content"]
+    s = env.step([], {"role": "assistant", "content": "no number"})
+    assert s.info == {"guess": None} and "whole number between 1 and 16" in s.messages[0]["content"]
+    s = env.step([], {"role": "assistant", "content": "11"})
+    assert (s.done, s.reward, env.guesses) == (True, 1.0, [8, 12, 11])
