@@ -54,18 +54,23 @@ def resolve_environment(name: str) -> Any:
     return obj
 
 
-def env_reset(name: str, args: dict[str, Any], row: dict[str, Any]) -> tuple[bytes, list[Message]]:
-    """Build ``name`` with ``args``, reset it on ``row``; returns (its pickled state, the opening messages checked)."""
+def env_reset(name: str, args: dict[str, Any], row: dict[str, Any]) -> tuple[tuple[str, bytes], list[Message]]:
+    """Build ``name`` with ``args``, reset it on ``row``; returns (its state: ``(name, pickle)``, the opening
+    messages checked)."""
     env = resolve_environment(name)(**args)
     opening = check_messages(env.reset(row), "reset")
-    return pickle.dumps(env), opening
+    return (name, pickle.dumps(env)), opening
 
 
-def env_step(state: bytes, history: list[Message], reply: Message) -> tuple[bytes, Any]:
-    """One step of the environment pickled in ``state``; returns (its new state, the checked :class:`EnvStep`)."""
-    env = pickle.loads(state)
+def env_step(state: tuple[str, bytes], history: list[Message], reply: Message) -> tuple[tuple[str, bytes], Any]:
+    """One step of the environment whose state is ``(name, pickle)``; returns (its new state, the checked
+    :class:`EnvStep`). The name is resolved first: a worker that never built this environment (a replacement)
+    imports its module before unpickling."""
+    name, blob = state
+    resolve_environment(name)
+    env = pickle.loads(blob)
     step = check_step(env.step(history, reply))
-    return pickle.dumps(env), step
+    return (name, pickle.dumps(env)), step
 
 
 def failure(exc: BaseException) -> str:

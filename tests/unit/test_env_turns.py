@@ -182,3 +182,19 @@ def test_guess_answers_higher_lower_and_keeps_its_guesses():
     assert s.info == {"guess": None} and "whole number between 1 and 16" in s.messages[0]["content"]
     s = env.step([], {"role": "assistant", "content": "11"})
     assert (s.done, s.reward, env.guesses) == (True, 1.0, [8, 12, 11])
+
+
+def test_the_process_pool_ends_only_the_trajectory_whose_step_hangs_crashes_or_floods(renderer):
+    from rlvr.envs.pool import EnvPool
+
+    row = {"gold": "1", "env": {"name": "tests/unit/envs_misbehave.py:Misbehaves"}}
+    with EnvPool(num_workers=2, timeout_s=2.0, memory_mb=1024) as pool:
+        states = pool.reset([row] * 4)
+        assert all(s is not None and op == [] for s, op in states), states
+        replies = ["h", "d", "m", "fine"]
+        out = pool.step([(s, [], {"role": "assistant", "content": r}) for (s, _), r in zip(states, replies)])
+        assert [o[1] if o[0] is None else "ok" for o in out] == [
+            "timeout", "crashed", "error: MemoryError: ", "ok"]
+        assert out[3][1].done and pool.stats()["timeouts"] == 1 and pool.stats()["crashes"] == 1
+        bad = pool.reset([{"gold": "1", "env": {"name": "nosuchenv"}}])
+        assert bad[0][0] is None and "unknown environment 'nosuchenv'" in bad[0][1]
