@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlvr.console import route_role_output
+from rlvr.runtime.codepath import by_value, driver_packages, pin_hook
 from rlvr.runtime.environ import clean_env, env_difference, recording_env, restore_env, scoped_env
 
 log = logging.getLogger(__name__)
@@ -350,7 +351,9 @@ class LocalExecutor:
 
 
 class RayExecutor:
-    """Roles as Ray actors. Starts a local Ray (``address=None``) or joins a cluster (``"auto"`` or an address)."""
+    """Roles as Ray actors. Starts a local Ray (``address=None``) or joins a cluster (``"auto"`` or an address).
+    Its roles import the driver's ``rlvr`` and ``rlvr_verifiers`` (:mod:`rlvr.runtime.codepath`), whatever the
+    working directory holds."""
 
     def __init__(self, address: str | None, num_cpus: float | None, env: dict[str, str]) -> None:
         import ray
@@ -367,15 +370,21 @@ class RayExecutor:
                 address=address if address is not None else "local",
                 include_dashboard=False,
                 log_to_driver=True,
-                runtime_env={"env_vars": env},
+                # every role imports the driver's rlvr, not a checkout in the working directory that Ray puts
+                # first on the workers' sys.path (rlvr.runtime.codepath)
+                runtime_env={"env_vars": env, "worker_process_setup_hook": pin_hook(driver_packages())},
                 configure_logging=False,
             )
             if address is None and num_cpus is not None:
                 kwargs["num_cpus"] = num_cpus
+            by_value()  # the hook goes by value: a worker must not import rlvr to run it
             # a Ray of our own starts its raylet from this process's environment: without what roles built in
             # this process left there (their settings are the runtime_env's)
             with scoped_env(*env_difference(clean_env())):
                 ray.init(**kwargs)
+        else:
+            log.debug("Ray was started before this executor: the roles import rlvr as that job's workers do "
+                      "(rlvr.runtime.codepath pins it only in a Ray rlvr starts or joins itself)")
         # the actors' stdout/stderr: every line to RUN/train.log, known third-party noise left off the console
         if not route_role_output():
             log.debug("the roles' output is Ray's to print: no ray_print_logs handler to route (log_to_driver off?)")
