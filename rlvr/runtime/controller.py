@@ -298,6 +298,7 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
     try:  # from here on every path closes the sinks and stops the roles (Roles stops its own on a failed start)
         roles = Roles(r, data.model_dir, run_dir, executor)
         log.info("roles up in %.1fs (sync over %s, %.3f GB per sync)", time.perf_counter() - t_start, roles.sync_backend, roles.sync_bytes / 1e9)
+        progress.watch(getattr(roles.ex, "waits", None))  # a heartbeat line on a non-terminal console
         primary = verifier_keys(r.reward.verifiers)[0]
         val_every, every_s, every_ck = r.validation.every_steps, r.metrics.samples_every, r.checkpoint.every_steps
         val_prompts = validation_prompts(r, data.tokenizer) if val_every else []
@@ -312,6 +313,7 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
         rows_of = lambda s: r.metrics.samples_rows if every_s and s % every_s == 0 else 0  # noqa: E731
         ahead = _generated_ahead(resume_from, first, roles, data.prompts, sampler, sampling, r, primary, rows_of)
         origin = time.time()
+        progress.start_clock()  # the ETA's pace: steps only, not the start-up
         with _StopFlag() as stop:
             for step in range(first, r.run.steps + 1):
                 roles.step = step
