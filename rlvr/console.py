@@ -92,6 +92,26 @@ _WARNING_LINE = re.compile(r"^\S.*:\d+: \w*Warning: ")  # the first line of a Py
 _SOURCE_LINE = re.compile(r"^  \S")
 _TRACEBACK_LINE = re.compile(r'^\s*(?:File "[^"]*", line \d+|[|+])')
 _NUMBERS = re.compile(r"\d+")
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+"""An ANSI escape sequence: CSI (colours, cursor moves: ``ESC [ ... m``), OSC (``ESC ] ... BEL``) or a two-byte one."""
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without ANSI escape sequences (Ray's and vLLM's colour codes), for a file or a non-terminal."""
+    return _ANSI.sub("", text) if "\x1b" in text else text
+
+
+def is_terminal(stream: Any) -> bool:
+    """True when ``stream`` is a terminal (colour codes show as colours there, as raw bytes anywhere else)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
+
+
+def for_stream(text: str, stream: Any) -> str:
+    """``text`` as written to ``stream``: unchanged on a terminal, ANSI escape sequences removed otherwise."""
+    return text if is_terminal(stream) else strip_ansi(text)
 
 
 def is_noise(line: str) -> bool:

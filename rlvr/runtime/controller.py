@@ -47,8 +47,9 @@ class RunResult:
 
 
 def prepare_run_dir(recipe: Recipe) -> Path:
-    """Create ``output_dir/name`` (``name-2``, ``name-3``... if it exists, with a warning) and write the resolved
-    recipe.
+    """Create ``output_dir/name`` (``name-2``, ``name-3``... if it holds a run that completed a step or is running,
+    with a warning; a folder whose run never completed a step is reused: :func:`rlvr.runtime.rundir.fresh_run_dir`)
+    and write the resolved recipe.
 
     Resuming (``run.resume``) continues in the run folder itself: ``output_dir/name`` for ``auto``, the folder
     that holds the checkpoint (``RUN/checkpoints/step_N``) for a path. Its ``recipe.yaml`` is rewritten only once
@@ -70,13 +71,9 @@ def prepare_run_dir(recipe: Recipe) -> Path:
         if not fresh:
             return run_dir
     else:
-        run_dir, i = base, 1
-        while run_dir.exists():
-            i += 1
-            run_dir = base.with_name(f"{base.name}-{i}")
-        if run_dir != base:
-            log.warning("%s exists: this run writes %s (to continue %s instead, add --resume auto)", base, run_dir, base)
-        run_dir.mkdir(parents=True)
+        from rlvr.runtime.rundir import fresh_run_dir
+
+        run_dir = fresh_run_dir(base)
     write_recipe(recipe, run_dir)
     return run_dir
 
@@ -270,14 +267,24 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
     Errors: :class:`~rlvr.config.RecipeError` for bad data or config found while preparing, or a checkpoint whose
     recipe/data differ; :class:`~rlvr.sync.weights.WeightSyncError` when a weight sync fails or times out;
     :class:`~rlvr.runtime.executors.RoleError` when a role fails; :class:`NonFiniteError` after too many NaN
-    updates in a row; :class:`RunInterrupted` after Ctrl-C/SIGTERM (a checkpoint was written).
+    updates in a row; :class:`RunInterrupted` after Ctrl-C/SIGTERM (a checkpoint was written). The run folder is
+    marked ``RUNNING`` meanwhile and ``FAILED`` (the error, the step reached, what next) when it raises anything
+    but :class:`RunInterrupted` (:func:`rlvr.runtime.rundir.marked`).
     """
+    from rlvr.runtime.rundir import marked
+
+    run_dir = run_dir or prepare_run_dir(recipe)
+    with marked(run_dir, clean=(RunInterrupted,)):
+        return _train(recipe, run_dir, executor)
+
+
+def _train(recipe: Recipe, run_dir: Path, executor: Any | None) -> RunResult:
+    """:func:`train` in its marked run folder."""
     from rlvr.data import PromptSampler
     from rlvr.reward.pool import verifier_keys
     from rlvr.runtime import checkpoint as ck
 
     r = recipe
-    run_dir = run_dir or prepare_run_dir(r)
     _log_to_file(run_dir)
     log.info("run folder: %s", run_dir, extra={"console": False})  # rlvr train prints it (with what it holds)
     data = _load_data(r)
