@@ -699,10 +699,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     model or verifier names (one line on stderr); 1 when the run fails after the engine started."""
     from rich.console import Console
 
+    from rlvr.console import quiet_own_output
+
     try:
         cfg = config_from_args(args)
         cfg.check()
-        results = evaluate(cfg)
+        with quiet_own_output():  # vLLM's and torch's C++ messages and progress bars: the noise rlvr train filters
+            results = evaluate(cfg)
     except (ValueError, KeyError, OSError, ImportError, AttributeError, RecipeError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"rlvr eval: {msg}", file=sys.stderr)

@@ -694,8 +694,10 @@ def rollout_metrics(completions: list[Completion], scored: list[Scored], ks: tup
 
 
 def _log_to_file(run_dir: Path) -> None:
+    from rlvr.console import LOG_FORMAT, PlainFormatter
+
     h = logging.FileHandler(run_dir / "train.log")
-    h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    h.setFormatter(PlainFormatter(LOG_FORMAT))  # no ANSI colour codes in the file (Ray's and vLLM's texts carry them)
     logging.getLogger().addHandler(h)
     if logging.getLogger().level > logging.INFO or logging.getLogger().level == logging.NOTSET:
         logging.getLogger().setLevel(logging.INFO)

@@ -98,3 +98,24 @@ def test_rlvr_train_retries_a_failed_start_in_the_same_folder(tmp_path, capsys):
                f"run reuses {tmp_path / 'tiny_test'} (nothing there to --resume)" in err
         assert "--resume auto" not in out + err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny_test"]
+
+
+def test_a_start_up_failure_writes_no_colour_codes(tmp_path, capsys, monkeypatch):
+    """A role that fails at start with Ray's coloured error text: before issue 24 the raw ANSI codes went into
+    train.log and onto a console that is not a terminal (here pytest's captured stderr)."""
+    import loop_fakes
+
+    from rlvr.cli import main
+    from rlvr.runtime import roles
+
+    def setup(self, master_addr, master_port):
+        raise RuntimeError("\x1b[36mray::PolicyWorker.setup()\x1b[39m (pid=7) \x1b[1;31mOSError\x1b[0m: no such device")
+
+    monkeypatch.setattr(loop_fakes.FakeTrainer, "setup", setup)
+    monkeypatch.setattr(roles, "LocalExecutor", FakeExecutor)
+    assert main(["train", TINY, f"run.output_dir={tmp_path}", "run.executor=local"]) == 1
+    run = tmp_path / "tiny_test"
+    for where, text in (("console", capsys.readouterr().err), ("train.log", (run / "train.log").read_text()),
+                        (FAILED, (run / FAILED).read_text())):  # fmt: skip
+        assert "trainer0.setup failed: RuntimeError: ray::PolicyWorker.setup() (pid=7) OSError: no such device" in text
+        assert "\x1b" not in text, where
