@@ -25,8 +25,10 @@ from __future__ import annotations
 import logging
 import os
 import re
+import select
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -183,14 +185,18 @@ def setup_console(level: int) -> None:
 
 
 _FD_FILTER = r"""
-import re, sys
+import os, re, sys
 out, after_warning = sys.stdout.buffer, False
+marker, ack = sys.argv[7].encode() + b"\n", int(sys.argv[8])
 try:
     noise, warning, source, frame, ansi = (re.compile(p) for p in sys.argv[1:6])
     plain = sys.argv[6] == "1"
 except Exception:  # never lose a line: pass everything through
     noise = None
 for raw in sys.stdin.buffer:
+    if raw == marker:  # every line before it has been passed on
+        os.write(ack, b"1")
+        continue
     try:
         if noise is not None:
             line = raw.decode("utf-8", "replace").rstrip("\n")
@@ -211,6 +217,10 @@ for raw in sys.stdin.buffer:
 as :class:`RoleOutput` drops it) over the lines of its stdin, the rest to its stdout; only ``re`` and ``sys``."""
 
 
+_FILTERS: list[subprocess.Popen] = []
+"""The filter processes :func:`quiet_own_output` started."""
+
+
 @contextmanager
 def quiet_own_output() -> Iterator[None]:
     """For the body, this process's file descriptor 2 (stderr) goes through the known-noise filter: the C++
@@ -224,27 +234,34 @@ def quiet_own_output() -> Iterator[None]:
         return
     sys.stderr.flush()
     saved = os.dup(2)
-    patterns = [_NOISE.pattern, _WARNING_LINE.pattern, _SOURCE_LINE.pattern, _TRACEBACK_LINE.pattern, _ANSI.pattern,
-                "0" if is_terminal(sys.stderr) else "1"]  # fmt: skip
+    ack_r, ack_w = os.pipe()
+    marker = f"-- rlvr: end of the filtered output {os.getpid()} {time.time_ns()} --"
+    args = [_NOISE.pattern, _WARNING_LINE.pattern, _SOURCE_LINE.pattern, _TRACEBACK_LINE.pattern, _ANSI.pattern,
+            "0" if is_terminal(sys.stderr) else "1", marker, str(ack_w)]  # fmt: skip
     try:  # its own session: a Ctrl-C for this process does not stop the filter before it has passed all on
-        proc = subprocess.Popen([sys.executable, "-c", _FD_FILTER, *patterns], stdin=subprocess.PIPE, stdout=saved,
-                                stderr=saved, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen([sys.executable, "-c", _FD_FILTER, *args], stdin=subprocess.PIPE, stdout=saved,
+                                stderr=saved, pass_fds=(ack_w,), start_new_session=True)  # fmt: skip
     except OSError:
-        os.close(saved)
+        for fd in (saved, ack_r, ack_w):
+            os.close(fd)
         yield
         return
+    os.close(ack_w)
+    _FILTERS.append(proc)  # runs as long as a process holds the pipe: no "still running" warning at collection
     os.dup2(proc.stdin.fileno(), 2)
     proc.stdin.close()  # fd 2 holds the pipe now
     try:
         yield
     finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)  # the filter ends once no process holds the pipe (a scoring pool's fork server may)
-        os.close(saved)
         try:
-            proc.wait(timeout=2)
-        except subprocess.TimeoutExpired:
+            sys.stderr.flush()
+            os.write(2, marker.encode() + b"\n")
+            select.select([ack_r], [], [], 5.0)  # what the body wrote is out before anything written after it
+        except OSError:  # the filter is gone
             pass
+        os.dup2(saved, 2)  # the filter goes on for children that hold the pipe (a scoring pool's fork server)
+        for fd in (saved, ack_r):
+            os.close(fd)
 
 
 def _who(data: dict[str, Any]) -> str:
