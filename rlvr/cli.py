@@ -93,7 +93,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     except (RecipeError, RoleError, WeightSyncError, NonFiniteError, ValueError, OSError, ImportError) as e:
         # the traceback goes to RUN/train.log only (rlvr.console.ConsoleFilter); the console gets one line
         logging.getLogger("rlvr").error("run failed", exc_info=True, extra={"console": False})
-        print(f"rlvr train: the run failed: {type(e).__name__}: {e}\n(traceback in {run_dir / 'train.log'})", file=sys.stderr)
+        from rlvr.console import for_stream
+        from rlvr.runtime.rundir import failure_hint
+
+        print(for_stream(f"rlvr train: the run failed: {type(e).__name__}: {e}\n(traceback in {run_dir / 'train.log'}; "
+                         f"{run_dir / 'FAILED'} marks the folder)\n{failure_hint(run_dir)}", sys.stderr), file=sys.stderr)
         return 1
     m = result.last_metrics
     keys = [mn.REWARD_MEAN] + [mn.passk(k) for k in recipe.pass_k] + [mn.SYNC_GBPS, mn.TIMING_STEP_S]

@@ -12,7 +12,12 @@ third-party message not on the list still show.
 
 ``RLVR_CONSOLE=all`` (or ``rlvr -v``) shows everything as before: every role line, and the whole resolved
 recipe at the start. Under ``run.executor=local`` the roles write to this process's own stderr: their Python
-warnings and log records are filtered as above, their C++ messages and progress bars are not.
+warnings and log records are filtered as above, their C++ messages and progress bars are not. ``rlvr eval``
+(vLLM in its own process) filters its own stderr at the file-descriptor level (:func:`quiet_own_output`).
+
+Files get no ANSI colour codes, nor does a console that is not a terminal (a file, a pipe): ``train.log`` and the
+console's log handler through :class:`PlainFormatter`, the roles' lines (:class:`RoleOutput`, Ray's
+``RAY_COLOR_PREFIX``), error lines (:func:`for_stream`).
 """
 
 from __future__ import annotations
@@ -20,6 +25,12 @@ from __future__ import annotations
 import logging
 import os
 import re
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -67,6 +78,11 @@ KNOWN_NOISE: tuple[Noise, ...] = (
           "vLLM's weight loader progress bar (model_executor/model_loader/weight_utils.py)"),
     Noise(r"^\s*$",
           "lines of whitespace only (vLLM's safetensors progress bar ends with one)"),
+    Noise(r"Triton is installed but 0 active driver\(s\) found \(expected 1\)\. Disabling Triton",
+          "vLLM (vllm/triton_utils/importing.py) at import on a machine without a GPU, an INFO record logged before "
+          "vLLM configures its logging: rlvr eval and run.executor=local see it (vLLM in this process)"),
+    Noise(r"Triton not installed or not compatible; certain GPU-related functions will not be available",
+          "the same check of vLLM's, its second line"),
 )
 """Third-party messages that go to ``train.log`` but not to the console, each with where it comes from. They
 are matched by text because nothing else tells them apart once they reach the driver: a role's output arrives
@@ -92,6 +108,26 @@ _WARNING_LINE = re.compile(r"^\S.*:\d+: \w*Warning: ")  # the first line of a Py
 _SOURCE_LINE = re.compile(r"^  \S")
 _TRACEBACK_LINE = re.compile(r'^\s*(?:File "[^"]*", line \d+|[|+])')
 _NUMBERS = re.compile(r"\d+")
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+"""An ANSI escape sequence: CSI (colours, cursor moves: ``ESC [ ... m``), OSC (``ESC ] ... BEL``) or a two-byte one."""
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without ANSI escape sequences (Ray's and vLLM's colour codes), for a file or a non-terminal."""
+    return _ANSI.sub("", text) if "\x1b" in text else text
+
+
+def is_terminal(stream: Any) -> bool:
+    """True when ``stream`` is a terminal (colour codes show as colours there, as raw bytes anywhere else)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
+
+
+def for_stream(text: str, stream: Any) -> str:
+    """``text`` as written to ``stream``: unchanged on a terminal, ANSI escape sequences removed otherwise."""
+    return text if is_terminal(stream) else strip_ansi(text)
 
 
 def is_noise(line: str) -> bool:
@@ -120,17 +156,112 @@ class ConsoleFilter(logging.Filter):
         return not is_noise(record.getMessage().split("\n", 1)[0])
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+"""The driver's log lines, on the console (time of day only) and in ``train.log`` (the date too)."""
+
+
+class PlainFormatter(logging.Formatter):
+    """A formatter whose output has no ANSI escape sequences (:func:`strip_ansi`): for ``train.log`` and a console
+    that is not a terminal (Ray's error texts and vLLM's log prefixes carry colour codes)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return strip_ansi(super().format(record))
+
+
 def setup_console(level: int) -> None:
     """The driver's logging: a console handler on the root logger (``HH:MM:SS LEVEL name: message`` on stderr)
-    with :class:`ConsoleFilter`, and Python warnings routed through logging (to ``train.log`` and the filter).
-    Nothing is added when the root logger already has handlers (pytest, an embedding application)."""
+    with :class:`ConsoleFilter` (and, when stderr is not a terminal, :class:`PlainFormatter`), and Python
+    warnings routed through logging (to ``train.log`` and the filter). Nothing is added when the root logger
+    already has handlers (pytest, an embedding application)."""
     root = logging.getLogger()
     if root.handlers:
         return
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logging.basicConfig(level=level, format=LOG_FORMAT, datefmt="%H:%M:%S")
     for h in root.handlers:
         h.addFilter(ConsoleFilter())
+        if not is_terminal(getattr(h, "stream", None)):
+            h.setFormatter(PlainFormatter(LOG_FORMAT, "%H:%M:%S"))
     logging.captureWarnings(True)
+
+
+_FD_FILTER = r"""
+import os, re, sys
+out, after_warning = sys.stdout.buffer, False
+marker, ack = sys.argv[7].encode() + b"\n", int(sys.argv[8])
+try:
+    noise, warning, source, frame, ansi = (re.compile(p) for p in sys.argv[1:6])
+    plain = sys.argv[6] == "1"
+except Exception:  # never lose a line: pass everything through
+    noise = None
+for raw in sys.stdin.buffer:
+    if raw == marker:  # every line before it has been passed on
+        os.write(ack, b"1")
+        continue
+    try:
+        if noise is not None:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            under, after_warning = after_warning, False
+            if under and source.match(line) and not frame.match(line):
+                continue
+            if all(noise.search(s) for s in line.split("\r") if s.strip()):
+                after_warning = bool(warning.match(line))
+                continue
+            if plain:
+                raw = ansi.sub("", line).encode("utf-8", "replace") + b"\n"
+    except Exception:
+        pass
+    out.write(raw)
+    out.flush()
+"""
+"""The filter process of :func:`quiet_own_output`: :func:`is_noise` (and the source line under a known warning,
+as :class:`RoleOutput` drops it) over the lines of its stdin, the rest to its stdout; only ``re`` and ``sys``."""
+
+
+_FILTERS: list[subprocess.Popen] = []
+"""The filter processes :func:`quiet_own_output` started."""
+
+
+@contextmanager
+def quiet_own_output() -> Iterator[None]:
+    """For the body, this process's file descriptor 2 (stderr) goes through the known-noise filter: the C++
+    messages and progress bars that vLLM, torch and transformers running in this process (``rlvr eval``) write
+    straight to it, which no logging filter sees, are dropped as :class:`RoleOutput` drops them from the roles'
+    output; everything else shows, without ANSI codes when stderr is not a terminal. The filter is a child
+    process (a crash of this one loses no line already written); child processes started in the body inherit
+    the filtered stderr. Nothing changes with ``RLVR_CONSOLE=all``."""
+    if show_all():
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    ack_r, ack_w = os.pipe()
+    marker = f"-- rlvr: end of the filtered output {os.getpid()} {time.time_ns()} --"
+    args = [_NOISE.pattern, _WARNING_LINE.pattern, _SOURCE_LINE.pattern, _TRACEBACK_LINE.pattern, _ANSI.pattern,
+            "0" if is_terminal(sys.stderr) else "1", marker, str(ack_w)]  # fmt: skip
+    try:  # its own session: a Ctrl-C for this process does not stop the filter before it has passed all on
+        proc = subprocess.Popen([sys.executable, "-c", _FD_FILTER, *args], stdin=subprocess.PIPE, stdout=saved,
+                                stderr=saved, pass_fds=(ack_w,), start_new_session=True)  # fmt: skip
+    except OSError:
+        for fd in (saved, ack_r, ack_w):
+            os.close(fd)
+        yield
+        return
+    os.close(ack_w)
+    _FILTERS.append(proc)  # runs as long as a process holds the pipe: no "still running" warning at collection
+    os.dup2(proc.stdin.fileno(), 2)
+    proc.stdin.close()  # fd 2 holds the pipe now
+    try:
+        yield
+    finally:
+        try:
+            sys.stderr.flush()
+            os.write(2, marker.encode() + b"\n")
+            select.select([ack_r], [], [], 5.0)  # what the body wrote is out before anything written after it
+        except OSError:  # the filter is gone
+            pass
+        os.dup2(saved, 2)  # the filter goes on for children that hold the pipe (a scoring pool's fork server)
+        for fd in (saved, ack_r):
+            os.close(fd)
 
 
 def _who(data: dict[str, Any]) -> str:
@@ -147,7 +278,8 @@ def _who(data: dict[str, Any]) -> str:
 class RoleOutput:
     """Ray's handler of the actors' output on the driver, quieted: each batch (one actor's stdout or stderr
     lines, ``data["lines"]``) is logged line by line to ``rlvr.roles`` for ``train.log`` (``console=False``;
-    a progress bar as its last state) and passed to ``ray_print`` (Ray's own printer) without the lines of
+    a progress bar as its last state) and passed to ``ray_print`` (Ray's own printer; without ANSI codes when the
+    console stream is not a terminal) without the lines of
     :data:`KNOWN_NOISE` (nor the source line a known Python warning prints under it: the next line of that
     stream when it is indented by two spaces and is not a traceback's line), and without a repeat of a periodic
     raylet message already shown (:data:`PERIODIC_RAYLET`, numbers aside; other raylet lines, such as worker
@@ -164,6 +296,8 @@ class RoleOutput:
             keep = self._route(data)
         except Exception:  # never lose the roles' output to a bug here (this runs on Ray's printing thread)
             keep = list(data.get("lines", []))
+        if keep and not is_terminal(sys.stderr if data.get("is_err") else sys.stdout):
+            keep = [strip_ansi(x) for x in keep]  # a file or a pipe: no colour codes (Ray's prefix: route_role_output)
         if keep:
             self.ray_print({**data, "lines": keep})
 
@@ -202,9 +336,11 @@ _RAY_PRINTER = "ray_print_logs"  # the name ray.init(log_to_driver=True) gives i
 
 
 def route_role_output() -> bool:
-    """Put :class:`RoleOutput` in place of Ray's printer of the actors' output (this driver, after ``ray.init``).
-    False when Ray forwards no output here (``log_to_driver=False``) or keeps its printer elsewhere (a Ray
-    version whose internals moved): the console then shows what Ray prints."""
+    """Put :class:`RoleOutput` in place of Ray's printer of the actors' output (this driver, after ``ray.init``);
+    when stdout or stderr is not a terminal, ``RAY_COLOR_PREFIX=0`` (unless set): no colour codes in Ray's
+    ``(Actor pid=N)`` prefixes written to a file. False when Ray forwards no output here (``log_to_driver=False``)
+    or keeps its printer elsewhere (a Ray version whose internals moved): the console then shows what Ray
+    prints."""
     try:
         from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
     except ImportError:
@@ -215,6 +351,8 @@ def route_role_output() -> bool:
         return False
     if isinstance(printer, RoleOutput):
         return True
+    if not (is_terminal(sys.stdout) and is_terminal(sys.stderr)):
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # Ray's printer colours each line's prefix unless told not to
     dispatcher.remove_handler(_RAY_PRINTER)
     dispatcher.add_handler(_RAY_PRINTER, RoleOutput(printer))  # same name: ray.shutdown removes it as its own
     return True

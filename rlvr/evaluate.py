@@ -5,8 +5,8 @@ The model (an embedded name such as ``smollm2-135m-instruct``, a local Hugging F
 VLLMEngine`; ``--engine hf``: :class:`~rlvr.rollout.hf_engine.HFEngine`), samples n responses per problem, and the
 verifier pool (:class:`~rlvr.reward.pool.ScoringPool`: worker processes, a hard time limit per sample) scores them,
 exactly as in training. No Ray. A run's policy (``RUN``, ``RUN/final``, ``RUN/checkpoints/step_N``) is evaluated
-with the run's prompt template, verifiers and dtype (:data:`RUN_KEYS`, from its ``recipe.yaml``) unless flags say
-otherwise.
+with the run's prompt template, data fields, verifiers and dtype (:data:`rlvr.eval_run.RUN_KEYS`, from its
+``recipe.yaml``) unless flags say otherwise.
 
 Data sets: a preset name (:data:`PRESETS`: the copies in ``data/``, test split), a local ``.jsonl`` / ``.json`` /
 ``.parquet`` file, or a ``datasets`` name (``--split``). ``--limit N`` keeps the first N rows in file order (a fixed,
@@ -571,7 +571,8 @@ def add_eval_parser(sub: Any) -> None:
     p = sub.add_parser("eval", help="evaluate a model on data sets: pass@k, maj@k, mean@k with 95%% intervals")
     p.add_argument("model", help="embedded name (smollm2-135m-instruct, tiny-random), a local folder, or a hub id; "
                    "a run (RUN: its final/, else its newest checkpoint; RUN/final; RUN/checkpoints/step_N) is "
-                   "evaluated with its recipe's prompt template, verifiers and dtype unless flags say otherwise")
+                   "evaluated with its recipe's prompt template, data fields, verifiers and dtype unless flags say "
+                   "otherwise")
     p.add_argument("--data", nargs="+", action="extend", required=True, metavar="SET",
                    help=f"presets {', '.join(PRESETS)}, a .jsonl/.json/.parquet file, or a datasets name; repeatable")
     p.add_argument("--recipe", default=None, metavar="YAML",
@@ -631,67 +632,13 @@ def recipe_sections(recipe: Any) -> dict[str, Any]:
             "dtype": recipe.model.dtype}  # fmt: skip
 
 
-RUN_KEYS: dict[str, tuple[str, ...]] = {
-    "data.prompt_template": ("--prompt-template",),
-    "data.system_prompt": ("--system-prompt",),
-    "data.chat_template": ("--no-chat-template",),
-    "reward.verifiers": ("--verifier", "--verifier-args"),
-    "model.dtype": ("--dtype",),
-}
-"""What ``rlvr eval RUN`` takes from the run's recipe (how the run wrote a prompt and scored an answer, and its
-dtype), each with the flags that override it. Sampling, lengths and scoring limits stay the eval defaults, so runs
-and models compare at the same settings (``--recipe RUN/recipe.yaml`` takes those too)."""
-
-
-def run_sections(recipe: Any, base: dict[str, Any]) -> dict[str, Any]:
-    """:class:`EvalConfig` fields for a run's policy: ``base`` (the eval defaults) with the :data:`RUN_KEYS` of
-    the run's recipe (every verifier: the first scores the sets that are not presets)."""
-    d = recipe.data
-    prompts = dataclasses.replace(base["prompts"], prompt_template=d.prompt_template, system_prompt=d.system_prompt,
-                                  chat_template=d.chat_template)  # fmt: skip
-    from rlvr.reward.judge import rule_specs
-
-    # the rule verifiers: a judge verifier asks a role that ``rlvr eval`` does not start
-    reward = dataclasses.replace(base["reward"], verifiers=tuple(rule_specs(recipe.reward.verifiers)))
-    return {**base, "prompts": prompts, "reward": reward, "dtype": recipe.model.dtype}
-
-
-def run_of(model: str) -> Any:
-    """The :class:`~rlvr.runtime.checkpoint.RunPolicy` behind ``rlvr eval``'s model argument when it is a run folder
-    (its ``final/``, else its newest complete checkpoint's policy: :func:`rlvr.models.resolve_model`), ``RUN/final``,
-    a checkpoint folder or its ``trainer/hf``; None for anything else (an embedded name, a hub id, another folder).
-    Errors: ``ValueError`` for a run folder that holds no policy yet."""
-    from rlvr.models import EMBEDDED_MODELS, resolve_model
-    from rlvr.runtime.checkpoint import run_policy
-
-    if model in EMBEDDED_MODELS or not Path(model).expanduser().is_dir():
-        return None
-    return run_policy(resolve_model(model))
-
-
-def _log_run(model: str, run: Any, recipe: Any, args: argparse.Namespace) -> None:
-    """Log which policy of the run is evaluated and what was taken from its recipe (or which flags won)."""
-    if Path(model).expanduser().resolve() == run.run_dir.resolve():
-        what = "its final/" if run.source == "final/" else f"its newest {run.source} (it has no final/)"
-        where = f"{model} is a run folder: evaluating {what}, {run.model_dir}"
-    else:
-        where = f"{model}: the {run.source} policy of the run {run.run_dir}"
-    values = {"data.prompt_template": recipe.data.prompt_template, "data.system_prompt": recipe.data.system_prompt,
-              "data.chat_template": recipe.data.chat_template, "model.dtype": recipe.model.dtype,
-              "reward.verifiers": [v.name for v in recipe.reward.verifiers]}  # fmt: skip
-    dest = {"--no-chat-template": "chat_template"}
-    flags = [f for k in RUN_KEYS for f in RUN_KEYS[k] if getattr(args, dest.get(f, f[2:].replace("-", "_"))) is not None]
-    taken = [f"{k}={values[k]!r}" for k in RUN_KEYS if not set(RUN_KEYS[k]) & set(flags)]
-    log.info("%s; from %s: %s%s", where, run.recipe, ", ".join(taken) or "nothing",
-             f" (flags given instead: {', '.join(flags)})" if flags else "")
-
-
 def config_from_args(args: argparse.Namespace) -> EvalConfig:
     """The :class:`EvalConfig` of parsed ``rlvr eval`` arguments: the eval defaults, or ``--recipe``'s sections
-    (:func:`recipe_sections`), or for a run's policy (:func:`run_of`) its recipe's :data:`RUN_KEYS`
-    (:func:`run_sections`; logged), with every given flag on top. Errors: ``ValueError`` for bad
-    ``--verifier-args`` or a run folder without a policy; :class:`~rlvr.config.RecipeError` for a bad ``--recipe``
-    or run recipe."""
+    (:func:`recipe_sections`), or for a run's policy (:func:`rlvr.eval_run.run_of`) its recipe's
+    :data:`rlvr.eval_run.RUN_KEYS` (:func:`rlvr.eval_run.run_sections`; logged), with every given flag on top.
+    Errors: ``ValueError`` for bad ``--verifier-args`` or a run folder without a policy;
+    :class:`~rlvr.config.RecipeError` for a bad ``--recipe`` or run recipe."""
+    from rlvr.eval_run import log_run, run_of, run_sections
     from rlvr.recipe import load_recipe
 
     vargs = None
@@ -723,7 +670,7 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
             raise RecipeError(f"{run.recipe} (the recipe of {args.model}): {e}; give --recipe with a recipe "
                               "that loads (its template, verifier and dtype are used)") from None  # fmt: skip
         base = run_sections(recipe, base)
-        _log_run(args.model, run, recipe, args)
+        log_run(args.model, run, recipe, args)
     prompts = dataclasses.replace(base["prompts"], **_given(
         prompt_template=args.prompt_template, system_prompt=args.system_prompt, chat_template=args.chat_template,
         max_prompt_tokens=args.max_prompt_tokens, split=args.split, limit=args.limit, question=args.question_field,
@@ -752,10 +699,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     model or verifier names (one line on stderr); 1 when the run fails after the engine started."""
     from rich.console import Console
 
+    from rlvr.console import quiet_own_output
+
     try:
         cfg = config_from_args(args)
         cfg.check()
-        results = evaluate(cfg)
+        with quiet_own_output():  # vLLM's and torch's C++ messages and progress bars: the noise rlvr train filters
+            results = evaluate(cfg)
     except (ValueError, KeyError, OSError, ImportError, AttributeError, RecipeError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"rlvr eval: {msg}", file=sys.stderr)

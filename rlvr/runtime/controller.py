@@ -47,8 +47,9 @@ class RunResult:
 
 
 def prepare_run_dir(recipe: Recipe) -> Path:
-    """Create ``output_dir/name`` (``name-2``, ``name-3``... if it exists, with a warning) and write the resolved
-    recipe.
+    """Create ``output_dir/name`` (``name-2``, ``name-3``... if it holds a run that completed a step or is running,
+    with a warning; a folder whose run never completed a step is reused: :func:`rlvr.runtime.rundir.fresh_run_dir`)
+    and write the resolved recipe.
 
     Resuming (``run.resume``) continues in the run folder itself: ``output_dir/name`` for ``auto``, the folder
     that holds the checkpoint (``RUN/checkpoints/step_N``) for a path. Its ``recipe.yaml`` is rewritten only once
@@ -70,13 +71,9 @@ def prepare_run_dir(recipe: Recipe) -> Path:
         if not fresh:
             return run_dir
     else:
-        run_dir, i = base, 1
-        while run_dir.exists():
-            i += 1
-            run_dir = base.with_name(f"{base.name}-{i}")
-        if run_dir != base:
-            log.warning("%s exists: this run writes %s (to continue %s instead, add --resume auto)", base, run_dir, base)
-        run_dir.mkdir(parents=True)
+        from rlvr.runtime.rundir import fresh_run_dir
+
+        run_dir = fresh_run_dir(base)
     write_recipe(recipe, run_dir)
     return run_dir
 
@@ -270,14 +267,24 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
     Errors: :class:`~rlvr.config.RecipeError` for bad data or config found while preparing, or a checkpoint whose
     recipe/data differ; :class:`~rlvr.sync.weights.WeightSyncError` when a weight sync fails or times out;
     :class:`~rlvr.runtime.executors.RoleError` when a role fails; :class:`NonFiniteError` after too many NaN
-    updates in a row; :class:`RunInterrupted` after Ctrl-C/SIGTERM (a checkpoint was written).
+    updates in a row; :class:`RunInterrupted` after Ctrl-C/SIGTERM (a checkpoint was written). The run folder is
+    marked ``RUNNING`` meanwhile and ``FAILED`` (the error, the step reached, what next) when it raises anything
+    but :class:`RunInterrupted` (:func:`rlvr.runtime.rundir.marked`).
     """
+    from rlvr.runtime.rundir import marked
+
+    run_dir = run_dir or prepare_run_dir(recipe)
+    with marked(run_dir, clean=(RunInterrupted,)):
+        return _train(recipe, run_dir, executor)
+
+
+def _train(recipe: Recipe, run_dir: Path, executor: Any | None) -> RunResult:
+    """:func:`train` in its marked run folder."""
     from rlvr.data import PromptSampler
     from rlvr.reward.pool import verifier_keys
     from rlvr.runtime import checkpoint as ck
 
     r = recipe
-    run_dir = run_dir or prepare_run_dir(r)
     _log_to_file(run_dir)
     log.info("run folder: %s", run_dir, extra={"console": False})  # rlvr train prints it (with what it holds)
     data = _load_data(r)
@@ -298,6 +305,7 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
     try:  # from here on every path closes the sinks and stops the roles (Roles stops its own on a failed start)
         roles = Roles(r, data.model_dir, run_dir, executor)
         log.info("roles up in %.1fs (sync over %s, %.3f GB per sync)", time.perf_counter() - t_start, roles.sync_backend, roles.sync_bytes / 1e9)
+        progress.watch(getattr(roles.ex, "waits", None))  # a heartbeat line on a non-terminal console
         primary = verifier_keys(r.reward.verifiers)[0]
         val_every, every_s, every_ck = r.validation.every_steps, r.metrics.samples_every, r.checkpoint.every_steps
         val_prompts = validation_prompts(r, data.tokenizer) if val_every else []
@@ -312,6 +320,7 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
         rows_of = lambda s: r.metrics.samples_rows if every_s and s % every_s == 0 else 0  # noqa: E731
         ahead = _generated_ahead(resume_from, first, roles, data.prompts, sampler, sampling, r, primary, rows_of)
         origin = time.time()
+        progress.start_clock()  # the ETA's pace: steps only, not the start-up
         with _StopFlag() as stop:
             for step in range(first, r.run.steps + 1):
                 roles.step = step
@@ -685,8 +694,10 @@ def rollout_metrics(completions: list[Completion], scored: list[Scored], ks: tup
 
 
 def _log_to_file(run_dir: Path) -> None:
+    from rlvr.console import LOG_FORMAT, PlainFormatter
+
     h = logging.FileHandler(run_dir / "train.log")
-    h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    h.setFormatter(PlainFormatter(LOG_FORMAT))  # no ANSI colour codes in the file (Ray's and vLLM's texts carry them)
     logging.getLogger().addHandler(h)
     if logging.getLogger().level > logging.INFO or logging.getLogger().level == logging.NOTSET:
         logging.getLogger().setLevel(logging.INFO)

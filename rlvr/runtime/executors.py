@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlvr.console import route_role_output
+from rlvr.runtime.codepath import by_value, driver_packages, pin_hook
 from rlvr.runtime.environ import clean_env, env_difference, recording_env, restore_env, scoped_env
+from rlvr.runtime.waits import Waits
 
 log = logging.getLogger(__name__)
 
@@ -258,7 +260,30 @@ class Handle:
         return _Call(self.name, method, self._ex._submit(self._target, method, args, kwargs))
 
 
-class LocalExecutor:
+class _Waiting:
+    """``get``/``as_completed`` of both executors, each recorded in :attr:`waits` while it blocks (what the
+    progress heartbeat reports a long step waiting on); the executor's ``_get``/``_as_completed`` do the work."""
+
+    @property
+    def waits(self) -> Waits:
+        """The waits open now (:class:`rlvr.runtime.waits.Waits`)."""
+        if "_waits" not in self.__dict__:
+            self.__dict__["_waits"] = Waits()
+        return self.__dict__["_waits"]
+
+    def get(self, calls: list[_Call], timeout_s: float | None, what: str, setting: str | None = None) -> list[Any]:
+        """Results of ``calls`` in order, all within ``timeout_s`` seconds in total. ``setting``: the recipe key
+        that sets this deadline (named in the error). Errors: :class:`RoleError` naming the role and call."""
+        with self.waits.waiting(what, (c.role for c in calls)):
+            return self._get(calls, timeout_s, what, setting)
+
+    def as_completed(self, calls: list[_Call], timeout_s: float | None, what: str, setting: str | None = None):
+        """Yield ``(position in calls, result)`` as calls finish (first finished first), all within ``timeout_s``."""
+        with self.waits.waiting(what, (c.role for c in calls)):
+            yield from self._as_completed(calls, timeout_s, what, setting)
+
+
+class LocalExecutor(_Waiting):
     """Roles as objects in this process. Like an actor, each role has one thread of its own: it is built there and
     runs its calls there, one at a time (vLLM's CPU kernels check that the OpenMP thread count of a call matches
     the one its batch metadata was built with, which differs between fresh threads)."""
@@ -301,9 +326,7 @@ class LocalExecutor:
 
         return thread.submit(run)
 
-    def get(self, calls: list[_Call], timeout_s: float | None, what: str, setting: str | None = None) -> list[Any]:
-        """Results of ``calls`` in order, all within ``timeout_s`` seconds in total. ``setting``: the recipe key
-        that sets this deadline (named in the error). Errors: :class:`RoleError` naming the role and call."""
+    def _get(self, calls: list[_Call], timeout_s: float | None, what: str, setting: str | None = None) -> list[Any]:
         out, deadline = [], _deadline(timeout_s)
         for c in calls:
             try:
@@ -314,8 +337,7 @@ class LocalExecutor:
                 raise RoleError(f"{what}: {c.role}.{c.method} failed: {type(e).__name__}: {e}") from e
         return out
 
-    def as_completed(self, calls: list[_Call], timeout_s: float | None, what: str, setting: str | None = None):
-        """Yield ``(position in calls, result)`` as calls finish (first finished first), all within ``timeout_s``."""
+    def _as_completed(self, calls: list[_Call], timeout_s: float | None, what: str, setting: str | None = None):
         pos = {c.future: i for i, c in enumerate(calls)}
         done: set[int] = set()
         try:
@@ -349,8 +371,10 @@ class LocalExecutor:
         self._env_before.clear()
 
 
-class RayExecutor:
-    """Roles as Ray actors. Starts a local Ray (``address=None``) or joins a cluster (``"auto"`` or an address)."""
+class RayExecutor(_Waiting):
+    """Roles as Ray actors. Starts a local Ray (``address=None``) or joins a cluster (``"auto"`` or an address).
+    Its roles import the driver's ``rlvr`` and ``rlvr_verifiers`` (:mod:`rlvr.runtime.codepath`), whatever the
+    working directory holds."""
 
     def __init__(self, address: str | None, num_cpus: float | None, env: dict[str, str]) -> None:
         import ray
@@ -367,15 +391,21 @@ class RayExecutor:
                 address=address if address is not None else "local",
                 include_dashboard=False,
                 log_to_driver=True,
-                runtime_env={"env_vars": env},
+                # every role imports the driver's rlvr, not a checkout in the working directory that Ray puts
+                # first on the workers' sys.path (rlvr.runtime.codepath)
+                runtime_env={"env_vars": env, "worker_process_setup_hook": pin_hook(driver_packages())},
                 configure_logging=False,
             )
             if address is None and num_cpus is not None:
                 kwargs["num_cpus"] = num_cpus
+            by_value()  # the hook goes by value: a worker must not import rlvr to run it
             # a Ray of our own starts its raylet from this process's environment: without what roles built in
             # this process left there (their settings are the runtime_env's)
             with scoped_env(*env_difference(clean_env())):
                 ray.init(**kwargs)
+        else:
+            log.debug("Ray was started before this executor: the roles import rlvr as that job's workers do "
+                      "(rlvr.runtime.codepath pins it only in a Ray rlvr starts or joins itself)")
         # the actors' stdout/stderr: every line to RUN/train.log, known third-party noise left off the console
         if not route_role_output():
             log.debug("the roles' output is Ray's to print: no ray_print_logs handler to route (log_to_driver off?)")
@@ -504,9 +534,7 @@ class RayExecutor:
         # reports its own start and end
         return actor.__ray_call__.remote(_timed, method, args, kwargs)
 
-    def get(self, calls: list[_Call], timeout_s: float | None, what: str, setting: str | None = None) -> list[Any]:
-        """Results of ``calls`` in order, all within ``timeout_s`` seconds in total. ``setting``: the recipe key
-        that sets this deadline (named in the error). Errors: :class:`RoleError` naming the role and call."""
+    def _get(self, calls: list[_Call], timeout_s: float | None, what: str, setting: str | None = None) -> list[Any]:
         ray = self._ray
         out, deadline = [], _deadline(timeout_s)
         for c in calls:
@@ -521,8 +549,7 @@ class RayExecutor:
                 raise RoleError(f"{what}: {c.role}.{c.method} failed: {type(cause).__name__}: {cause}") from e
         return out
 
-    def as_completed(self, calls: list[_Call], timeout_s: float | None, what: str, setting: str | None = None):
-        """Yield ``(position in calls, result)`` as calls finish (first finished first), all within ``timeout_s``."""
+    def _as_completed(self, calls: list[_Call], timeout_s: float | None, what: str, setting: str | None = None):
         pending = {c.future: i for i, c in enumerate(calls)}
         deadline = _deadline(timeout_s)
         while pending:

@@ -59,6 +59,11 @@ def test_rlvr_eval_tiny_random_vllm(tmp_path):
     proc = subprocess.run(cmd, check=False, cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "pass@1" in proc.stdout and "overall (pooled)" in proc.stdout
+    # the console is rlvr's (issue 24): the third-party noise rlvr train keeps off it (vLLM's Triton check, torch's
+    # NUMA warning, the safetensors progress bar and its blank line) and colour codes are gone
+    assert "INFO rlvr.rollout.vllm_engine: vLLM engine up in " in proc.stderr
+    for noise in ("Triton", "NUMA binding", "Loading safetensors checkpoint shards", "\x1b", "\n\n"):
+        assert noise not in proc.stderr, (noise, proc.stderr[-3000:])
 
     res = json.loads((out / "results.json").read_text())
     assert set(res) == {"model", "settings", "datasets", "overall", "timing", "files"}

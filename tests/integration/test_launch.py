@@ -168,8 +168,9 @@ from rlvr.runtime.executors import RayExecutor, Resources
 
 class Probe:
     def look(self):
+        import rlvr
         keys = ("RLVR_TEST_VAR", "HF_HUB_OFFLINE", "OMP_NUM_THREADS")
-        return {k: os.environ.get(k) for k in keys}
+        return {**{k: os.environ.get(k) for k in keys}, "actor_rlvr": rlvr.__file__}
 
 recipe = load_recipe("recipes/tiny_test.yaml", ["run.ray_address=auto"])
 env = role_env(recipe, Path("runs/probe"), 3)  # copies HF_HUB_OFFLINE, which the job also sets
@@ -182,6 +183,7 @@ out["cwd"] = sorted(os.listdir("."))
 out["has_data"] = os.path.isfile("data/gsm8k/train.jsonl")
 import rlvr
 out["rlvr_dir"] = os.path.dirname(rlvr.__file__)
+out["driver_rlvr"] = rlvr.__file__
 ex.shutdown()
 print("PROBE " + json.dumps(out), flush=True)
 """
@@ -190,8 +192,8 @@ print("PROBE " + json.dumps(out), flush=True)
 def test_job_driver_joins_the_cluster(ray_head):
     """`--no-wait`, `--env` and the `--` form: a driver that builds rlvr's RayExecutor with
     run.ray_address=auto joins the cluster's GCS (no second Ray), its runtime env merges with the job's
-    (both set HF_HUB_OFFLINE), an actor sees the job's variables and the role's (OMP_NUM_THREADS=3), and
-    the upload left out .git and .venv but carried data/."""
+    (both set HF_HUB_OFFLINE), an actor sees the job's variables and the role's (OMP_NUM_THREADS=3) and imports
+    the driver's rlvr (the job's uploaded copy), and the upload left out .git and .venv but carried data/."""
     url, gcs_port = ray_head
     job_id = f"rlvr-test-{uuid.uuid4().hex[:8]}"
     p = _submit(
@@ -214,6 +216,7 @@ def test_job_driver_joins_the_cluster(ray_head):
     assert "recipes" in probe["cwd"] and "rlvr" in probe["cwd"] and probe["has_data"]
     assert not {".git", ".venv", "runs"} & set(probe["cwd"])
     assert Path(probe["rlvr_dir"]) != REPO / "rlvr" and probe["rlvr_dir"].endswith("/rlvr")  # the uploaded copy
+    assert probe["actor_rlvr"] == probe["driver_rlvr"]  # a role runs the driver's rlvr (issue 24: its setup hook)
 
 
 def test_scripts_pass_bash_and_shellcheck():

@@ -3,10 +3,14 @@ log file and not its console; an unknown warning and an actor's traceback reach 
 source line is dropped with it, a traceback frame after such a warning is not (issue 23). Guards the hook into
 Ray's log forwarding (rlvr.console.route_role_output), a Ray internal. The raylet's de-duplication (periodic
 messages once, worker deaths and OOM kills every time) needs a full disk or an OOM kill to happen for real: it
-is tested on the raylet's real lines in tests/unit/test_console.py."""
+is tested on the raylet's real lines in tests/unit/test_console.py.
+
+The same driver (one Ray start for both) runs from a working directory holding another ``rlvr`` package, as a
+second clone does (issue 24): its actor must import the driver's rlvr and rlvr_verifiers (rlvr.runtime.codepath)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,7 +21,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 DRIVER = r'''
-import logging, sys, time, traceback
+import json, logging, sys, time, traceback
+import rlvr, rlvr_verifiers
 from rlvr.console import setup_console
 from rlvr.runtime.executors import RayExecutor
 
@@ -42,9 +47,16 @@ class Talker:
             traceback.print_exc()
         print("talked", flush=True)
 
+    def where(self):
+        import rlvr, rlvr_verifiers
+        return {"rlvr": rlvr.__file__, "rlvr_verifiers": rlvr_verifiers.__file__, "sys_path": sys.path}
+
 ex = RayExecutor(None, 1, {})
 t = ex.spawn("talker", Talker)
 ex.get([t.call("talk")], 120, "talk")
+with open(sys.argv[2], "w") as f:
+    json.dump({"driver": {"rlvr": rlvr.__file__, "rlvr_verifiers": rlvr_verifiers.__file__},
+               "actor": ex._ray.get(t._target.where.remote(), timeout=120)}, f)
 deadline = time.time() + 30  # the actor's lines come through Ray's log monitor, a little after the calls
 while time.time() < deadline and not all(x in open(sys.argv[1]).read() for x in ("talked", "own error", "Triton")):
     time.sleep(0.5)
@@ -52,14 +64,36 @@ ex.shutdown()
 '''
 
 
-@pytest.mark.integration
-def test_an_actors_known_noise_goes_to_the_log_file_only(tmp_path):
-    log = tmp_path / "train.log"
-    env = dict(os.environ, PYTHONPATH=str(REPO), RLVR_CONSOLE="quiet")
-    p = subprocess.run([sys.executable, "-c", DRIVER, str(log)], cwd=tmp_path, env=env, capture_output=True,
-                       text=True, timeout=300)  # fmt: skip
-    console, logged = p.stdout + p.stderr, log.read_text()
+DECOY = """# a second clone's rlvr: its own __init__, the real package's modules under it
+__path__.append({real!r})
+"""
+
+
+@pytest.fixture(scope="module")
+def driven(tmp_path_factory):
+    """Run :data:`DRIVER` once: from ``clone/`` (the working directory, holding a decoy ``rlvr`` package), the
+    script in ``driver/``, the real rlvr on PYTHONPATH. Returns (console text, train.log text, where.json)."""
+    tmp = tmp_path_factory.mktemp("quiet_console")
+    (tmp / "driver").mkdir()
+    (tmp / "clone" / "rlvr").mkdir(parents=True)
+    script = tmp / "driver" / "drive.py"
+    script.write_text(DRIVER)
+    import rlvr
+
+    (tmp / "clone" / "rlvr" / "__init__.py").write_text(DECOY.format(real=str(Path(rlvr.__file__).parent)))
+    log, where = tmp / "train.log", tmp / "where.json"
+    path = [str(REPO), *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), RLVR_CONSOLE="quiet")
+    p = subprocess.run([sys.executable, str(script), str(log), str(where)], cwd=tmp / "clone", env=env,
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    console = p.stdout + p.stderr
     assert p.returncode == 0, console[-4000:]
+    return console, log.read_text(), json.loads(where.read_text()), tmp / "clone"
+
+
+@pytest.mark.integration
+def test_an_actors_known_noise_goes_to_the_log_file_only(driven):
+    console, logged, _, _ = driven
     assert "(Talker pid=" in console and "WARNING some_library: a third-party warning nobody has seen" in console
     assert "talked" in console and "Traceback (most recent call last):" in console
     assert "in talk" in console and "RuntimeError: the actor's own error" in console
@@ -71,3 +105,15 @@ def test_an_actors_known_noise_goes_to_the_log_file_only(tmp_path):
                  "WARNING some_library: a third-party warning nobody has seen", "RuntimeError: the actor's own error",
                  "talked"):  # fmt: skip
         assert "(Talker pid=" in logged and f") {line}" in logged, line
+
+
+@pytest.mark.integration
+def test_an_actor_imports_the_drivers_rlvr_not_the_working_directorys(driven):
+    """Before issue 24 the actor's rlvr was clone/rlvr/__init__.py (Ray puts the driver's working directory first
+    on the workers' sys.path). Its sys.path must also find the driver's rlvr first, for the processes it starts."""
+    _, _, where, clone = driven
+    assert where["actor"]["rlvr"] == where["driver"]["rlvr"] != str(clone / "rlvr" / "__init__.py")
+    assert where["actor"]["rlvr_verifiers"] == where["driver"]["rlvr_verifiers"]
+    path = where["actor"]["sys_path"]
+    root = str(Path(where["driver"]["rlvr"]).parent.parent)
+    assert str(clone) in path and path.index(root) < path.index(str(clone)), path[:6]

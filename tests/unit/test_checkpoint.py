@@ -294,7 +294,8 @@ def test_sampler_resume_at_epoch_boundary_c1(tmp_path):
 
 def test_prepare_run_dir_resume_paths(tmp_path, caplog):
     """A resume path that is not a checkpoint creates nothing; an existing run folder with --resume auto keeps its
-    recipe.yaml until train() finds the checkpoint compatible; a taken name warns that the run goes to name-2."""
+    recipe.yaml until train() finds the checkpoint compatible; a name whose run completed a step warns that the
+    run goes to name-2 (tests/unit/test_run_dirs.py: a folder whose run never completed one is reused)."""
     from rlvr.recipe import load_recipe
     from rlvr.runtime.controller import prepare_run_dir
 
@@ -306,6 +307,7 @@ def test_prepare_run_dir_resume_paths(tmp_path, caplog):
     assert first == tmp_path / "r"
     again = prepare_run_dir(load_recipe(None, [f"run.output_dir={tmp_path}", "run.name=r", "run.resume=auto", "trainer.lr=0.5"]))
     assert again == first and "lr: 1.0e-05" in (first / "recipe.yaml").read_text()  # not rewritten yet
+    (first / "metrics.jsonl").write_text('{"step": 1}\n')  # its run completed a step: not reused
     with caplog.at_level("WARNING"):
         second = prepare_run_dir(load_recipe(None, [f"run.output_dir={tmp_path}", "run.name=r"]))
     assert second == tmp_path / "r-2"

@@ -5,7 +5,11 @@ dropped under a known warning is never a traceback's."""
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -28,6 +32,9 @@ SEEN = [
     "Writing model shards: 100%|██████████| 1/1 [00:00<00:00, 155.45it/s]",
     "Loading safetensors checkpoint shards: 100% Completed | 1/1 [00:00<00:00, 98.39it/s]",
     "",
+    # rlvr eval (vLLM in its own process; issue 24), two INFO records at vLLM's import
+    "Triton is installed but 0 active driver(s) found (expected 1). Disabling Triton to prevent runtime errors.",
+    "Triton not installed or not compatible; certain GPU-related functions will not be available.",
 ]
 
 # what must still show: an rlvr warning (bare, as an actor's logging prints it, and with a handler's prefix),
@@ -190,8 +197,10 @@ def test_console_filter_of_the_drivers_own_records(monkeypatch):
     assert not f.filter(_record("rlvr", "run folder: x", logging.INFO, console=False))
 
 
-def test_route_role_output_wraps_rays_printer():
+def test_route_role_output_wraps_rays_printer(monkeypatch):
     from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
+
+    monkeypatch.delenv("RAY_COLOR_PREFIX", raising=False)  # pytest's captured console is not a terminal
 
     saved = list(dispatcher.handlers)
     printed: list[dict] = []
@@ -205,5 +214,81 @@ def test_route_role_output_wraps_rays_printer():
         assert isinstance(handler, RoleOutput) and handler.ray_print == printed.append
         dispatcher.emit(_batch(SEEN[:1] + SHOWN[:1]))
         assert [b["lines"] for b in printed] == [SHOWN[:1]]
+        assert os.environ["RAY_COLOR_PREFIX"] == "0"  # no colour codes around Ray's (Actor pid=N) prefixes
     finally:
         dispatcher.handlers = saved
+
+
+# ------------------------------------------------------------------------------------------------------
+# colour codes (issue 24): none in a file or on a console that is not a terminal
+
+RED_ERROR = "\x1b[36mray::PolicyWorker.setup()\x1b[39m (pid=7) \x1b[1;31mRuntimeError\x1b[0m: boom"
+
+
+def test_plain_formatter_strips_colour_codes_from_the_message_and_the_traceback(tmp_path):
+    logger = logging.getLogger("test_console.plain")
+    logger.propagate = False
+    h = logging.FileHandler(tmp_path / "train.log")
+    h.setFormatter(console.PlainFormatter(console.LOG_FORMAT))
+    logger.addHandler(h)
+    try:
+        try:
+            raise RuntimeError(RED_ERROR)
+        except RuntimeError:
+            logger.error("failed: %s", RED_ERROR, exc_info=True)
+    finally:
+        logger.removeHandler(h)
+        h.close()
+    text = (tmp_path / "train.log").read_text()
+    assert "\x1b" not in text
+    assert "ERROR test_console.plain: failed: ray::PolicyWorker.setup() (pid=7) RuntimeError: boom" in text
+    assert text.rstrip().endswith("RuntimeError: ray::PolicyWorker.setup() (pid=7) RuntimeError: boom")
+
+
+def test_role_lines_lose_colour_codes_off_a_terminal_only(routed, monkeypatch):
+    out, printed, log = routed
+    coloured = "\x1b[1;36m(EngineCore_DP0 pid=9)\x1b[0;0m ERROR engine failed"
+    out(_batch([coloured]))
+    assert printed[-1]["lines"] == ["(EngineCore_DP0 pid=9) ERROR engine failed"]
+    monkeypatch.setattr(console, "is_terminal", lambda stream: True)
+    out(_batch([coloured]))
+    assert printed[-1]["lines"] == [coloured]
+
+
+def test_for_stream_and_strip_ansi():
+    import io
+
+    assert console.strip_ansi(RED_ERROR) == "ray::PolicyWorker.setup() (pid=7) RuntimeError: boom"
+    assert console.strip_ansi("\x1b]8;;https://x\x1b\\link\x1b]8;;\x1b\\ 100%\x1b[K") == "link 100%"
+    assert console.for_stream(RED_ERROR, io.StringIO()) == console.strip_ansi(RED_ERROR)
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    assert console.for_stream(RED_ERROR, Tty()) == RED_ERROR
+
+
+def test_rlvr_evals_own_stderr_goes_through_the_noise_filter(tmp_path):
+    """What vLLM and torch write straight to file descriptor 2 in rlvr eval's own process, and a child process
+    that inherits it: the known noise goes, the rest shows without colour codes (stderr is a pipe here)."""
+    script = tmp_path / "eval_like.py"
+    script.write_text(
+        "import json, os, subprocess, sys\n"
+        "from rlvr.console import quiet_own_output\n"
+        "own, childs = json.loads(sys.argv[1])\n"
+        "with quiet_own_output():\n"
+        "    os.write(2, own.encode())  # as C++ code writes: no Python stream\n"
+        "    subprocess.run([sys.executable, '-c', 'import os, sys; os.write(2, sys.argv[1].encode())', childs])\n"
+        "    print('a line of ours', file=sys.stderr)\n"
+        "print('after', file=sys.stderr)\n"
+    )  # fmt: skip
+    own = "\n".join([SEEN[2], SHOWN[2], SEEN[7], SEEN[1], '  if hasattr(value, "__dict__"):', RED_ERROR, ""]) + "\n"
+    child = [sys.executable, str(script), json.dumps([own, SEEN[8] + "\n" + SHOWN[8] + "\n"])]
+    env = {k: v for k, v in os.environ.items() if k != console.CONSOLE_ENV}
+    p = subprocess.run(child, capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.splitlines() == [SHOWN[2], "ray::PolicyWorker.setup() (pid=7) RuntimeError: boom", SHOWN[8],
+                                     "a line of ours", "after"]  # fmt: skip
+    shown = subprocess.run(child, capture_output=True, text=True, timeout=60, env={**env, console.CONSOLE_ENV: "all"})
+    assert SEEN[2] in shown.stderr and RED_ERROR in shown.stderr  # RLVR_CONSOLE=all: everything, as written

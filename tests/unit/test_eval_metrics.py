@@ -206,15 +206,15 @@ def test_model_label():
 # rlvr eval RUN: the run's template, verifiers and dtype
 
 
-def _run_folder(tmp_path):
+def _run_folder(tmp_path, *extra):
     """A run folder as a run writes it: recipe.yaml, final/ and one complete checkpoint with its own recipe
-    (stand-in policies: a config.json is all the resolution looks for)."""
+    (stand-in policies: a config.json is all the resolution looks for); ``extra``: more overrides of its recipe."""
     from rlvr.config import dump_yaml
     from rlvr.recipe import load_recipe
 
     tiny = "recipes/tiny_test.yaml"
     trained = ["data.prompt_template='Q: {question} A:'", "data.system_prompt=Be brief.", "model.dtype=float32",
-               "reward.verifiers=[{name: numeric, args: {tolerance: 0.01}}, {name: math, weight: 0.5}]"]  # fmt: skip
+               "reward.verifiers=[{name: numeric, args: {tolerance: 0.01}}, {name: math, weight: 0.5}]", *extra]  # fmt: skip
     run = tmp_path / "runs" / "mine"
     step = run / "checkpoints" / "step_000002"
     (step / "trainer" / "hf").mkdir(parents=True)
@@ -264,6 +264,30 @@ def test_eval_of_a_run_flags_win(tmp_path, caplog):
 
     assert cfg.prompts.prompt_template == load_recipe("recipes/smoke_cpu.yaml").data.prompt_template
     assert cfg.model.path == str(run / "final") and "the run's own" in caplog.text
+
+
+def test_eval_of_a_run_reads_a_file_in_the_runs_training_format(tmp_path, caplog):
+    """`rlvr eval RUN --data own.jsonl` (issue 24): the run's data.question / data.answer / data.answer_format read
+    the file's rows, as in training (before, rows in the training format failed: no field 'question'); presets keep
+    their own fields; a flag wins."""
+    from transformers import AutoTokenizer
+
+    from rlvr.evaluate import load_set
+    from rlvr.models import resolve_model
+
+    run, _ = _run_folder(tmp_path, "data.question=problem", "data.answer=solution", "data.answer_format=gsm8k")
+    own = tmp_path / "own.jsonl"
+    own.write_text('{"problem": "1+1?", "solution": "One and one. #### 2"}\n')
+    with caplog.at_level("INFO", logger="rlvr.eval"):
+        cfg = _cfg("--data", str(own), "gsm8k", model=str(run))
+    mine, preset = resolve_sets(cfg)
+    assert (mine.question, mine.answer, mine.answer_format) == ("problem", "solution", "gsm8k")
+    assert preset == PRESETS["gsm8k"]
+    assert "data.question='problem', data.answer='solution', data.answer_format='gsm8k'" in caplog.text
+    loaded = load_set(mine, cfg, AutoTokenizer.from_pretrained(resolve_model("tiny-random")), 64)
+    assert [(p.gold, p.row["problem"]) for p in loaded.prompts] == [("2", "1+1?")]
+    flagged = resolve_sets(_cfg("--data", str(own), "--question-field", "q", "--answer-format", "raw", model=str(run)))
+    assert (flagged[0].question, flagged[0].answer, flagged[0].answer_format) == ("q", "solution", "raw")
 
 
 def test_eval_of_a_run_without_final_takes_the_newest_checkpoint(tmp_path, caplog):
