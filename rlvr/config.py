@@ -30,9 +30,9 @@ class RecipeError(ValueError):
 
 
 from rlvr.config_sections import (  # noqa: F401 - the sections, re-exported: `from rlvr.config import DataConfig`
-    AlgorithmConfig, CheckpointConfig, CriticConfig, DataConfig, GeneratedTaskConfig, JudgeConfig, MetricsConfig,
-    ModelConfig, RewardConfig, RolloutConfig, RunConfig, Spec, SyncConfig, TimeoutsConfig, TrainerConfig,
-    ValidationConfig, VerifierSpec,
+    AlgorithmConfig, CheckpointConfig, CriticConfig, DataConfig, EnvironmentConfig, GeneratedTaskConfig,
+    JudgeConfig, MetricsConfig, ModelConfig, RewardConfig, RolloutConfig, RunConfig, Spec, SyncConfig, TimeoutsConfig,
+    TrainerConfig, ValidationConfig, VerifierSpec,
 )
 
 
@@ -54,6 +54,7 @@ class Recipe:
     critic: CriticConfig = field(default_factory=CriticConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
+    environment: EnvironmentConfig = field(default_factory=EnvironmentConfig)
 
     # -- derived quantities (no state of their own) -------------------------------------------------------
     @property

@@ -180,6 +180,45 @@ class RewardConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class EnvironmentConfig:
+    """Multi-turn rollouts (:mod:`rlvr.envs`): the model acts, an environment answers, up to ``max_turns`` assistant
+    turns per trajectory; token-in/token-out, the loss on sampled tokens only. ``name`` and ``row_field`` None:
+    single-turn (one sample per prompt, no environment)."""
+
+    name: str | None = None
+    """The environment: a built-in (``feedback``, ``guess``), ``package.module:Name``, ``path/file.py:Name``, or an
+    entry point in the group ``rlvr.environments``."""
+    args: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the environment's constructor (checked against it at load)."""
+    row_field: str | None = None
+    """A data-row field naming each row's environment (a name as above), so one data set can mix them; rows
+    without it use ``name``."""
+    max_turns: int = 4
+    """Assistant turns per trajectory at most."""
+    max_tokens: int = 1024
+    """A trajectory's token budget after its first prompt: sampled, environment and template tokens together
+    (``data.max_prompt_tokens + environment.max_tokens`` must fit the model's context)."""
+    max_observation_tokens: int = 256
+    """Cap on each environment message's content, in tokens: the end is cut and replaced by
+    ``... [N tokens cut]`` (0: no cap)."""
+    reward: Literal["verifiers", "environment", "both"] = "verifiers"
+    """The trajectory's reward: the recipe's verifiers on the final answer, the environment's last turn reward (0
+    where it gave none), or their sum."""
+    turn_discount: float = 1.0
+    """The reward times ``turn_discount ** (turns - 1)``: < 1 favours solving in fewer turns."""
+    num_workers: int = 2
+    """Environment worker processes."""
+    timeout_s: float = 10.0
+    """Hard wall-clock limit per environment call (reset or step); past it the trajectory ends (``env: timeout``)."""
+    memory_mb: int | None = 2048
+    """Address-space limit of each environment worker process (MiB; None: no limit)."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.name is not None or self.row_field is not None
+
+
+@dataclass(frozen=True, kw_only=True)
 class JudgeConfig:
     """The judge role: a model that verifiers named ``judge`` ask about the step's rollouts
     (:mod:`rlvr.reward.judge`). It is served by the same vLLM engine code as rollout, in a role (and placement
