@@ -155,7 +155,7 @@ VAL_MAJ = val_maj("<n>")
 VAL_MEAN = val_mean("<n>")
 
 # -- fixed names ---------------------------------------------------------------------------------------------
-# reward/ (rlvr.reward.pool.reward_metrics, rlvr.runtime.controller.rollout_metrics, the advantage stage)
+# reward/ (rlvr.reward.pool.reward_metrics, rlvr.runtime.rollout_stage.rollout_metrics, the advantage stage)
 REWARD_MEAN = _name(NS_REWARD, "mean")
 REWARD_STD = _name(NS_REWARD, "std")
 REWARD_CORRECT_FRAC = _name(NS_REWARD, "correct_frac")
