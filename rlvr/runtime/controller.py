@@ -9,7 +9,6 @@ and the console.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from typing import Any, Callable
 import torch
 
 from rlvr.algos.dapo import overlong_mask
-from rlvr.config import Recipe, dump_yaml
+from rlvr.config import Recipe
 from rlvr.metrics import names as mn
 from rlvr.metrics.progress import Progress
 from rlvr.metrics.samples import print_sample_table
@@ -28,6 +27,7 @@ from rlvr.metrics.sinks import make_sinks
 from rlvr.runtime.advantage_stage import build_dph_buffer, dph_batch, form_advantages, needs_reference, uses_critic
 from rlvr.runtime.checks import preflight  # noqa: F401 (rlvr.runtime.controller.preflight: checks at load)
 from rlvr.runtime.roles import Roles
+from rlvr.runtime.rundir import prepare_run_dir, resume_point, write_recipe  # noqa: F401 (cli, tests)
 from rlvr.runtime.rollout_stage import (Rollout, collect_rollout, drop_stale, finish_rollout, start_rollout,
                                         step_sampling)
 from rlvr.runtime.validation import run_validation, validation_prompts
@@ -44,44 +44,6 @@ class RunResult:
     final_dir: str | None
     steps: int
     last_metrics: dict[str, float]
-
-
-def prepare_run_dir(recipe: Recipe) -> Path:
-    """Create ``output_dir/name`` (``name-2``, ``name-3``... if it holds a run that completed a step or is running,
-    with a warning; a folder whose run never completed a step is reused: :func:`rlvr.runtime.rundir.fresh_run_dir`)
-    and write the resolved recipe.
-
-    Resuming (``run.resume``) continues in the run folder itself: ``output_dir/name`` for ``auto``, the folder
-    that holds the checkpoint (``RUN/checkpoints/step_N``) for a path. Its ``recipe.yaml`` is rewritten only once
-    the checkpoint has been found compatible (in :func:`train`), so a refused resume leaves the folder as it was.
-    Errors: ``FileNotFoundError``/``ValueError`` (from :func:`rlvr.runtime.checkpoint.resolve_resume`) for a
-    resume path that is not a complete checkpoint; nothing is created then.
-    """
-    base = Path(recipe.run.output_dir) / recipe.run.name
-    resume = recipe.run.resume
-    if resume:
-        from rlvr.runtime.checkpoint import resolve_resume
-
-        ck = Path(resume).expanduser()
-        run_dir = base if resume == "auto" else (ck.parent.parent if ck.parent.name == "checkpoints" else ck)
-        if resume != "auto":
-            resolve_resume(resume, run_dir)  # a bad path fails here, before any folder is made
-        fresh = not (run_dir / "recipe.yaml").exists()
-        run_dir.mkdir(parents=True, exist_ok=True)
-        if not fresh:
-            return run_dir
-    else:
-        from rlvr.runtime.rundir import fresh_run_dir
-
-        run_dir = fresh_run_dir(base)
-    write_recipe(recipe, run_dir)
-    return run_dir
-
-
-def write_recipe(recipe: Recipe, run_dir: Path) -> None:
-    """``RUN/recipe.yaml`` (the resolved recipe) and ``RUN/derived.json`` (its derived sizes)."""
-    (run_dir / "recipe.yaml").write_text(dump_yaml(recipe))
-    (run_dir / "derived.json").write_text(json.dumps(recipe.derived(), indent=2))
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -168,14 +130,6 @@ def _restore(roles: "Roles", ckpt: Path, state: Any) -> None:
     roles.sync(version=state.policy_version)
 
 
-def _trim_metrics(path: Path, last_step: int) -> None:
-    """Drop rows logged after ``last_step`` (a crashed run went on past its checkpoint; those steps run again)."""
-    if not path.exists():
-        return
-    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= last_step]
-    path.write_text("".join(line + "\n" for line in keep))
-
-
 @dataclass
 class _Data:
     """What the run trains on: the tokenizer's pad id, the prompts and their fingerprint (checked on resume)."""
@@ -202,36 +156,6 @@ def _load_data(r: Recipe) -> _Data:
     build_verifiers(r)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     return _Data(model_dir, tok, prompts, ck.data_fingerprint(prompts), pad_id)
-
-
-def _resume_point(r: Recipe, run_dir: Path, data: _Data) -> tuple[Path | None, Any]:
-    """(checkpoint to resume from, its controller state), or (None, None) for a fresh start; the recipe is written
-    to the run folder either way. Errors: :class:`~rlvr.config.RecipeError` when the checkpoint's recipe or data
-    differ from this run's."""
-    from rlvr.runtime import checkpoint as ck
-
-    resume_from = ck.resolve_resume(r.run.resume, run_dir) if r.run.resume else None
-    if r.run.resume and resume_from is None:
-        write_recipe(r, run_dir)  # --resume auto with nothing to resume: a fresh start in this folder
-    state = None
-    if resume_from is not None:
-        ck.check_compatible(resume_from, r, data.fingerprint)  # before anything expensive starts
-        write_recipe(r, run_dir)  # compatible: the folder's recipe is now this one (e.g. more steps)
-        state = ck.load_controller(resume_from)
-        log.info("resuming from %s: step %d done, %d to go", resume_from, state.step, r.run.steps - state.step)
-        for key, old, new in ck.optimizer_changes(resume_from, r):  # applied once the optimizer state is loaded
-            log.info("resume changes %s: %s -> %s from step %d on (Adam's moments and step count are the "
-                     "checkpoint's)", key, old, new, state.step + 1)
-        for key, old, new in ck.changed_keys(resume_from, r, ck.DRAW_KEYS):
-            log.warning("resume changes %s: %s -> %s: the engines split each batch otherwise, so from step %d on the "
-                        "rollouts differ from an uninterrupted run's (valid, not identical)", key, old, new,
-                        state.step + 1)
-        _trim_metrics(run_dir / "metrics.jsonl", state.step)
-        _trim_metrics(run_dir / "samples.jsonl", state.step)
-        _trim_metrics(run_dir / "timeline.jsonl", state.step)
-        _trim_metrics(run_dir / "validation.jsonl", state.step)
-    ck.prune(run_dir, r.checkpoint.keep_last, r.checkpoint.best_metric, r.checkpoint.best_mode)  # crash leftovers
-    return resume_from, state
 
 
 def _count_nonfinite(in_row: int, metrics: dict[str, float], step: int, r: Recipe) -> int:
@@ -282,7 +206,7 @@ def _train(recipe: Recipe, run_dir: Path, executor: Any | None) -> RunResult:
     _log_to_file(run_dir)
     log.info("run folder: %s", run_dir, extra={"console": False})  # rlvr train prints it (with what it holds)
     data = _load_data(r)
-    resume_from, state = _resume_point(r, run_dir, data)
+    resume_from, state = resume_point(r, run_dir, data.fingerprint)
     sampler = PromptSampler(len(data.prompts), r.rollout.prompts_per_step, r.run.seed, r.data.shuffle)
     if state is not None:
         sampler.load_state_dict(state.sampler)
