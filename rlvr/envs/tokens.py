@@ -101,3 +101,17 @@ class ChatRenderer:
             return Between([], False, "the template rewrites earlier turns when the conversation grows (history "
                                       "is not a prefix of the longer rendering)")
         return Between(self.encode(closing + nxt[len(with_asst):]), True)
+
+
+PROBE_REPLY = "<think>\nFirst, 2 + 2 = 4.\n</think>\n\nThe answer is 4."
+"""An assistant reply with a reasoning block, as reasoning models write them: templates that strip earlier turns'
+reasoning (Qwen3-style) show it on the next turn."""
+
+
+def check_template(renderer: ChatRenderer) -> str | None:
+    """None when the chat template extends a conversation through one assistant turn with reasoning and one user
+    turn (the prefix property, :meth:`ChatRenderer.between`); else the reason. Multi-turn recipes are refused at
+    load with it (``rlvr.runtime.checks``), naming the template's model."""
+    history = [{"role": "user", "content": "What is 2 + 2?"}]
+    b = renderer.between(history, PROBE_REPLY, True, [{"role": "user", "content": "Are you sure?"}])
+    return None if b.prefix_ok else b.reason

@@ -2,10 +2,9 @@
 
 Token-in/token-out (:mod:`rlvr.envs.tokens`): a trajectory's ids are its prompt ids, then each turn's sampled ids
 (loss mask 1, the sampler's logprobs) followed by the ids between turns (loss mask 0, logprob 0). Nothing sampled is
-re-tokenised. Where the template breaks the prefix property (it rewrites earlier turns), the trajectory goes on
-from the template's rendering of the whole conversation: a new **segment** (a training sequence of its own whose
-prompt is that rendering) starts, so what the engine is shown and what the trainer scores stay the same ids; the
-break is counted (``broken``).
+re-tokenised. Where the template breaks the prefix property (it rewrites earlier turns), the trajectory ends there
+(``prefix_broken``, counted): what was sampled is trained as sampled, never on ids the template would render
+otherwise. Templates known to rewrite history are refused at load (:func:`rlvr.envs.tokens.check_template`).
 
 Scheduling: turns are batched in rounds. Each round sends every live trajectory's next turn to the engine in one
 call (the engine batches them), then steps every environment at once on the environment runner (worker
@@ -14,7 +13,8 @@ longer; a trajectory that ends leaves the next round smaller.
 
 A trajectory ends when the environment says ``done``, at ``max_turns`` assistant turns, when a turn is cut at the
 token limit (``length``), when the next turn would not fit the trajectory's token budget (``budget``), or when its
-environment fails (``env: <reason>``: a timeout, a crash, bad output); the batch goes on either way.
+environment fails (``env: <reason>``: a timeout, a crash, bad output), or when the template breaks the prefix
+property (``prefix_broken``); the batch goes on either way.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ class TurnSettings:
 
 @dataclass
 class Segment:
-    """One training sequence of a trajectory: ``prompt_ids`` [L], then ``ids`` [T] with ``mask`` [T] (1 sampled)
-    and ``logprobs`` [T] (nats; 0 where mask is 0)."""
+    """A trajectory's training sequence: ``prompt_ids`` [L], then ``ids`` [T] with ``mask`` [T] (1 sampled) and
+    ``logprobs`` [T] (nats; 0 where mask is 0)."""
 
     prompt_ids: list[int]
     ids: list[int] = field(default_factory=list)
@@ -62,7 +62,7 @@ class Segment:
 
 @dataclass
 class Trajectory:
-    """One trajectory: its start, its conversation, its segments and how it ended.
+    """One trajectory: its start, its conversation, its token sequence (``seq``) and how it ended.
 
     ``turn_rewards``: the environment's reward per assistant turn (None where it gave none); ``versions``: the
     policy version of each turn's sampler; ``end``: why it ended (see the module docstring); ``broken``: how many
@@ -72,7 +72,7 @@ class Trajectory:
     start: Prompt
     sample_index: int
     messages: list[Message]
-    segments: list[Segment]
+    seq: Segment
     state: Any = None
     turns: int = 0
     turn_rewards: list[float | None] = field(default_factory=list)
@@ -85,24 +85,20 @@ class Trajectory:
 
     @property
     def used(self) -> int:
-        """The budget's count: the current segment's tokens beyond the first prompt's length (one segment: every
-        token after the prompt; a later segment re-renders the conversation, so its sequence is what must fit)."""
-        s = self.segments[-1]
-        return len(s.prompt_ids) + len(s.ids) - len(self.segments[0].prompt_ids)
+        """The budget's count: the tokens after the prompt."""
+        return len(self.seq.ids)
 
-    def completions(self) -> list[Completion]:
-        """One :class:`Completion` per segment (``loss_mask`` and the trajectory fields set; ``text`` the last
-        assistant message, what verifiers judge)."""
-        out = []
-        for s in self.segments:
-            out.append(Completion(
-                prompt_index=self.start.index, sample_index=self.sample_index, prompt_ids=list(s.prompt_ids),
-                token_ids=list(s.ids), logprobs=list(s.logprobs), text=self.last_text,
-                finish_reason=self.last_finish, policy_version=min(self.versions) if self.versions else 0,
-                loss_mask=list(s.mask), turns=self.turns, messages=[dict(m) for m in self.messages],
-                turn_rewards=list(self.turn_rewards), end_reason=self.end,
-            ))  # fmt: skip
-        return out
+    def completion(self) -> Completion:
+        """The trajectory as one :class:`Completion`: ``token_ids`` every id after the prompt, ``loss_mask`` 1 on
+        the sampled ones, ``text`` the last assistant message (what verifiers judge), ``policy_version`` the oldest
+        turn's."""
+        s = self.seq
+        return Completion(
+            prompt_index=self.start.index, sample_index=self.sample_index, prompt_ids=list(s.prompt_ids),
+            token_ids=list(s.ids), logprobs=list(s.logprobs), text=self.last_text, finish_reason=self.last_finish,
+            policy_version=min(self.versions) if self.versions else 0, loss_mask=list(s.mask), turns=self.turns,
+            messages=[dict(m) for m in self.messages], turn_rewards=list(self.turn_rewards), end_reason=self.end,
+        )  # fmt: skip
 
 
 class EnvRunner(Protocol):
@@ -147,7 +143,7 @@ def run_turns(starts: list[Prompt], openings: list[list[Message]], g: int, gener
     for i, p in enumerate(starts):
         for j in range(g):
             trajs.append(Trajectory(start=p, sample_index=j, messages=[dict(m) for m in openings[i]],
-                                    segments=[Segment(prompt_ids=list(p.prompt_ids))]))  # fmt: skip
+                                    seq=Segment(prompt_ids=list(p.prompt_ids))))  # fmt: skip
     counters = {"turns": 0.0, "env_failures": 0.0, "prefix_breaks": 0.0, "obs_tokens_cut": 0.0}
     for t, (state, opening) in zip(trajs, runner.reset([env_rows[i] for i in range(len(starts)) for _ in range(g)])):
         if state is None:
@@ -155,7 +151,7 @@ def run_turns(starts: list[Prompt], openings: list[list[Message]], g: int, gener
             counters["env_failures"] += 1
         elif opening:  # the environment's own opening replaces the row's
             t.messages = [dict(m) for m in opening]
-            t.segments = [Segment(prompt_ids=renderer.opening_ids(opening))]
+            t.seq = Segment(prompt_ids=renderer.opening_ids(opening))
         t.state = state
     round_ = 0
     while True:
@@ -178,14 +174,14 @@ def _sample_round(live: list[Trajectory], generate: Generate, settings: TurnSett
     the token limit or at ``max_turns``."""
     prompts = []
     for k, t in enumerate(live):
-        seg = t.segments[-1]
+        seg = t.seq
         room = min(settings.max_new_tokens, settings.max_tokens - t.used)
         prompts.append(Prompt(index=k, text="", prompt_ids=seg.prompt_ids + seg.ids, gold=t.start.gold,
                               max_new_tokens=room))  # fmt: skip
     seed = None if sampling.seed is None else sampling.seed + round_
     comps = generate(prompts, dataclasses.replace(sampling, n=1, seed=seed))
     for t, c in zip(live, comps):
-        t.segments[-1].add(c.token_ids, c.logprobs)
+        t.seq.add(c.token_ids, c.logprobs)
         t.turns += 1
         t.versions.append(c.policy_version)
         t.last_text, t.last_finish = c.text, c.finish_reason
@@ -213,18 +209,15 @@ def _answer(t: Trajectory, state: Any, step: Any, renderer: ChatRenderer, settin
     new, cut = cap_observation(step.messages, renderer, settings.max_observation_tokens)
     counters["obs_tokens_cut"] += cut
     history, reply = t.messages[:-1], t.messages[-1]
-    b = renderer.between(history, reply["content"], t.segments[-1].ids[-1:] == [renderer.eos_id], new)
+    b = renderer.between(history, reply["content"], t.seq.ids[-1:] == [renderer.eos_id], new)
     t.messages += new
-    if b.prefix_ok:
-        if t.used + len(b.ids) + 1 > settings.max_tokens:
-            t.end = "budget"
-            return
-        t.segments[-1].add(b.ids, None)
-    else:  # the template rewrote history: go on from its rendering of the whole conversation, in a new segment
+    if not b.prefix_ok:  # the template rewrote history: end here, never train on ids the template would not give
         t.broken += 1
         counters["prefix_breaks"] += 1
-        prompt_ids = renderer.opening_ids(t.messages)
-        if t.used + len(prompt_ids) + 1 > settings.max_tokens:
-            t.end = "budget"
-            return
-        t.segments.append(Segment(prompt_ids=prompt_ids))
+        t.end = "prefix_broken"
+        t.info.append({"prefix_broken": b.reason})
+        return
+    if t.used + len(b.ids) + 1 > settings.max_tokens:
+        t.end = "budget"
+        return
+    t.seq.add(b.ids, None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from rlvr.envs.tokens import ChatRenderer
+from rlvr.envs.tokens import ChatRenderer, check_template
 from rlvr.models import resolve_model
 
 # A Qwen3-style template written for this test: an assistant message before the last one loses its <think> block.
@@ -89,3 +89,10 @@ def test_no_chat_template_is_refused(tok):
     tok2.chat_template = None
     with pytest.raises(ValueError, match="no chat template"):
         ChatRenderer(tok2)
+
+
+def test_the_load_time_probe_refuses_a_template_that_strips_reasoning(tok):
+    assert check_template(ChatRenderer(tok)) is None
+    tok2 = AutoTokenizer.from_pretrained(resolve_model("smollm2-135m-instruct"))
+    tok2.chat_template = STRIP_THINK
+    assert "rewrites earlier turns" in check_template(ChatRenderer(tok2))

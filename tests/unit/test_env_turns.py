@@ -100,7 +100,7 @@ def test_a_three_turn_trajectory_by_hand(renderer):
     between1 = ids("\n<|im_start|>user\nhigher<|im_end|>\n<|im_start|>assistant\n")
     between2 = ids("\n<|im_start|>user\nlower<|im_end|>\n<|im_start|>assistant\n")
     expected = ids("8") + [2] + between1 + ids("12") + [2] + between2 + ids("11") + [2]
-    (seg,) = t.segments
+    seg = t.seq
     assert seg.prompt_ids == prompt and seg.ids == expected
     assert seg.mask == [1, 1] + [0] * len(between1) + [1, 1, 1] + [0] * len(between2) + [1, 1, 1]
     assert seg.logprobs == ([-0.1, -0.2] + [0.0] * len(between1) + [-0.1, -0.2, -0.3] + [0.0] * len(between2)
@@ -114,7 +114,7 @@ def test_a_three_turn_trajectory_by_hand(renderer):
     # the conversation rendered at once gives the same ids (the last turn's closing "\n" was never sampled)
     whole = renderer.encode(renderer.render(t.messages, generation_prompt=False))
     assert prompt + expected == whole[:-1]
-    (c,) = t.completions()
+    c = t.completion()
     assert c.loss_mask == seg.mask and c.sampled_tokens == 8 and c.turns == 3 and c.end_reason == "done"
     assert c.token_ids == expected and c.text == "11" and c.policy_version == 7
 
@@ -133,7 +133,7 @@ def test_turns_end_at_max_turns_the_budget_and_the_token_limit(renderer):
     settings = TurnSettings(max_turns=5, max_tokens=28, max_new_tokens=8)
     (t,), _ = run_turns([start], [conv], 1, ScriptedEngine(None, ["1", "2"]), InlineRunner(), renderer,
                         settings, SamplingConfig(n=1, max_new_tokens=8), [ROW])
-    assert (t.turns, t.end, t.segments[0].ids) == (1, "budget", ids("1") + [2])
+    assert (t.turns, t.end, t.seq.ids) == (1, "budget", ids("1") + [2])
     # room for the separator: the next turn may sample only what is left of the budget (29 - 28 = 1 token)
     settings = TurnSettings(max_turns=5, max_tokens=29, max_new_tokens=8)
     engine = ScriptedEngine(None, ["1", "12"])
@@ -198,3 +198,32 @@ def test_the_process_pool_ends_only_the_trajectory_whose_step_hangs_crashes_or_f
         assert out[3][1].done and pool.stats()["timeouts"] == 1 and pool.stats()["crashes"] == 1
         bad = pool.reset([{"gold": "1", "env": {"name": "nosuchenv"}}])
         assert bad[0][0] is None and "unknown environment 'nosuchenv'" in bad[0][1]
+
+
+class Again:
+    def reset(self, row):
+        return None
+
+    def step(self, history, reply):
+        return EnvStep([{"role": "user", "content": "again"}])
+
+
+def test_a_template_that_rewrites_history_ends_the_trajectory_as_sampled(renderer):
+    tok = AutoTokenizer.from_pretrained(resolve_model("tiny-random"))
+    # earlier assistant turns lose what comes before "=" (a stand-in for Qwen3's dropped reasoning)
+    tok.chat_template = tok.chat_template.replace(
+        "message['content']", "(message['content'].split('=')[-1] if message['role'] == 'assistant' and not loop.last "
+        "else message['content'])")
+    r = ChatRenderer(tok)
+    start, conv = _start(r)
+    rows = [{"gold": "7", "env": {"name": "tests/unit/test_env_turns.py:Again"}}]
+    (t,), counters = run_turns([start], [conv], 1, ScriptedEngine(None, ["3+4=7"]), InlineRunner(), r,
+                               TurnSettings(max_turns=3, max_tokens=200, max_new_tokens=8),
+                               SamplingConfig(n=1, max_new_tokens=8), rows)
+    assert (t.end, t.broken, counters["prefix_breaks"], t.turns) == ("prefix_broken", 1, 1.0, 1)
+    assert t.seq.ids == ids("3+4=7") + [2] and t.seq.mask == [1] * 6  # nothing appended after the break
+    # the same replies under the unmodified template go on to the next turn
+    (t,), counters = run_turns([start], [conv], 1, ScriptedEngine(None, ["3+4=7", "7"]), InlineRunner(), renderer,
+                               TurnSettings(max_turns=2, max_tokens=200, max_new_tokens=8),
+                               SamplingConfig(n=1, max_new_tokens=8), rows)
+    assert (t.end, counters["prefix_breaks"], t.turns) == ("max_turns", 0.0, 2)
