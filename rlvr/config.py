@@ -79,6 +79,19 @@ class Recipe:
         return max(1, per_rank // self.trainer.micro_batch_size)
 
     @property
+    def response_budget(self) -> tuple[str, int]:
+        """(key, tokens) of what may follow a prompt: ``environment.max_tokens`` (a multi-turn trajectory's
+        sampled, environment and template tokens) with an environment, else ``rollout.max_new_tokens``."""
+        if self.environment.enabled:
+            return "environment.max_tokens", self.environment.max_tokens
+        return "rollout.max_new_tokens", self.rollout.max_new_tokens
+
+    @property
+    def max_sequence_tokens(self) -> int:
+        """The longest sequence an engine or the trainer sees: ``data.max_prompt_tokens`` + the response budget."""
+        return self.data.max_prompt_tokens + self.response_budget[1]
+
+    @property
     def pass_k(self) -> tuple[int, ...]:
         """k values reported for pass@k."""
         return self.metrics.pass_k or default_ks(self.rollout.samples_per_prompt)
@@ -88,8 +101,7 @@ class Recipe:
         return {
             "prompts_per_step": self.rollout.prompts_per_step,
             "samples_per_step": self.samples_per_step,
-            "max_tokens_per_step": self.samples_per_step
-            * (self.data.max_prompt_tokens + self.rollout.max_new_tokens),
+            "max_tokens_per_step": self.samples_per_step * self.max_sequence_tokens,
             "mini_batch_size": self.mini_batch,
             "optimizer_steps_per_rollout_batch": self.optimizer_steps_per_rollout,
             "grad_accum_steps_per_rank": self.grad_accum_steps,

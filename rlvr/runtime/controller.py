@@ -379,7 +379,7 @@ def _step_metrics(step: int, roll: Rollout, adv_metrics: dict, train_stats: dict
         mn.TIMING_TRAIN_WAIT_S: t1 - t0,
         mn.TIMING_SYNC_S: time.perf_counter() - t1,
         mn.TIMING_STEP_S: time.perf_counter() - t_step,
-        mn.ROLLOUT_TOKENS_PER_S: sum(len(c.token_ids) for c in roll.completions)
+        mn.ROLLOUT_TOKENS_PER_S: sum(c.sampled_tokens for c in roll.completions)
         / max(roll.timings[mn.TIMING_ROLLOUT_S], 1e-9),
         mn.DATA_EPOCH: float(sampler.epoch),
         mn.POLICY_VERSION: float(step),

@@ -135,7 +135,7 @@ def shaped_rewards(completions: list[Completion], scored: list[Scored], r: Recip
     rewards = torch.tensor([s.reward for s in scored], dtype=torch.float32)  # [B]
     al = r.algorithm
     if al.overlong_buffer > 0:
-        lengths = torch.tensor([len(c.token_ids) for c in completions])
+        lengths = torch.tensor([c.sampled_tokens for c in completions])
         rewards = rewards + overlong_penalty(lengths, r.rollout.max_new_tokens, al.overlong_buffer, al.overlong_penalty)
     if al.flawed_penalty > 0:  # the recipe check guarantees a judge verifier
         specs = r.reward.verifiers
@@ -195,16 +195,19 @@ def rollout_metrics(completions: list[Completion], scored: list[Scored], ks: tup
 
     A sample is *correct* when the primary (first) verifier gives it full marks (score >= 1); pass@k is the
     unbiased estimator (Chen et al. 2021, eq. 1) over each prompt's G samples, averaged over the P prompts.
-    Length metrics count response tokens; means are over the B samples; ``reward/std`` is the population std
-    (normaliser B); pass@k means are over the P prompts. With a judge verifier, its fractions
-    (:func:`rlvr.reward.judge.judge_metrics`).
+    Length metrics count sampled tokens (a multi-turn trajectory's environment and template tokens are not the
+    model's); means are over the B samples; ``reward/std`` is the population std (normaliser B); pass@k means are
+    over the P prompts. With a judge verifier, its fractions (:func:`rlvr.reward.judge.judge_metrics`); with an
+    environment (trajectories: ``end_reason`` set), the turn metrics: turns per trajectory, the share solved after
+    turn 1, and the shares ended by an environment failure, a broken template prefix and the token budget (all over
+    the B trajectories).
     """
     from rlvr.reward.judge import judge_metrics
     from rlvr.reward.pool import reward_metrics
 
     b = len(completions)
     correct = [s.results[primary].score >= 1.0 for s in scored]
-    lengths = [len(c.token_ids) for c in completions]
+    lengths = [c.sampled_tokens for c in completions]
     out: dict[str, float] = {
         **reward_metrics(scored),
         mn.REWARD_STD: float(torch.tensor([s.reward for s in scored]).std(unbiased=False)),
@@ -219,4 +222,11 @@ def rollout_metrics(completions: list[Completion], scored: list[Scored], ks: tup
     out[mn.GROUPS_ALL_CORRECT_FRAC] = sum(all(gr) for gr in groups) / len(groups)
     out[mn.GROUPS_NONE_CORRECT_FRAC] = sum(not any(gr) for gr in groups) / len(groups)
     out.update(judge_metrics(scored, primary))  # reward/flawed_positive_frac ... when a judge verifier ran
+    if any(c.end_reason is not None for c in completions):  # multi-turn trajectories
+        ends = [c.end_reason or "" for c in completions]
+        out[mn.ROLLOUT_TURNS_MEAN] = sum(c.turns for c in completions) / b
+        out[mn.ROLLOUT_SOLVED_AFTER_TURN_1] = sum(ok and c.turns > 1 for ok, c in zip(correct, completions)) / b
+        out[mn.ROLLOUT_ENV_FAILED_FRAC] = sum(e.startswith("env:") for e in ends) / b
+        out[mn.ROLLOUT_PREFIX_BROKEN_FRAC] = sum(e == "prefix_broken" for e in ends) / b
+        out[mn.ROLLOUT_BUDGET_END_FRAC] = sum(e == "budget" for e in ends) / b
     return out

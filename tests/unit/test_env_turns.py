@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pickle
 
+import torch
+
 import pytest
 from transformers import AutoTokenizer
 
@@ -227,3 +229,42 @@ def test_a_template_that_rewrites_history_ends_the_trajectory_as_sampled(rendere
                                TurnSettings(max_turns=2, max_tokens=200, max_new_tokens=8),
                                SamplingConfig(n=1, max_new_tokens=8), rows)
     assert (t.end, counters["prefix_breaks"], t.turns) == ("max_turns", 0.0, 2)
+
+
+def test_pack_keeps_the_loss_on_sampled_tokens_only():
+    from rlvr.train.batch import pack
+
+    # prompt [1, 5], then sampled [6, 2], environment [7, 8], sampled [9, 2]
+    c = Completion(prompt_index=0, sample_index=0, prompt_ids=[1, 5], token_ids=[6, 2, 7, 8, 9, 2],
+                   logprobs=[-0.5, -0.1, 0.0, 0.0, -0.7, -0.2], text="", finish_reason="stop", policy_version=0,
+                   loss_mask=[1, 1, 0, 0, 1, 1], turns=2)
+    single = Completion(prompt_index=1, sample_index=0, prompt_ids=[1], token_ids=[6, 2], logprobs=[-0.3, -0.4],
+                        text="", finish_reason="stop", policy_version=0)
+    b = pack([c, single], torch.zeros(2), pad_id=0, max_new_tokens=4)
+    # shifted frame: position t predicts input_ids[t + 1]; the first response token sits at position len(prompt) - 1
+    assert b.loss_mask.tolist() == [[0, 1, 1, 0, 0, 1, 1], [1, 1, 0, 0, 0, 0, 0]]
+    assert b.rollout_logprobs[0].tolist() == pytest.approx([0, -0.5, -0.1, 0, 0, -0.7, -0.2])
+    assert (c.sampled_tokens, single.sampled_tokens) == (4, 2)
+
+
+def test_trajectory_rewards_follow_the_recipe():
+    import types
+
+    from rlvr.envs.rollout import trajectory_rewards
+    from rlvr.reward.pool import Scored
+    from rlvr.types import VerifyResult
+
+    def comp(turns, rewards):
+        return Completion(prompt_index=0, sample_index=0, prompt_ids=[1], token_ids=[2], logprobs=[0.0], text="",
+                          finish_reason="stop", policy_version=0, turns=turns, turn_rewards=rewards, end_reason="done")
+
+    cs = [comp(1, [1.0]), comp(3, [0.0, None, 0.5]), comp(2, [None, None])]
+    sc = [Scored(reward=r, results={"m": VerifyResult(score=r)}, latency_s=0.0) for r in (1.0, 0.0, 1.0)]
+    env = types.SimpleNamespace(reward="verifiers", turn_discount=1.0)
+    assert [s.reward for s in trajectory_rewards(cs, sc, env)] == [1.0, 0.0, 1.0]
+    env.reward = "environment"
+    assert [s.reward for s in trajectory_rewards(cs, sc, env)] == [1.0, 0.5, 0.0]  # the last reward given; none: 0
+    env.reward, env.turn_discount = "both", 0.5
+    # (1 + 1) * 0.5^0, (0 + 0.5) * 0.5^2, (1 + 0) * 0.5^1
+    out = trajectory_rewards(cs, sc, env)
+    assert [s.reward for s in out] == [2.0, 0.125, 0.5] and out[1].results["m"].score == 0.0
