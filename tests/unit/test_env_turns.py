@@ -268,3 +268,12 @@ def test_trajectory_rewards_follow_the_recipe():
     # (1 + 1) * 0.5^0, (0 + 0.5) * 0.5^2, (1 + 0) * 0.5^1
     out = trajectory_rewards(cs, sc, env)
     assert [s.reward for s in out] == [2.0, 0.125, 0.5] and out[1].results["m"].score == 0.0
+
+
+def test_the_sample_table_shows_the_conversation_with_turns_marked():
+    from rlvr.metrics.samples import conversation_text
+
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "guess"},
+            {"role": "assistant", "content": "8"}, {"role": "user", "content": "higher"},
+            {"role": "assistant", "content": "11"}]
+    assert conversation_text(msgs) == "[assistant 1] 8 / [user] higher / [assistant 2] 11"
