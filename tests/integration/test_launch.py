@@ -143,7 +143,7 @@ def test_submit_dry_run_job_succeeds(ray_head):
     assert "# resolved recipe" in logs and "# derived" in logs
     assert "ray_address: auto" in logs
     assert "#   samples_per_step: 16" in logs and "#   total_samples: 48" in logs  # 16 x 3 steps
-    assert "dry run: recipe valid; nothing started." in logs
+    assert "dry run: recipe valid" in logs and "nothing started." in logs
 
 
 def test_submit_failing_job_exits_nonzero(ray_head):
@@ -681,8 +681,12 @@ def test_job_stop_wait_comes_from_the_runtime_env(ray_head, tmp_path):
         while "ready" not in client.get_job_logs(job_id):
             assert time.monotonic() < deadline, client.get_job_logs(job_id)[-2000:]
             time.sleep(0.5)
+        t_stop = time.monotonic()
         client.stop_job(job_id)
         assert _wait_job(url, job_id, ("STOPPED", "FAILED", "SUCCEEDED"), 60) == "STOPPED"
+        # the status may read STOPPED before the driver's handler is done (seen under load): look once the handler's
+        # 6 s have passed, with room; a driver killed after 3 s never writes the marker
+        time.sleep(max(0.0, t_stop + 9.0 - time.monotonic()))
         finished[label] = marker.exists()
     assert finished == {"manifest": True, "ray default": False}
 
