@@ -31,7 +31,7 @@ def _common(tmp_path: Path) -> list[str]:
             "trainer.lr=1e-2", "run.save_final=false", "checkpoint.keep_last=5", f"run.output_dir={tmp_path}",
             f"reward.verifiers=[{{name: '{SHAPING}:digit_share'}}]", "environment.name=guess",
             "environment.args={low: 1, high: 4}", "environment.max_turns=3", "environment.max_tokens=96",
-            "environment.num_workers=1"]  # fmt: skip
+            "environment.num_workers=1", "metrics.samples_every=1"]  # fmt: skip
 
 
 def _rows(run_dir) -> list[dict]:
