@@ -25,6 +25,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from rlvr.envs.base import EnvStep
 from rlvr.envs.tokens import ChatRenderer, Message
+from rlvr.seeding import turn_seed
 from rlvr.types import Completion, Prompt, SamplingConfig
 
 
@@ -135,7 +136,8 @@ def run_turns(starts: list[Prompt], openings: list[list[Message]], g: int, gener
     then rounds of (one engine call for every live trajectory's turn, one runner call for every environment step)
     until all have ended. ``openings[i]``: start i's opening conversation (the messages its prompt ids render);
     ``env_rows[i]``: the row its environments start from; an environment whose ``reset`` returns messages starts
-    from those instead (rendered with the generation prompt). ``sampling.seed`` seeds round r as ``seed + r``.
+    from those instead (rendered with the generation prompt). ``sampling.seed`` seeds round r
+    (:func:`rlvr.seeding.turn_seed`).
 
     Returns (trajectories [P x G], counters: ``turns``, ``env_failures``, ``prefix_breaks``, ``obs_tokens_cut``).
     """
@@ -178,7 +180,7 @@ def _sample_round(live: list[Trajectory], generate: Generate, settings: TurnSett
         room = min(settings.max_new_tokens, settings.max_tokens - t.used)
         prompts.append(Prompt(index=k, text="", prompt_ids=seg.prompt_ids + seg.ids, gold=t.start.gold,
                               max_new_tokens=room))  # fmt: skip
-    seed = None if sampling.seed is None else sampling.seed + round_
+    seed = None if sampling.seed is None else turn_seed(sampling.seed, round_)
     comps = generate(prompts, dataclasses.replace(sampling, n=1, seed=seed))
     for t, c in zip(live, comps):
         t.seq.add(c.token_ids, c.logprobs)

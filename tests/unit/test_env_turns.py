@@ -112,7 +112,7 @@ def test_a_three_turn_trajectory_by_hand(renderer):
     # token-in: the engine was shown exactly the trajectory's ids so far, each round
     assert [c[0][0] for c in engine.calls] == [prompt, prompt + expected[:2 + len(between1)],
                                                prompt + expected[:2 + len(between1) + 3 + len(between2)]]
-    assert [c[2] for c in engine.calls] == [100, 101, 102]  # round r seeded seed + r
+    assert [c[2] for c in engine.calls] == [100, 10_000_119, 20_000_138]  # round r: seed + r * 10_000_019
     # the conversation rendered at once gives the same ids (the last turn's closing "\n" was never sampled)
     whole = renderer.encode(renderer.render(t.messages, generation_prompt=False))
     assert prompt + expected == whole[:-1]
