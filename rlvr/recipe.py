@@ -271,6 +271,25 @@ def validate(r: Recipe) -> None:
     _check(resolve(r))
 
 
+def environment_errors(r: Recipe) -> list[str]:
+    """The ``environment:`` section's own bounds (multi-turn rollouts; none when it is off)."""
+    e = r.environment
+    if not e.enabled:
+        return []
+    errs = []
+    if e.max_turns < 1 or e.num_workers < 1 or not e.timeout_s > 0:
+        errs.append("environment.max_turns and environment.num_workers must be >= 1, environment.timeout_s > 0")
+    if e.max_tokens < r.rollout.max_new_tokens:
+        errs.append(f"environment.max_tokens={e.max_tokens} is less than one turn's rollout.max_new_tokens="
+                    f"{r.rollout.max_new_tokens}: raise environment.max_tokens (a trajectory's whole budget)")
+    if e.max_observation_tokens < 0 or not 0 < e.turn_discount <= 1:
+        errs.append("environment.max_observation_tokens must be >= 0 (0: no cap) and environment.turn_discount in "
+                    "(0, 1]")
+    if e.memory_mb is not None and e.memory_mb < 256:
+        errs.append("environment.memory_mb must be >= 256 or null for no limit")
+    return errs
+
+
 def _check(r: Recipe) -> None:
     """:func:`validate` of a recipe already resolved."""
     errs: list[str] = []
@@ -291,6 +310,7 @@ def _check(r: Recipe) -> None:
     errs.extend(extra_errors(r))
     errs.extend(judge_errors(r))
     errs.extend(verifier_errors(r))
+    errs.extend(environment_errors(r))
     for k in r.metrics.pass_k:
         if not 1 <= k <= ro.samples_per_prompt:
             errs.append(

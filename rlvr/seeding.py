@@ -12,6 +12,7 @@ rollout round r of step s   ``(seed * 1_000_003 + s * 101 + r)``   each engine's
                             ``mod (2**31 - 1)``
 DPH-RL buffer rollout       rollout seed of step 0, round 999      (no training step is step 0)
 too-stale groups of step s  rollout seed of step s, round 100      regeneration under ``rollout.max_staleness``
+turn t of a rollout seed S  ``(S + t * 10_000_019) mod (2**31-1)`` each engine's sampler, per multi-turn round
 DPH-RL buffer prompts       ``seed * 31 + 5``                      ``random.Random`` choice of the prompts
 DPH-RL batch of step s      ``seed * 1_000_003 + s``               ``random.Random`` draw from the buffer
 engine i                    ``seed + i``                           the engine's own default sampler seed
@@ -43,6 +44,13 @@ def rollout_seed(seed: int, step: int, round_: int = 0) -> int:
     """The sampling seed of generation round ``round_`` (0: the step's rollout; 1, 2, ...: DAPO refills) of
     ``step``: every engine seeds its sampler with it before the call, so a resumed run draws the same rollouts."""
     return (seed * 1_000_003 + step * 101 + round_) % SEED_MODULUS
+
+
+def turn_seed(seed: int, turn: int) -> int:
+    """The sampling seed of turn ``turn`` (0: the first) of a multi-turn rollout seeded ``seed``: the rollout's own
+    seed for the first turn (a one-turn rollout samples as a single-turn one), then steps of 10_000_019, far from
+    the 101 per training step and the rounds of :func:`rollout_seed`."""
+    return (seed + turn * 10_000_019) % SEED_MODULUS
 
 
 def dph_prompt_seed(seed: int) -> int:

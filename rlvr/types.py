@@ -29,6 +29,8 @@ class Prompt:
     row: dict[str, Any] = field(default_factory=dict)
     question: str = ""
     """The question before templating (what a person reads in sample tables); "" when unknown."""
+    max_new_tokens: int | None = None
+    """This prompt's own limit on new tokens (a multi-turn trajectory's remaining budget); None: the sampling's."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,10 +64,26 @@ class Completion:
     text: str
     finish_reason: FinishReason
     policy_version: int
+    loss_mask: list[int] | None = None
+    """[T_i] 1 on tokens the policy sampled, 0 on tokens an environment or the chat template put between turns
+    (multi-turn trajectories: :mod:`rlvr.envs.turns`); None: every token was sampled (one turn)."""
+    turns: int = 1
+    """Assistant turns in the trajectory (1: a single-turn sample)."""
+    messages: list[dict[str, Any]] | None = None
+    """The trajectory's whole conversation (chat messages), for sample tables; None for a single-turn sample."""
+    turn_rewards: list[float | None] | None = None
+    """The environment's reward after each assistant turn (None where it gave none); None without an environment."""
+    end_reason: str | None = None
+    """Why the trajectory ended (``done``, ``max_turns``, ``length``, ``budget``, ``env: <reason>``); None: one turn."""
 
     @property
     def truncated(self) -> bool:
         return self.finish_reason == "length"
+
+    @property
+    def sampled_tokens(self) -> int:
+        """Tokens the policy sampled (those the loss counts)."""
+        return len(self.token_ids) if self.loss_mask is None else sum(self.loss_mask)
 
 
 @dataclass(frozen=True, kw_only=True)

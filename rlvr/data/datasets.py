@@ -350,9 +350,16 @@ def render_prompt(question: str, tokenizer: Any, cfg: DataConfig) -> str:
             f"the tokenizer ({getattr(tokenizer, 'name_or_path', type(tokenizer).__name__)}) has no chat template; "
             "set data.chat_template=false to use the raw prompt text, or use an instruct model"
         )
+    return tokenizer.apply_chat_template(opening_messages(question, cfg), tokenize=False, add_generation_prompt=True)
+
+
+def opening_messages(question: str, cfg: DataConfig) -> list[dict[str, str]]:
+    """The chat messages a question opens with: the system prompt (if ``cfg.system_prompt``), then the user's
+    message, ``cfg.prompt_template`` with ``{question}`` replaced (what :func:`render_prompt` renders, and where a
+    multi-turn trajectory starts: :mod:`rlvr.envs`)."""
     messages = [{"role": "system", "content": cfg.system_prompt}] if cfg.system_prompt else []
-    messages.append({"role": "user", "content": user})
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    messages.append({"role": "user", "content": cfg.prompt_template.replace("{question}", question)})
+    return messages
 
 
 def build_prompts(rows: list[dict[str, Any]], tokenizer: Any, cfg: DataConfig,

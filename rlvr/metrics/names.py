@@ -155,7 +155,7 @@ VAL_MAJ = val_maj("<n>")
 VAL_MEAN = val_mean("<n>")
 
 # -- fixed names ---------------------------------------------------------------------------------------------
-# reward/ (rlvr.reward.pool.reward_metrics, rlvr.runtime.controller.rollout_metrics, the advantage stage)
+# reward/ (rlvr.reward.pool.reward_metrics, rlvr.runtime.rollout_stage.rollout_metrics, the advantage stage)
 REWARD_MEAN = _name(NS_REWARD, "mean")
 REWARD_STD = _name(NS_REWARD, "std")
 REWARD_CORRECT_FRAC = _name(NS_REWARD, "correct_frac")
@@ -181,6 +181,14 @@ RESPONSE_FILTERED_FRAC = _name(NS_RESPONSE, "filtered_frac")
 GROUPS_ALL_CORRECT_FRAC = _name(NS_GROUPS, "all_correct_frac")
 GROUPS_NONE_CORRECT_FRAC = _name(NS_GROUPS, "none_correct_frac")
 ROLLOUT_TOKENS_PER_S = _name(NS_ROLLOUT, "tokens_per_s")
+ROLLOUT_TURNS_MEAN = _name(NS_ROLLOUT, "turns_mean")
+ROLLOUT_SOLVED_AFTER_TURN_1 = _name(NS_ROLLOUT, "solved_after_turn_1")
+ROLLOUT_ENV_FAILED_FRAC = _name(NS_ROLLOUT, "env_failed_frac")
+ROLLOUT_PREFIX_BROKEN_FRAC = _name(NS_ROLLOUT, "prefix_broken_frac")
+ROLLOUT_BUDGET_END_FRAC = _name(NS_ROLLOUT, "budget_end_frac")
+ROLLOUT_ENV_S = _name(NS_ROLLOUT, "env_s")
+ROLLOUT_ENGINE_IDLE_FRAC = _name(NS_ROLLOUT, "engine_idle_frac")
+ROLLOUT_OBS_TOKENS_CUT = _name(NS_ROLLOUT, "obs_tokens_cut")
 DYNAMIC_SAMPLING_ROUNDS = _name(NS_DYNAMIC_SAMPLING, "rounds")
 DYNAMIC_SAMPLING_SHORTFALL = _name(NS_DYNAMIC_SAMPLING, "shortfall")
 DYNAMIC_SAMPLING_INFORMATIVE_FRAC = _name(NS_DYNAMIC_SAMPLING, "informative_frac")
@@ -310,6 +318,17 @@ _ENTRIES: tuple[Metric, ...] = (
     _M(GROUPS_ALL_CORRECT_FRAC, "fraction", "prompts whose G samples are all correct"),
     _M(GROUPS_NONE_CORRECT_FRAC, "fraction", "prompts whose G samples are all wrong"),
     _M(ROLLOUT_TOKENS_PER_S, "tokens/s", "response tokens trained on per second of rollout time (timing/rollout_s)"),
+    _M(ROLLOUT_TURNS_MEAN, "turns", "assistant turns per trajectory, mean (1 without an environment)"),
+    _M(ROLLOUT_SOLVED_AFTER_TURN_1, "fraction", "trajectories the primary verifier marks correct that took more than "
+                                                "one assistant turn (environment)"),
+    _M(ROLLOUT_ENV_FAILED_FRAC, "fraction", "trajectories ended by their environment failing (timeout, crash, error, "
+                                            "bad output: rlvr.envs)"),
+    _M(ROLLOUT_PREFIX_BROKEN_FRAC, "fraction", "trajectories ended because the chat template rewrote earlier turns "
+                                               "(the prefix property broke: rlvr.envs.tokens)"),
+    _M(ROLLOUT_BUDGET_END_FRAC, "fraction", "trajectories ended by environment.max_tokens"),
+    _M(ROLLOUT_ENV_S, "s", "wall time of the environments' resets and steps in the step's rollout"),
+    _M(ROLLOUT_ENGINE_IDLE_FRAC, "fraction", "share of the turn loop's time the engines waited for environments"),
+    _M(ROLLOUT_OBS_TOKENS_CUT, "tokens", "environment message tokens cut by environment.max_observation_tokens"),
     _M(DYNAMIC_SAMPLING_ROUNDS, "count", "extra generation rounds of DAPO dynamic sampling this step"),
     _M(DYNAMIC_SAMPLING_SHORTFALL, "count", "groups short of P informative ones after the last round"),
     _M(DYNAMIC_SAMPLING_INFORMATIVE_FRAC, "fraction", "informative groups (0 < correct < G) among all generated"),

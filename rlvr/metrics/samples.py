@@ -52,9 +52,10 @@ def sample_rows(
 
     Row: ``prompt_index`` (data set row), ``sample_index``, ``prompt`` (the question before templating, else
     the templated text), ``gold``,
-    ``response`` (decoded text), ``parsed`` (the primary verifier's answer or None), ``score`` (primary verifier,
+    ``response`` (decoded text; a multi-turn trajectory's whole conversation after its opening, each turn marked
+    ``[assistant 1]``, ``[user]``, ...: :func:`conversation_text`), ``parsed`` (the primary verifier's answer or None), ``score`` (primary verifier,
     in [0, 1]), ``reward`` (weighted sum over verifiers), ``reason`` (None at full marks), ``finish``
-    (``stop`` / ``length`` / ``abort``), ``judge`` (the judge verifier's verdict, :func:`judge_cell`; None when the
+    (``stop`` / ``length`` / ``abort``; a trajectory's end reason and its turns), ``judge`` (the judge verifier's verdict, :func:`judge_cell`; None when the
     step ran no judge).
 
     Errors: ``ValueError`` when ``completions`` and ``scored`` differ in length, a completion's prompt is not in
@@ -86,16 +87,31 @@ def sample_rows(
                 "sample_index": c.sample_index,
                 "prompt": p.question or p.text,
                 "gold": p.gold,
-                "response": c.text,
+                "response": c.text if c.messages is None else conversation_text(c.messages),
                 "parsed": res.parsed,
                 "score": float(res.score),
                 "reward": float(s.reward),
                 "reason": res.reason,
-                "finish": c.finish_reason,
+                "finish": c.finish_reason if c.end_reason is None else f"{c.end_reason} after {c.turns} turns",
                 "judge": judge_cell(s.results.get("judge")),
             }
         )
     return rows
+
+
+def conversation_text(messages: Sequence[dict[str, Any]]) -> str:
+    """A trajectory's conversation as text for a sample table: every message after the opening (the system and
+    first user messages, shown in the table's prompt column), each headed by its role, assistant turns numbered:
+    ``[assistant 1] 8 / [user] higher / [assistant 2] 12``."""
+    start = next((i + 1 for i, m in enumerate(messages) if m.get("role") == "user"), 0)
+    parts, turn = [], 0
+    for m in messages[start:]:
+        role = m.get("role", "?")
+        if role == "assistant":
+            turn += 1
+            role = f"assistant {turn}"
+        parts.append(f"[{role}] {m.get('content', '')}")
+    return " / ".join(parts)
 
 
 def judge_cell(verdict: Any) -> str | None:

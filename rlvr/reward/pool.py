@@ -1,10 +1,9 @@
 """Scoring pool: the recipe's verifiers in worker processes, with a hard wall-clock limit per sample.
 
 Model output is untrusted input: a verifier can hang (math-verify on towers of powers), exhaust memory or kill
-its process. So every sample is scored in a worker process (a ``multiprocessing`` forkserver context where the
-platform has one, else spawn; never threads: math-verify relies on ``signal.alarm``, which only works on a
-main thread, and a hung thread cannot be killed). Each worker builds the verifiers once; the parent sends one
-sample at a time to each idle worker and waits for all of them with one ``multiprocessing.connection.wait``.
+its process. So every sample is scored in a worker process of a :class:`~rlvr.runtime.sandbox.ProcessPool`
+(forkserver or spawn, never threads; the module docstring of :mod:`rlvr.runtime.sandbox` says why). Each worker
+builds the verifiers once.
 
 Per sample, exactly one :class:`Scored` comes back, in input order, always:
 
@@ -19,10 +18,6 @@ Per sample, exactly one :class:`Scored` comes back, in input order, always:
   term adds nothing to the reward; the other verifiers' scores of the sample stand.
 
 A replacement worker's start-up (imports, building the verifiers) is not counted against any sample's limit.
-Workers end with the pool's process, even when it is killed while one of them hangs on a sample.
-The pool works inside a Ray actor (forkserver and spawn start a fresh interpreter, unlike fork, which would
-copy the actor's threads' locks); the module that the host process runs as ``__main__`` is imported by the
-workers as ``__mp_main__``, so scripts need a ``__main__`` guard.
 """
 
 from __future__ import annotations
@@ -31,29 +26,19 @@ import collections
 import dataclasses
 import logging
 import math
-import multiprocessing as mp
-import multiprocessing.connection as mp_connection
-import os
-import signal
-import threading
-import time
-import traceback
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from rlvr.config import VerifierSpec
 from rlvr.metrics import names as mn
 from rlvr.reward.base import (INVALID_SCORE, InvalidScoreError, build_verifier, coerce_result, is_file_target,
                               resolve_verifier)
+from rlvr.runtime.sandbox import ProcessPool, error_reason
 from rlvr.types import VerifyResult
 
 log = logging.getLogger("rlvr")
 
-START_TIMEOUT_S = 120.0
-"""A worker that has not built its verifiers within this many seconds fails the pool (``RuntimeError``)."""
-_MAX_START_FAILURES = 3
 _ROW_KEYS_RESERVED = ("response", "gold")
 
 
@@ -128,25 +113,6 @@ def _absolute(spec: VerifierSpec) -> VerifierSpec:
     return dataclasses.replace(spec, name=f"{Path(target).expanduser().resolve()}:{attr}")
 
 
-def _exit_with_parent() -> None:
-    """Start a daemon thread that ends this worker when the pool's process dies, even mid-sample.
-
-    It waits on ``multiprocessing.parent_process().sentinel``, a pipe whose write end only the pool's process
-    holds (under forkserver too, where the OS parent is the fork server: a hung worker would otherwise keep
-    the fork server, and itself, alive after the pool's process was killed).
-    """
-    parent = mp.parent_process()
-    sentinel = getattr(parent, "sentinel", None)
-    if sentinel is None:
-        return
-
-    def watch() -> None:
-        mp_connection.wait([sentinel])
-        os._exit(0)
-
-    threading.Thread(target=watch, name="rlvr-scorer-watchdog", daemon=True).start()
-
-
 def _safe(value: Any) -> VerifyResult:
     """A verifier's result as a plain VerifyResult that pickles (parsed text capped at 2000 characters)."""
     r = coerce_result(value)
@@ -160,74 +126,30 @@ def _error(exc: BaseException) -> VerifyResult:
     that returned no valid score."""
     if isinstance(exc, InvalidScoreError):
         return VerifyResult(score=0.0, parsed=None, reason=f"error: {str(exc)[:300]}")
-    return VerifyResult(score=0.0, parsed=None, reason=f"error: {type(exc).__name__}: {str(exc)[:300]}")
+    return VerifyResult(score=0.0, parsed=None, reason=error_reason(exc))
 
 
-def _worker_main(conn: Any, specs: tuple[VerifierSpec, ...], keys: list[str], memory_mb: int | None) -> None:
-    """Body of a scoring worker: build the verifiers, then score ``(index, response, gold, row)`` jobs until
-    ``None`` or the parent goes away. Replies ``("ready",)``, ``("init_error", traceback)`` or
-    ``("result", index, {key: VerifyResult})``."""
-    _exit_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    try:
-        verifiers = [(key, build_verifier(spec)) for key, spec in zip(keys, specs)]
-        if memory_mb is not None:
-            import resource
+def _build_scorer(specs: tuple[VerifierSpec, ...], keys: list[str]) -> Callable[[tuple], dict[str, VerifyResult]]:
+    """A scoring worker's handler (:class:`~rlvr.runtime.sandbox.ProcessPool`): the verifiers built once, then
+    ``(response, gold, row) -> {key: VerifyResult}``, a verifier that raises scoring 0 with its reason."""
+    verifiers = [(key, build_verifier(spec)) for key, spec in zip(keys, specs)]
 
-            limit = memory_mb * 2**20
-            resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
-    except BaseException:  # noqa: BLE001 - reported to the parent, which raises
-        conn.send(("init_error", traceback.format_exc()))
-        return
-    conn.send(("ready",))
-    while True:
-        try:
-            job = conn.recv()
-        except (EOFError, OSError):
-            return
-        if job is None:
-            return
-        index, response, gold, row = job
+    def score(job: tuple) -> dict[str, VerifyResult]:
+        response, gold, row = job
         results = {}
         for key, verifier in verifiers:
             try:
                 results[key] = _safe(verifier.verify(response, gold, **row))
             except Exception as e:  # noqa: BLE001 - a verifier's bug scores 0 with a reason
                 results[key] = _error(e)
-        conn.send(("result", index, results))
+        return results
 
-
-@dataclass(eq=False)
-class _Worker:
-    proc: Any
-    conn: Any
-    started_at: float
-    ready: bool = False
-    job: int | None = None
-    sent_at: float = 0.0
-    deadline: float = math.inf
-
-
-KILL_REAP_S = 5.0
-"""Seconds to reap a worker after SIGKILL (the kernel ends it at once; not a wait on work, so not a recipe field:
-a sample's own deadline is ``reward.timeout_s``)."""
-
-
-def _kill_all(workers: list[_Worker]) -> None:
-    for w in workers:
-        if w.proc.is_alive():
-            w.proc.kill()
-        w.proc.join(timeout=KILL_REAP_S)
-        w.conn.close()
-    workers.clear()
-
-
-def _default_start_method() -> str:
-    return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+    return score
 
 
 class ScoringPool:
-    """Scores completions with the recipe's verifiers in ``num_workers`` processes (see the module docstring).
+    """Scores completions with the recipe's verifiers in ``num_workers`` processes (see the module docstring;
+    the processes are a :class:`~rlvr.runtime.sandbox.ProcessPool`).
 
     Args:
         specs: the verifiers; a sample's reward is the weighted sum of their scores.
@@ -256,11 +178,6 @@ class ScoringPool:
     ) -> None:
         if not specs:
             raise ValueError("ScoringPool needs at least one verifier spec")
-        if num_workers < 1 or not timeout_s > 0 or (memory_mb is not None and memory_mb < 1):
-            raise ValueError(
-                f"ScoringPool needs num_workers >= 1, timeout_s > 0, memory_mb None or >= 1; got {num_workers}, "
-                f"{timeout_s}, {memory_mb}"
-            )
         self._specs = tuple(_absolute(s) for s in specs)
         preload = ["rlvr.reward.pool"]
         for spec in self._specs:  # fail fast, in the caller's process, on a name that does not resolve
@@ -270,21 +187,9 @@ class ScoringPool:
         self.weights = {k: s.weight for k, s in zip(self.keys, self._specs)}
         self.timeout_s = float(timeout_s)
         self.memory_mb = memory_mb
-        self._ctx = mp.get_context(start_method or _default_start_method())
-        if self._ctx.get_start_method() == "forkserver":
-            self._ctx.set_forkserver_preload(preload)  # only the first pool of a process starts the server
-        self._stats: collections.Counter[str] = collections.Counter()
-        self._start_failures = 0
-        self._workers: list[_Worker] = []
-        self._finalizer = weakref.finalize(self, _kill_all, self._workers)
-        try:
-            for _ in range(num_workers):
-                self._workers.append(self._start())
-            while not all(w.ready for w in self._workers):
-                self._wait_and_service([])
-        except BaseException:
-            self.close()
-            raise
+        self._errors = 0
+        self._pool = ProcessPool(_build_scorer, (self._specs, self.keys), num_workers, timeout_s, memory_mb,
+                                 name="scoring", what="its verifiers", preload=preload, start_method=start_method)
 
     # -- public API --------------------------------------------------------------------------------------
     def score(
@@ -292,8 +197,9 @@ class ScoringPool:
     ) -> list[Scored]:
         """Score ``B`` samples: ``responses[i]`` against ``golds[i]`` with the data row ``rows[i]``.
 
-        Returns ``[B]`` :class:`Scored`, in input order, one per sample whatever happens to the workers. Keys
-        ``response`` and ``gold`` of a row are not passed on (they would clash with the arguments).
+        Returns ``[B]`` :class:`Scored`, in input order, one per sample whatever happens to the workers (a
+        timeout, a crash: every verifier scores 0 with that reason). Keys ``response`` and ``gold`` of a row are
+        not passed on (they would clash with the arguments).
         Errors: ``ValueError`` when the three lists differ in length; ``RuntimeError`` on a closed pool or when
         replacement workers cannot start.
         """
@@ -302,136 +208,36 @@ class ScoringPool:
             raise ValueError(
                 f"score needs equal lengths, got {n} responses, {len(golds)} golds, {len(rows)} rows"
             )
-        if not self._finalizer.alive:
-            raise RuntimeError("ScoringPool.score called after close()")
-        out: list[Scored | None] = [None] * n
-        queue = collections.deque(range(n))
-        while queue or any(w.job is not None for w in self._workers):
-            for w in self._workers:
-                if w.ready and w.job is None and queue:
-                    self._dispatch(w, queue, out, responses, golds, rows)
-            if queue or any(w.job is not None for w in self._workers):
-                self._wait_and_service(out)
-        self._stats["samples"] += n
-        return [s for s in out if s is not None]
+        jobs = [(str(responses[i]), str(golds[i]),
+                 {k: v for k, v in (rows[i] or {}).items() if k not in _ROW_KEYS_RESERVED}) for i in range(n)]
+        out = []
+        for o in self._pool.run(jobs):
+            if o.ok:
+                results: dict[str, VerifyResult] = o.value
+                self._errors += any((r.reason or "").startswith("error:") for r in results.values())
+            else:  # timeout, crashed, or a row that does not pickle (counted by the process pool)
+                results = {k: VerifyResult(score=0.0, parsed=None, reason=o.reason) for k in self.keys}
+            reward = sum(self.weights[k] * r.score for k, r in results.items())
+            out.append(Scored(reward=reward, results=results, latency_s=o.latency_s))
+        return out
 
     def stats(self) -> dict[str, int]:
         """Counters since the pool started: ``samples``, ``timeouts``, ``crashes``, ``errors`` (samples with a
-        verifier that raised or returned no valid score), ``restarts`` (workers replaced)."""
-        return {k: int(self._stats[k]) for k in ("samples", "timeouts", "crashes", "errors", "restarts")}
+        verifier that raised or returned no valid score, or a row that did not pickle), ``restarts`` (workers
+        replaced)."""
+        s = self._pool.stats()
+        return {"samples": s["jobs"], "timeouts": s["timeouts"], "crashes": s["crashes"],
+                "errors": s["errors"] + self._errors, "restarts": s["restarts"]}
 
     def close(self) -> None:
         """Stop the workers (politely, then SIGKILL after 2 s). Idempotent."""
-        for w in self._workers:
-            try:
-                w.conn.send(None)
-            except (OSError, ValueError):
-                pass
-        end = time.monotonic() + 2.0
-        for w in self._workers:
-            w.proc.join(timeout=max(0.0, end - time.monotonic()))
-        self._finalizer()
+        self._pool.close()
 
     def __enter__(self) -> ScoringPool:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # -- internals ---------------------------------------------------------------------------------------
-    def _start(self) -> _Worker:
-        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(
-            target=_worker_main,
-            args=(child_conn, self._specs, self.keys, self.memory_mb),
-            name="rlvr-scorer",
-            daemon=True,
-        )
-        proc.start()
-        child_conn.close()
-        return _Worker(proc=proc, conn=parent_conn, started_at=time.monotonic())
-
-    def _replace(self, w: _Worker) -> None:
-        if w.proc.is_alive():
-            w.proc.kill()
-        w.proc.join(timeout=KILL_REAP_S)
-        w.conn.close()
-        self._workers[self._workers.index(w)] = self._start()
-        self._stats["restarts"] += 1
-
-    def _failed(self, reason: str, latency_s: float) -> Scored:
-        results = {k: VerifyResult(score=0.0, parsed=None, reason=reason) for k in self.keys}
-        return Scored(reward=0.0, results=results, latency_s=latency_s)
-
-    def _dispatch(self, w: _Worker, queue: collections.deque[int], out: list[Scored | None],
-                  responses: Sequence[str], golds: Sequence[str], rows: Sequence[dict[str, Any]]) -> None:
-        index = queue.popleft()
-        row = {k: v for k, v in (rows[index] or {}).items() if k not in _ROW_KEYS_RESERVED}
-        try:
-            w.conn.send((index, str(responses[index]), str(golds[index]), row))
-        except (BrokenPipeError, ConnectionError, EOFError):  # died while idle: not this sample's fault
-            queue.appendleft(index)
-            self._replace(w)
-            return
-        except Exception as e:  # noqa: BLE001 - e.g. a row that does not pickle
-            out[index] = Scored(reward=0.0, results={k: _error(e) for k in self.keys}, latency_s=0.0)
-            self._stats["errors"] += 1
-            return
-        w.job, w.sent_at = index, time.monotonic()
-        w.deadline = w.sent_at + self.timeout_s
-
-    def _wait_and_service(self, out: list[Scored | None]) -> None:
-        """Wait for a message, a death or the next deadline, then handle every worker once."""
-        now = time.monotonic()
-        waitables: list[Any] = []
-        wake = now + 1.0
-        for w in self._workers:
-            if w.job is not None or not w.ready:
-                waitables += [w.conn, w.proc.sentinel]
-                wake = min(wake, w.deadline if w.ready else w.started_at + START_TIMEOUT_S)
-        if waitables:
-            mp_connection.wait(waitables, timeout=max(0.0, wake - now))
-        for w in list(self._workers):
-            self._service(w, out)
-
-    def _service(self, w: _Worker, out: list[Scored | None]) -> None:
-        dead = False
-        try:
-            while w.conn.poll():
-                msg = w.conn.recv()
-                if msg[0] == "ready":
-                    w.ready, self._start_failures = True, 0
-                elif msg[0] == "init_error":
-                    raise RuntimeError(f"a scoring worker could not build its verifiers:\n{msg[1]}")
-                elif msg[0] == "result" and msg[1] == w.job:
-                    results: dict[str, VerifyResult] = msg[2]
-                    reward = sum(self.weights[k] * r.score for k, r in results.items())
-                    out[w.job] = Scored(reward=reward, results=results, latency_s=time.monotonic() - w.sent_at)
-                    self._stats["errors"] += any((r.reason or "").startswith("error:") for r in results.values())
-                    w.job, w.deadline = None, math.inf
-        except (EOFError, OSError):
-            dead = True
-        now = time.monotonic()
-        if dead or not w.proc.is_alive():
-            if w.job is not None:
-                out[w.job] = self._failed("crashed", now - w.sent_at)
-                self._stats["crashes"] += 1
-            elif not w.ready:
-                self._start_failures += 1
-                if self._start_failures >= _MAX_START_FAILURES:
-                    raise RuntimeError(
-                        f"scoring workers keep dying before they are ready (last exit code {w.proc.exitcode}). "
-                        "If rlvr runs inside a Python script of your own (run.executor=local), put its calls under "
-                        "`if __name__ == '__main__':` - worker processes import your main module, as every "
-                        "multiprocessing 'spawn'/'forkserver' child does; otherwise see the verifier's import errors above"
-                    )
-            self._replace(w)
-        elif w.job is not None and now >= w.deadline:
-            out[w.job] = self._failed("timeout", now - w.sent_at)
-            self._stats["timeouts"] += 1
-            self._replace(w)
-        elif not w.ready and now - w.started_at > START_TIMEOUT_S:
-            raise RuntimeError(f"a scoring worker did not build its verifiers within {START_TIMEOUT_S:.0f} s")
 
 
 class RewardWorker:

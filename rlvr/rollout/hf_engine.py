@@ -54,7 +54,7 @@ class HFEngine:
                 temperature=sampling.temperature,
                 top_p=sampling.top_p,
                 top_k=sampling.top_k if sampling.top_k > 0 else 0,
-                max_new_tokens=sampling.max_new_tokens,
+                max_new_tokens=p.max_new_tokens or sampling.max_new_tokens,  # a trajectory's budget may be less
                 eos_token_id=sorted(stop),
                 pad_token_id=self.pad_id,
                 output_scores=True,

@@ -149,8 +149,14 @@ class VLLMEngine:
             # CPU whenever chunked prefill discards a sampled token ("CPU Generator does not use offset", vLLM
             # 0.32). The same seed before the same batch draws the same rollouts (what exact resume needs).
             self.llm.collective_rpc("rlvr_seed", args=(int(sampling.seed),))
+        # a prompt's own limit (a multi-turn trajectory's remaining budget) gets its own copy of the parameters
+        per_prompt = [params if p.max_new_tokens in (None, sampling.max_new_tokens)
+                      else params.clone() for p in prompts]  # fmt: skip
+        for p, sp in zip(prompts, per_prompt):
+            if sp is not params:
+                sp.max_tokens = p.max_new_tokens
         outs = self.llm.generate(
-            [{"prompt_token_ids": p.prompt_ids} for p in prompts], params, use_tqdm=False
+            [{"prompt_token_ids": p.prompt_ids} for p in prompts], per_prompt, use_tqdm=False
         )
         result: list[Completion] = []
         for p, out in zip(prompts, outs):

@@ -22,8 +22,6 @@ from rlvr.types import Prompt
 
 log = logging.getLogger("rlvr")
 
-CONTEXT_KEYS = "data.max_prompt_tokens + rollout.max_new_tokens"
-"""The two recipe keys whose sum must fit in the model's context."""
 NOT_CHECKED = "not checked:"
 """The start of a :func:`dry_run` line for a check that could not be made here."""
 
@@ -78,6 +76,12 @@ def _preflight(recipe: Recipe, model_optional: bool) -> tuple[list[str], tuple[s
             raise FileNotFoundError(f"{key}={source!r}: no such file (relative paths are tried from the working "
                                     f"directory, then from the rlvr repository); fix the path.{hint}")
     lines = [f"checked: verifier args {', '.join(f'reward.verifiers[{i}]' for i, _ in rules)} fit their constructors"]
+    if recipe.environment.name is not None:  # multi-turn: the environment resolves and takes its args
+        from rlvr.envs.runner import resolve_environment
+        from rlvr.registry import check_kwargs
+
+        check_kwargs(resolve_environment(recipe.environment.name), recipe.environment.args, "environment.args")
+        lines.append(f"checked: environment {recipe.environment.name} resolves and takes environment.args")
     try:
         model = model_context(recipe.model.path)
     except ModelUnavailable as e:
@@ -108,7 +112,8 @@ def _warn_settings(recipe: Recipe) -> None:
 
 
 def check_context(recipe: Recipe, ctx: int | None) -> str:
-    """Check that a prompt of ``data.max_prompt_tokens`` and its response of ``rollout.max_new_tokens`` fit in the
+    """Check that a prompt of ``data.max_prompt_tokens`` and what follows it (``rollout.max_new_tokens``, or with an
+    environment a trajectory's ``environment.max_tokens``: :attr:`~rlvr.config.Recipe.response_budget`) fit in the
     model's context ``ctx`` (positions; None: the config declares none, not checked); validation samples as many
     new tokens. Returns the line saying what was checked.
 
@@ -117,20 +122,22 @@ def check_context(recipe: Recipe, ctx: int | None) -> str:
     """
     from rlvr.models import token_budgets
 
-    p, n, model = recipe.data.max_prompt_tokens, recipe.rollout.max_new_tokens, recipe.model.path
+    key, n = recipe.response_budget
+    p, model = recipe.data.max_prompt_tokens, recipe.model.path
+    keys = f"data.max_prompt_tokens + {key}"
     if ctx is None:
-        return f"{NOT_CHECKED} {CONTEXT_KEYS} = {p} + {n}: model {model} declares no max_position_embeddings"
+        return f"{NOT_CHECKED} {keys} = {p} + {n}: model {model} declares no max_position_embeddings"
     if p + n <= ctx:
-        return f"checked: model {model} context {ctx} >= {p} + {n} ({CONTEXT_KEYS})"
+        return f"checked: model {model} context {ctx} >= {p} + {n} ({keys})"
     fixes = []
     if ctx - n >= 1:
-        fixes.append(f"data.max_prompt_tokens to at most {ctx - n} (keeping rollout.max_new_tokens={n})")
+        fixes.append(f"data.max_prompt_tokens to at most {ctx - n} (keeping {key}={n})")
     if ctx - p >= 1:
-        fixes.append(f"rollout.max_new_tokens to at most {ctx - p} (keeping data.max_prompt_tokens={p})")
+        fixes.append(f"{key} to at most {ctx - p} (keeping data.max_prompt_tokens={p})")
     if not fixes:
         lp, ln = token_budgets(ctx, p, n, fit=True)
-        fixes.append(f"both, e.g. data.max_prompt_tokens={lp} rollout.max_new_tokens={ln}")
-    raise RecipeError(f"{CONTEXT_KEYS} = {p} + {n} = {p + n} tokens, more than the {ctx}-token context of model "
+        fixes.append(f"both, e.g. data.max_prompt_tokens={lp} {key}={ln}")
+    raise RecipeError(f"{keys} = {p} + {n} = {p + n} tokens, more than the {ctx}-token context of model "
                       f"{model} (max_position_embeddings of its config.json), which a prompt and its response share "
                       f"(the engine refuses a longer one): lower {', or '.join(fixes)}")
 
@@ -151,7 +158,7 @@ def load_prompts(recipe: Recipe, tokenizer: Any, ctx: int | None) -> tuple[list[
     check_context(r, ctx)
     rows = load_rows(r.data, r.run.seed)
     kept, report = check_golds(rows, r.reward.verifiers, r.data.bad_gold, r.timeouts.gold_check_s)
-    context = (ctx, r.rollout.max_new_tokens) if ctx is not None else None
+    context = (ctx, r.response_budget[1]) if ctx is not None else None
     prompts, dropped = build_prompts(kept, tokenizer, r.data, context)
     log.info("%d prompts (%d dropped as longer than %d tokens)", len(prompts), dropped, r.data.max_prompt_tokens)
     if len(prompts) < r.rollout.prompts_per_step:

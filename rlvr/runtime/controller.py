@@ -9,7 +9,6 @@ and the console.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -18,22 +17,23 @@ from typing import Any, Callable
 
 import torch
 
-from rlvr.algos.dapo import informative_groups, overlong_mask, overlong_penalty, select_groups
-from rlvr.config import Recipe, dump_yaml
+from rlvr.algos.dapo import overlong_mask
+from rlvr.config import Recipe
 from rlvr.metrics import names as mn
-from rlvr.metrics.passk import pass_at_k
 from rlvr.metrics.progress import Progress
-from rlvr.metrics.samples import print_sample_table, sample_rows
+from rlvr.metrics.samples import print_sample_table
 from rlvr.metrics.timeline import append_step, role_usage, staleness_metrics
 from rlvr.metrics.sinks import make_sinks
-from rlvr.reward.pool import Scored
 from rlvr.runtime.advantage_stage import build_dph_buffer, dph_batch, form_advantages, needs_reference, uses_critic
 from rlvr.runtime.checks import preflight  # noqa: F401 (rlvr.runtime.controller.preflight: checks at load)
 from rlvr.runtime.roles import Roles
+from rlvr.runtime.rundir import prepare_run_dir, resume_point, write_recipe  # noqa: F401 (cli, tests)
+from rlvr.runtime.rollout_stage import (Rollout, collect_rollout, drop_stale, finish_rollout, start_rollout,
+                                        step_sampling)
 from rlvr.runtime.validation import run_validation, validation_prompts
-from rlvr.seeding import DPH_BUFFER_ROUND, STALE_ROUND, rollout_seed
+from rlvr.seeding import DPH_BUFFER_ROUND
 from rlvr.train.batch import TrainBatch, pack
-from rlvr.types import Completion, Prompt, SamplingConfig
+from rlvr.types import Prompt, SamplingConfig
 
 log = logging.getLogger("rlvr")
 
@@ -44,44 +44,6 @@ class RunResult:
     final_dir: str | None
     steps: int
     last_metrics: dict[str, float]
-
-
-def prepare_run_dir(recipe: Recipe) -> Path:
-    """Create ``output_dir/name`` (``name-2``, ``name-3``... if it holds a run that completed a step or is running,
-    with a warning; a folder whose run never completed a step is reused: :func:`rlvr.runtime.rundir.fresh_run_dir`)
-    and write the resolved recipe.
-
-    Resuming (``run.resume``) continues in the run folder itself: ``output_dir/name`` for ``auto``, the folder
-    that holds the checkpoint (``RUN/checkpoints/step_N``) for a path. Its ``recipe.yaml`` is rewritten only once
-    the checkpoint has been found compatible (in :func:`train`), so a refused resume leaves the folder as it was.
-    Errors: ``FileNotFoundError``/``ValueError`` (from :func:`rlvr.runtime.checkpoint.resolve_resume`) for a
-    resume path that is not a complete checkpoint; nothing is created then.
-    """
-    base = Path(recipe.run.output_dir) / recipe.run.name
-    resume = recipe.run.resume
-    if resume:
-        from rlvr.runtime.checkpoint import resolve_resume
-
-        ck = Path(resume).expanduser()
-        run_dir = base if resume == "auto" else (ck.parent.parent if ck.parent.name == "checkpoints" else ck)
-        if resume != "auto":
-            resolve_resume(resume, run_dir)  # a bad path fails here, before any folder is made
-        fresh = not (run_dir / "recipe.yaml").exists()
-        run_dir.mkdir(parents=True, exist_ok=True)
-        if not fresh:
-            return run_dir
-    else:
-        from rlvr.runtime.rundir import fresh_run_dir
-
-        run_dir = fresh_run_dir(base)
-    write_recipe(recipe, run_dir)
-    return run_dir
-
-
-def write_recipe(recipe: Recipe, run_dir: Path) -> None:
-    """``RUN/recipe.yaml`` (the resolved recipe) and ``RUN/derived.json`` (its derived sizes)."""
-    (run_dir / "recipe.yaml").write_text(dump_yaml(recipe))
-    (run_dir / "derived.json").write_text(json.dumps(recipe.derived(), indent=2))
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -128,12 +90,6 @@ class _StopFlag:
             signal.signal(sig, old)
 
 
-def step_sampling(sampling: SamplingConfig, seed: int, step: int, round_: int = 0) -> SamplingConfig:
-    """The sampling of one generation round of ``step``, seeded from (run seed, step, round) so a resumed run
-    draws the same rollouts as an uninterrupted one (each engine seeds its sampler with it before the call)."""
-    return dataclasses.replace(sampling, seed=rollout_seed(seed, step, round_))
-
-
 def save_checkpoint(roles: "Roles", run_dir: Path, step: int, sampler: Any, r: Recipe, data_fp: dict, metrics: dict,
                     ahead: dict | None = None) -> str:
     """Write ``RUN/checkpoints/step_N`` (:mod:`rlvr.runtime.checkpoint`: temporary folder, every trainer rank's
@@ -174,14 +130,6 @@ def _restore(roles: "Roles", ckpt: Path, state: Any) -> None:
     roles.sync(version=state.policy_version)
 
 
-def _trim_metrics(path: Path, last_step: int) -> None:
-    """Drop rows logged after ``last_step`` (a crashed run went on past its checkpoint; those steps run again)."""
-    if not path.exists():
-        return
-    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= last_step]
-    path.write_text("".join(line + "\n" for line in keep))
-
-
 @dataclass
 class _Data:
     """What the run trains on: the tokenizer's pad id, the prompts and their fingerprint (checked on resume)."""
@@ -208,36 +156,6 @@ def _load_data(r: Recipe) -> _Data:
     build_verifiers(r)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     return _Data(model_dir, tok, prompts, ck.data_fingerprint(prompts), pad_id)
-
-
-def _resume_point(r: Recipe, run_dir: Path, data: _Data) -> tuple[Path | None, Any]:
-    """(checkpoint to resume from, its controller state), or (None, None) for a fresh start; the recipe is written
-    to the run folder either way. Errors: :class:`~rlvr.config.RecipeError` when the checkpoint's recipe or data
-    differ from this run's."""
-    from rlvr.runtime import checkpoint as ck
-
-    resume_from = ck.resolve_resume(r.run.resume, run_dir) if r.run.resume else None
-    if r.run.resume and resume_from is None:
-        write_recipe(r, run_dir)  # --resume auto with nothing to resume: a fresh start in this folder
-    state = None
-    if resume_from is not None:
-        ck.check_compatible(resume_from, r, data.fingerprint)  # before anything expensive starts
-        write_recipe(r, run_dir)  # compatible: the folder's recipe is now this one (e.g. more steps)
-        state = ck.load_controller(resume_from)
-        log.info("resuming from %s: step %d done, %d to go", resume_from, state.step, r.run.steps - state.step)
-        for key, old, new in ck.optimizer_changes(resume_from, r):  # applied once the optimizer state is loaded
-            log.info("resume changes %s: %s -> %s from step %d on (Adam's moments and step count are the "
-                     "checkpoint's)", key, old, new, state.step + 1)
-        for key, old, new in ck.changed_keys(resume_from, r, ck.DRAW_KEYS):
-            log.warning("resume changes %s: %s -> %s: the engines split each batch otherwise, so from step %d on the "
-                        "rollouts differ from an uninterrupted run's (valid, not identical)", key, old, new,
-                        state.step + 1)
-        _trim_metrics(run_dir / "metrics.jsonl", state.step)
-        _trim_metrics(run_dir / "samples.jsonl", state.step)
-        _trim_metrics(run_dir / "timeline.jsonl", state.step)
-        _trim_metrics(run_dir / "validation.jsonl", state.step)
-    ck.prune(run_dir, r.checkpoint.keep_last, r.checkpoint.best_metric, r.checkpoint.best_mode)  # crash leftovers
-    return resume_from, state
 
 
 def _count_nonfinite(in_row: int, metrics: dict[str, float], step: int, r: Recipe) -> int:
@@ -288,7 +206,7 @@ def _train(recipe: Recipe, run_dir: Path, executor: Any | None) -> RunResult:
     _log_to_file(run_dir)
     log.info("run folder: %s", run_dir, extra={"console": False})  # rlvr train prints it (with what it holds)
     data = _load_data(r)
-    resume_from, state = _resume_point(r, run_dir, data)
+    resume_from, state = resume_point(r, run_dir, data.fingerprint)
     sampler = PromptSampler(len(data.prompts), r.rollout.prompts_per_step, r.run.seed, r.data.shuffle)
     if state is not None:
         sampler.load_state_dict(state.sampler)
@@ -375,7 +293,7 @@ def _generated_ahead(resume_from: Path | None, first: int, roles: "Roles", promp
             raise RecipeError(f"{resume_from} holds no batches generated ahead ({ck.AHEAD}): it was not written by a run "
                               f"with rollout.max_staleness={n}; resume with the checkpoint's own setting")
         return torch.load(path, weights_only=False)
-    return {j: _rollout(j, roles, prompts, sampler, sampling, r, primary, rows_of(j)) for j in range(first, first + n)}
+    return {j: collect_rollout(j, roles, prompts, sampler, sampling, r, primary, rows_of(j)) for j in range(first, first + n)}
 
 
 def _role_usage(roles: "Roles", run_dir: Path, step: int, t0: float, t1: float, origin: float) -> dict[str, float]:
@@ -407,21 +325,8 @@ def _dph_buffer(roles: "Roles", prompts: list[Prompt], sampling: SamplingConfig,
     return buf
 
 
-@dataclass
-class _Rollout:
-    """A step's rollouts: B = P x G completions (prompt-major) with their scores, the shaped rewards [P, G] the
-    advantage sees, the rollout metrics, the sample-table rows and the rollout/reward timings (seconds)."""
-
-    completions: list[Completion]
-    scored: list[Scored]
-    rewards: torch.Tensor
-    metrics: dict[str, float]
-    rows: list[dict]
-    timings: dict[str, float]
-
-
 def _one_step(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sampling: SamplingConfig, r: Recipe,
-              primary: str, pad_id: int, dph_buffer: list, ahead: dict[int, _Rollout],
+              primary: str, pad_id: int, dph_buffer: list, ahead: dict[int, Rollout],
               rows_of: Callable[[int], int]) -> tuple[dict[str, float], list[dict]]:
     """One training step, the five steps of the design guide: prompts -> rollouts scored by the verifiers ->
     advantages -> policy (and critic) update -> weight sync, then the step's metrics. Returns the metrics and the
@@ -435,19 +340,19 @@ def _one_step(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sa
     weights between batches, and no sample mixes two versions). So batch s was generated by version
     max(0, s - 1 - N) and is N versions behind the weights it updates (fewer for the first N steps). At N = 0 the
     batch is generated and collected first: generation and training take turns. Either way samples older than N
-    versions are dropped and regenerated (:func:`_drop_stale`)."""
+    versions are dropped and regenerated (:func:`~rlvr.runtime.rollout_stage.drop_stale`)."""
     t_step = time.perf_counter()
     n = r.rollout.max_staleness
     # also past run.steps when N >= 1: the last N batches go to the final checkpoint, so a run continued for more
     # steps trains on what an uninterrupted one would (their generation overlaps the last updates)
-    started = _start_rollout(step + n, roles, prompts, sampler, sampling, r)
+    started = start_rollout(step + n, roles, prompts, sampler, sampling, r)
     if not n:  # 1-2: generate and score, before the update
-        ahead[step] = _finish_rollout(started, roles, prompts, sampler, sampling, r, primary, rows_of(step))
-    roll, dropped = _drop_stale(ahead.pop(step), step, roles, prompts, sampling, r, primary)
+        ahead[step] = finish_rollout(started, roles, prompts, sampler, sampling, r, primary, rows_of(step))
+    roll, dropped = drop_stale(ahead.pop(step), step, roles, prompts, sampling, r, primary)
     batch, critic_inputs, adv_metrics = _advantage_batch(roll, roles, r, pad_id)  # 3a: advantages
     calls = _submit_update(roles, batch, critic_inputs, dph_batch(dph_buffer, step, r, pad_id), step)  # 3b: update
     if n:  # 1-2 for step s + N, beside the update
-        ahead[step + n] = _finish_rollout(started, roles, prompts, sampler, sampling, r, primary, rows_of(step + n))
+        ahead[step + n] = finish_rollout(started, roles, prompts, sampler, sampling, r, primary, rows_of(step + n))
     t0 = time.perf_counter()  # the controller has nothing left to do but wait for the update
     train_stats = _wait_update(roles, calls, critic_inputs is not None, r)
     t1 = time.perf_counter()
@@ -455,7 +360,7 @@ def _one_step(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sa
     return _step_metrics(step, roll, adv_metrics, train_stats, sync_stats, dropped, sampler, r, t_step, t0, t1), roll.rows
 
 
-def _step_metrics(step: int, roll: _Rollout, adv_metrics: dict, train_stats: dict, sync_stats: dict, dropped: int,
+def _step_metrics(step: int, roll: Rollout, adv_metrics: dict, train_stats: dict, sync_stats: dict, dropped: int,
                   sampler: Any, r: Recipe, t_step: float, t0: float, t1: float) -> dict[str, float]:
     """Step 5 of :func:`_one_step`: the step's metrics (logged by the caller). Every ``timing/*`` means the same
     in both loops (:mod:`rlvr.metrics.names`): the rollout stages are those of the batch trained (generated this
@@ -474,87 +379,14 @@ def _step_metrics(step: int, roll: _Rollout, adv_metrics: dict, train_stats: dic
         mn.TIMING_TRAIN_WAIT_S: t1 - t0,
         mn.TIMING_SYNC_S: time.perf_counter() - t1,
         mn.TIMING_STEP_S: time.perf_counter() - t_step,
-        mn.ROLLOUT_TOKENS_PER_S: sum(len(c.token_ids) for c in roll.completions)
+        mn.ROLLOUT_TOKENS_PER_S: sum(c.sampled_tokens for c in roll.completions)
         / max(roll.timings[mn.TIMING_ROLLOUT_S], 1e-9),
         mn.DATA_EPOCH: float(sampler.epoch),
         mn.POLICY_VERSION: float(step),
     }
 
 
-def _drop_stale(roll: _Rollout, step: int, roles: "Roles", prompts: list[Prompt], sampling: SamplingConfig,
-                r: Recipe, primary: str) -> tuple[_Rollout, int]:
-    """Step ``step`` updates the weights of version ``step - 1``: a group holding a sample of a policy version
-    below ``step - 1 - rollout.max_staleness`` is regenerated with the engines' current weights (seeded by the
-    step, round :data:`rlvr.seeding.STALE_ROUND`) and rescored, its rows of ``roll.rewards`` [P, G] shaped anew,
-    and the batch's rollout metrics (reward, pass@k, lengths) recomputed on what is trained (the dropped samples'
-    own are gone with them); returns (the rollout, the number of samples dropped: G per regenerated group).
-    The pipeline of :func:`_one_step` never produces such samples; this bounds the lag whatever happens
-    (an engine restarted with other weights, a schedule change)."""
-    g = r.rollout.samples_per_prompt
-    oldest = step - 1 - r.rollout.max_staleness
-    stale = sorted({i // g for i, c in enumerate(roll.completions) if c.policy_version < oldest})
-    if not stale:
-        return roll, 0
-    by_index = {p.index: p for p in prompts}
-    again = [by_index[roll.completions[gi * g].prompt_index] for gi in stale]
-    log.warning("step %d: %d groups hold samples older than policy version %d (rollout.max_staleness=%d): "
-                "dropped and regenerated", step, len(stale), oldest, r.rollout.max_staleness)
-    comps, scs, _ = roles.generate_and_score(again, step_sampling(sampling, r.run.seed, step, STALE_ROUND))
-    completions, scored = list(roll.completions), list(roll.scored)
-    for k, gi in enumerate(stale):
-        completions[gi * g : (gi + 1) * g] = comps[k * g : (k + 1) * g]
-        scored[gi * g : (gi + 1) * g] = scs[k * g : (k + 1) * g]
-    rewards = roll.rewards.clone()
-    rewards[stale] = shaped_rewards(comps, scs, r)
-    metrics = {**roll.metrics, **rollout_metrics(completions, scored, r.pass_k, g, primary=primary)}
-    return (dataclasses.replace(roll, completions=completions, scored=scored, rewards=rewards, metrics=metrics),
-            len(stale) * g)
-
-
-def _rollout(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sampling: SamplingConfig, r: Recipe,
-             primary: str, n_rows: int) -> _Rollout:
-    """The step's P prompts, G samples each, scored as each engine finishes; rewards shaped (DAPO's overlong
-    punishment) and, with DAPO's dynamic sampling, uninformative groups replaced (:func:`refill_groups`). The
-    rollout metrics describe what the policy sampled, before any group selection (which reads too high)."""
-    return _finish_rollout(_start_rollout(step, roles, prompts, sampler, sampling, r), roles, prompts, sampler,
-                           sampling, r, primary, n_rows)  # fmt: skip
-
-
-@dataclass
-class _Started:
-    """A step's rollout submitted to the engines (:func:`_start_rollout`): its step, prompts and the pending calls."""
-
-    step: int
-    prompts: list[Prompt]
-    pending: Any
-
-
-def _start_rollout(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sampling: SamplingConfig,
-                   r: Recipe) -> _Started:
-    """Draw the step's P prompts and submit their generation (seeded by the step); returns at once."""
-    batch_prompts = [prompts[i] for i in sampler.next_batch()]
-    return _Started(step, batch_prompts, roles.start_rollout(batch_prompts, step_sampling(sampling, r.run.seed, step)))
-
-
-def _finish_rollout(started: _Started, roles: "Roles", prompts: list[Prompt], sampler: Any, sampling: SamplingConfig,
-                    r: Recipe, primary: str, n_rows: int) -> _Rollout:
-    """Collect and score a :func:`_start_rollout`, then shape and (DAPO) refill it: see :func:`_rollout`."""
-    step, batch_prompts = started.step, started.prompts
-    completions, scored, timings = roles.finish_rollout(started.pending)
-    roles.failures.check(step, scored)  # a console warning when a verifier fails many samples (reward.warn_error_frac)
-    metrics = rollout_metrics(completions, scored, r.pass_k, r.rollout.samples_per_prompt, primary=primary)
-    rows = sample_rows(batch_prompts, completions, scored, primary, n_rows) if n_rows else []
-    rewards = shaped_rewards(completions, scored, r)  # [P, G]
-    if r.algorithm.dynamic_sampling:
-        t_refill = time.perf_counter()
-        completions, scored, rewards, ds = refill_groups(roles.generate_and_score, prompts, sampler, sampling,
-                                                          completions, scored, rewards, r, step, primary)  # fmt: skip
-        metrics.update(ds)
-        timings = {**timings, mn.TIMING_REFILL_S: time.perf_counter() - t_refill}
-    return _Rollout(completions, scored, rewards, metrics, rows, timings)
-
-
-def _advantage_batch(roll: _Rollout, roles: "Roles", r: Recipe, pad_id: int) -> tuple[TrainBatch, dict | None, dict[str, float]]:
+def _advantage_batch(roll: Rollout, roles: "Roles", r: Recipe, pad_id: int) -> tuple[TrainBatch, dict | None, dict[str, float]]:
     """The batch the trainer updates on: packed, DAPO's overlong filter applied, the reference's logprobs and the
     critic's values computed where the recipe needs them, and advantages formed (:func:`form_advantages`).
     Returns (batch, critic inputs or None, metrics)."""
@@ -592,105 +424,6 @@ def _wait_update(roles: "Roles", calls: list, with_critic: bool, r: Recipe) -> d
         stats.update({k: v for k, v in updates[-1].items() if mn.namespace(k) != mn.NS_TIMING})
     stats[mn.TIMING_TRAIN_S] = max(inner)
     return stats
-
-
-def shaped_rewards(completions: list[Completion], scored: list[Scored], r: Recipe) -> torch.Tensor:
-    """Rewards [P, G] the advantage sees: the verifiers' weighted sum, plus DAPO's soft overlong punishment
-    (Yu et al. 2025, eq. 13) when ``algorithm.overlong_buffer`` > 0, plus FAPO's flawed-positive penalty
-    (Ding et al. 2025, sec. 4: ``-algorithm.flawed_penalty`` where the primary verifier marks a sample correct and
-    the first judge verifier marks it flawed; :func:`rlvr.reward.judge.flawed_penalties`) when it is > 0."""
-    from rlvr.reward.judge import flawed_penalties, judge_keys
-    from rlvr.reward.pool import verifier_keys
-
-    g = r.rollout.samples_per_prompt
-    rewards = torch.tensor([s.reward for s in scored], dtype=torch.float32)  # [B]
-    al = r.algorithm
-    if al.overlong_buffer > 0:
-        lengths = torch.tensor([len(c.token_ids) for c in completions])
-        rewards = rewards + overlong_penalty(lengths, r.rollout.max_new_tokens, al.overlong_buffer, al.overlong_penalty)
-    if al.flawed_penalty > 0:  # the recipe check guarantees a judge verifier
-        specs = r.reward.verifiers
-        key = judge_keys(specs)[0][1]
-        rewards = rewards + torch.tensor(flawed_penalties(scored, verifier_keys(specs)[0], al.flawed_penalty, key))
-    return rewards.view(-1, g)
-
-
-def filter_signal(scored: list[Scored], rewards: torch.Tensor, r: Recipe, primary: str) -> torch.Tensor:
-    """What DAPO's dynamic sampling tests for spread, [P, G]: by default (``algorithm.dynamic_sampling_filter:
-    correct``) the primary verifier's correctness (score >= 1 as 1.0, else 0.0), the paper's rule
-    ``0 < #correct < G`` (Yu et al. 2025, eq. 11; verl filters on accuracy too), so a length penalty alone cannot
-    keep an all-correct group; ``reward``: the shaped rewards the advantage sees (``rewards`` [P, G])."""
-    if r.algorithm.dynamic_sampling_filter == "reward":
-        return rewards
-    correct = torch.tensor([float(s.results[primary].score >= 1.0) for s in scored])  # [B]
-    return correct.view(rewards.shape)
-
-
-def refill_groups(generate, prompts, sampler, sampling, completions, scored, rewards, r: Recipe, step: int = 0,
-                  primary: str | None = None):
-    """DAPO dynamic sampling (Yu et al. 2025, sec. 3.2): drop groups that carry no signal (:func:`filter_signal`:
-    all correct or all wrong by default; all-equal shaped rewards with ``dynamic_sampling_filter: reward``) and
-    generate more prompts' groups until P informative groups are at hand or
-    ``algorithm.dynamic_sampling_max_rounds`` extra rounds are spent; a shortfall is filled with the first
-    uninformative groups, so the batch keeps its size. ``primary``: the verifier whose score >= 1 means correct
-    (None: the first). Returns (completions, scored, rewards [P, G], metrics)."""
-    from rlvr.reward.pool import verifier_keys
-
-    primary = primary or verifier_keys(r.reward.verifiers)[0]
-    p, g = rewards.shape
-    comps, scs, rws, rounds = list(completions), list(scored), [rewards], 0
-    signals = [filter_signal(scored, rewards, r, primary)]
-    while int(informative_groups(torch.cat(signals)).sum()) < p and rounds < r.algorithm.dynamic_sampling_max_rounds:
-        c2, s2, _ = generate([prompts[i] for i in sampler.next_batch()],
-                                             step_sampling(sampling, r.run.seed, step, rounds + 1))
-        comps += c2
-        scs += s2
-        rws.append(shaped_rewards(c2, s2, r))
-        signals.append(filter_signal(s2, rws[-1], r, primary))
-        rounds += 1
-    all_rewards = torch.cat(rws)  # [P x (rounds + 1), G]
-    informative = informative_groups(torch.cat(signals))
-    keep = select_groups(informative, p).tolist()
-    metrics = {
-        mn.DYNAMIC_SAMPLING_ROUNDS: float(rounds),
-        mn.DYNAMIC_SAMPLING_SHORTFALL: float(max(0, p - int(informative.sum()))),
-        mn.DYNAMIC_SAMPLING_INFORMATIVE_FRAC: float(informative.float().mean()),
-    }
-    kept_c = [comps[i * g + j] for i in keep for j in range(g)]
-    kept_s = [scs[i * g + j] for i in keep for j in range(g)]
-    return kept_c, kept_s, all_rewards[keep], metrics
-
-
-def rollout_metrics(completions: list[Completion], scored: list[Scored], ks: tuple[int, ...], g: int, primary: str) -> dict[str, float]:
-    """Reward, pass@k and length metrics of one rollout batch (B = P x G completions, prompt-major).
-
-    A sample is *correct* when the primary (first) verifier gives it full marks (score >= 1); pass@k is the
-    unbiased estimator (Chen et al. 2021, eq. 1) over each prompt's G samples, averaged over the P prompts.
-    Length metrics count response tokens; means are over the B samples; ``reward/std`` is the population std
-    (normaliser B); pass@k means are over the P prompts. With a judge verifier, its fractions
-    (:func:`rlvr.reward.judge.judge_metrics`).
-    """
-    from rlvr.reward.judge import judge_metrics
-    from rlvr.reward.pool import reward_metrics
-
-    b = len(completions)
-    correct = [s.results[primary].score >= 1.0 for s in scored]
-    lengths = [len(c.token_ids) for c in completions]
-    out: dict[str, float] = {
-        **reward_metrics(scored),
-        mn.REWARD_STD: float(torch.tensor([s.reward for s in scored]).std(unbiased=False)),
-        mn.REWARD_CORRECT_FRAC: sum(correct) / b,
-        mn.RESPONSE_LENGTH_MEAN: sum(lengths) / b,
-        mn.RESPONSE_LENGTH_MAX: float(max(lengths)),
-        mn.RESPONSE_TRUNCATED_FRAC: sum(c.truncated for c in completions) / b,
-    }
-    groups = [correct[i : i + g] for i in range(0, b, g)]
-    for k in ks:
-        out[mn.passk(k)] = sum(pass_at_k(g, sum(gr), k) for gr in groups) / len(groups)
-    out[mn.GROUPS_ALL_CORRECT_FRAC] = sum(all(gr) for gr in groups) / len(groups)
-    out[mn.GROUPS_NONE_CORRECT_FRAC] = sum(not any(gr) for gr in groups) / len(groups)
-    out.update(judge_metrics(scored, primary))  # reward/flawed_positive_frac ... when a judge verifier ran
-    return out
 
 
 def _log_to_file(run_dir: Path) -> None:

@@ -143,6 +143,7 @@ class Roles:
             executor = LocalExecutor() if r.run.executor == "local" else RayExecutor(r.run.ray_address, r.run.num_cpus, env)
         self.ex = executor
         self.reward: Handle | None = None  # set once spawned: what shutdown() closes
+        self.turns: Any = None  # rlvr.envs.rollout.TurnRollouts with an environment (multi-turn), set in _start
         self.step = 0  # the step the loop is on (named in timeout errors); set by train()
         self.failures = FailureWatch(r.reward.warn_error_frac)  # warns on verifiers failing a step's samples
         try:
@@ -163,6 +164,10 @@ class Roles:
         # submits an update; ahead of ``version``, the engines', while an update runs beside generation)
         self.trainer_version = 0
         self.res = role_resources(r, env)
+        if r.environment.enabled:  # the turn loop's thread and environment workers, in this process
+            from rlvr.envs.rollout import TurnRollouts
+
+            self.turns = TurnRollouts(r, model_dir)
         self.ex.reserve(placement_groups(self.res), r.timeouts.startup_s, "timeouts.startup_s")
         self.rendezvous: dict[str, tuple[str, int]] = {}
         self.engines: list[Handle] = [self._spawn_engine(i) for i in range(r.rollout.num_engines)]
@@ -193,7 +198,7 @@ class Roles:
         from rlvr.sync.probe import PROBE_NEW_TOKENS, probe_prompt
 
         # the fixed prompt of the sync probe (rlvr.sync.probe), as long as the engines' context allows; built once
-        self.probe_ids = probe_prompt(model_dir, r.data.max_prompt_tokens + r.rollout.max_new_tokens - PROBE_NEW_TOKENS)
+        self.probe_ids = probe_prompt(model_dir, r.max_sequence_tokens - PROBE_NEW_TOKENS)
         self.get(setups + [h.call("ping") for h in self.all], r.timeouts.startup_s, "starting the roles",
                  "timeouts.startup_s")
         where = self.ex.node_ips(self.all, r.timeouts.startup_s)
@@ -232,7 +237,7 @@ class Roles:
             engine_class(r.rollout.engine),
             self.model_dir,
             dtype=r.model.dtype,
-            max_model_len=r.data.max_prompt_tokens + r.rollout.max_new_tokens,
+            max_model_len=r.max_sequence_tokens,
             seed=engine_seed(r.run.seed, i),
             kv_cache_gib=r.rollout.kv_cache_gib,
             gpu_memory_utilization=r.rollout.gpu_memory_utilization,
@@ -374,11 +379,25 @@ class Roles:
     def start_rollout(self, prompts: list[Prompt], sampling: SamplingConfig, judge: bool = True) -> "PendingRollout":
         """Submit the generation of ``prompts`` (split evenly over the engines) and return at once. Each engine runs
         its calls in order, so the rollout uses the weights of the last sync submitted before it."""
+        if self.turns is not None:  # multi-turn: the turn loop's thread calls the engines round by round
+            future = self.turns.submit(prompts, sampling, self.generate)
+            return PendingRollout(prompts, sampling, [prompts], [future], time.perf_counter(), judge, list(self.engines))
+        chunks, gen = self._submit_generate(prompts, sampling)
+        return PendingRollout(prompts, sampling, chunks, gen, time.perf_counter(), judge, list(self.engines))
+
+    def _submit_generate(self, prompts: list[Prompt], sampling: SamplingConfig) -> tuple[list[list[Prompt]], list]:
+        """``prompts`` split evenly over the engines, each share's generate call submitted: (shares, calls)."""
         e = len(self.engines)
         per = (len(prompts) + e - 1) // e
         chunks = [prompts[i * per : (i + 1) * per] for i in range(e)]
-        gen = [eng.call("generate", chunk, sampling) for eng, chunk in zip(self.engines, chunks)]
-        return PendingRollout(prompts, sampling, chunks, gen, time.perf_counter(), judge, list(self.engines))
+        return chunks, [eng.call("generate", chunk, sampling) for eng, chunk in zip(self.engines, chunks)]
+
+    def generate(self, prompts: list[Prompt], sampling: SamplingConfig) -> list[Completion]:
+        """Generate ``prompts`` on the engines (split evenly) and wait: completions in input order, unscored (one
+        round of the turn loop). Errors: :class:`RoleError` (an engine failed or overran ``timeouts.rollout_s``)."""
+        _, calls = self._submit_generate(prompts, sampling)
+        parts = self.get(calls, self.recipe.timeouts.rollout_s, self._what("rollout"), "timeouts.rollout_s")
+        return [c for part in parts for c in part]
 
     def finish_rollout(self, pending: "PendingRollout") -> tuple[list[Completion], list[Scored], dict[str, float]]:
         """Wait for a :meth:`start_rollout` and score it: each engine's part goes to the reward worker as soon as
@@ -421,6 +440,8 @@ class Roles:
                 pending = self.start_rollout(pending.prompts, pending.sampling, pending.judge)
 
     def _finish_rollout(self, pending: "PendingRollout") -> tuple[list[Completion], list[Scored], dict[str, float]]:
+        if self.turns is not None:
+            return self._finish_turns(pending)
         t0, chunks, e = pending.t0, pending.chunks, len(pending.calls)
         parts: list[list[Completion]] = [[] for _ in range(e)]
         score_calls: list = [None] * e
@@ -442,6 +463,33 @@ class Roles:
             scored = self._judged(completions, scored, prompt_of)
             timings[mn.TIMING_JUDGE_S] = time.perf_counter() - t1
         return completions, scored, timings
+
+    def _finish_turns(self, pending: "PendingRollout") -> tuple[list[Completion], list[Scored], dict[str, float]]:
+        """Collect a multi-turn rollout (the turn loop's thread, within ``timeouts.rollout_s``), score each
+        trajectory's final answer with the verifiers, and set each reward as ``environment.reward`` says, times
+        ``environment.turn_discount ** (turns - 1)`` (:func:`rlvr.envs.rollout.trajectory_rewards`)."""
+        from rlvr.envs.rollout import trajectory_rewards
+
+        r, t0 = self.recipe, pending.t0
+        try:
+            completions, env_metrics = pending.calls[0].result(timeout=r.timeouts.rollout_s)
+        except TimeoutError:
+            raise RoleError(f"{self._what('multi-turn rollout')} did not finish within timeouts.rollout_s="
+                            f"{r.timeouts.rollout_s:.0f} s; raise timeouts.rollout_s, or lower environment.max_turns "
+                            "or rollout.max_new_tokens", timed_out=True) from None
+        t_rollout = time.perf_counter() - t0
+        prompt_of = {p.index: p for p in pending.prompts}
+        golds = [prompt_of[c.prompt_index].gold for c in completions]
+        rows = [prompt_of[c.prompt_index].row for c in completions]
+        scored = self.get([self.reward.call("score", [c.text for c in completions], golds, rows)],
+                          r.timeouts.reward_s, "reward", "timeouts.reward_s")[0]  # fmt: skip
+        timings = {mn.TIMING_ROLLOUT_S: t_rollout, mn.TIMING_REWARD_S: time.perf_counter() - t0 - t_rollout,
+                   **env_metrics}
+        if self.judge is not None and pending.judge:
+            t1 = time.perf_counter()
+            scored = self._judged(completions, scored, prompt_of)
+            timings[mn.TIMING_JUDGE_S] = time.perf_counter() - t1
+        return completions, trajectory_rewards(completions, scored, r.environment), timings
 
     def _judged(self, completions: list[Completion], scored: list[Scored], prompt_of: dict[int, Prompt]) -> list[Scored]:
         """``scored`` [B] with each judge verifier's verdicts merged in (:func:`rlvr.reward.judge.merge_judged`):
@@ -484,9 +532,14 @@ class Roles:
                         "timeouts.train_s")[0]
 
     def shutdown(self) -> None:
-        """Close the reward pool (when the reward role was spawned) and stop every role through the executor
-        (actors killed, placement groups removed, role threads stopped). Safe on a partly started ``Roles``;
-        never raises (a failure is logged)."""
+        """Close the reward pool (when the reward role was spawned) and the environment workers, and stop every
+        role through the executor (actors killed, placement groups removed, role threads stopped). Safe on a partly
+        started ``Roles``; never raises (a failure is logged)."""
+        if self.turns is not None:
+            try:
+                self.turns.close()
+            except Exception as e:  # noqa: BLE001 - shutting down
+                log.debug("closing the environment pool: %s", e)
         if self.reward is not None:
             try:
                 self.get([self.reward.call("close")], self.recipe.timeouts.reward_s, "closing the reward pool",

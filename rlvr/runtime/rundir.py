@@ -19,6 +19,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlvr.config import Recipe
 
 log = logging.getLogger("rlvr")
 
@@ -155,3 +159,79 @@ def marked(run_dir: str | Path, clean: tuple[type[BaseException], ...] = ()) -> 
         raise
     finally:
         (run_dir / RUNNING).unlink(missing_ok=True)
+
+
+def prepare_run_dir(recipe: Recipe) -> Path:
+    """Create ``output_dir/name`` (``name-2``, ``name-3``... if it holds a run that completed a step or is running,
+    with a warning; a folder whose run never completed a step is reused: :func:`rlvr.runtime.rundir.fresh_run_dir`)
+    and write the resolved recipe.
+
+    Resuming (``run.resume``) continues in the run folder itself: ``output_dir/name`` for ``auto``, the folder
+    that holds the checkpoint (``RUN/checkpoints/step_N``) for a path. Its ``recipe.yaml`` is rewritten only once
+    the checkpoint has been found compatible (in :func:`train`), so a refused resume leaves the folder as it was.
+    Errors: ``FileNotFoundError``/``ValueError`` (from :func:`rlvr.runtime.checkpoint.resolve_resume`) for a
+    resume path that is not a complete checkpoint; nothing is created then.
+    """
+    base = Path(recipe.run.output_dir) / recipe.run.name
+    resume = recipe.run.resume
+    if resume:
+        from rlvr.runtime.checkpoint import resolve_resume
+
+        ck = Path(resume).expanduser()
+        run_dir = base if resume == "auto" else (ck.parent.parent if ck.parent.name == "checkpoints" else ck)
+        if resume != "auto":
+            resolve_resume(resume, run_dir)  # a bad path fails here, before any folder is made
+        fresh = not (run_dir / "recipe.yaml").exists()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if not fresh:
+            return run_dir
+    else:
+        run_dir = fresh_run_dir(base)
+    write_recipe(recipe, run_dir)
+    return run_dir
+
+
+def write_recipe(recipe: Recipe, run_dir: Path) -> None:
+    """``RUN/recipe.yaml`` (the resolved recipe) and ``RUN/derived.json`` (its derived sizes)."""
+    from rlvr.config import dump_yaml
+
+    (run_dir / "recipe.yaml").write_text(dump_yaml(recipe))
+    (run_dir / "derived.json").write_text(json.dumps(recipe.derived(), indent=2))
+
+
+def trim_metrics(path: Path, last_step: int) -> None:
+    """Drop rows logged after ``last_step`` (a crashed run went on past its checkpoint; those steps run again)."""
+    if not path.exists():
+        return
+    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= last_step]
+    path.write_text("".join(line + "\n" for line in keep))
+
+
+def resume_point(r: Recipe, run_dir: Path, fingerprint: dict) -> tuple[Path | None, Any]:
+    """(checkpoint to resume from, its controller state), or (None, None) for a fresh start; the recipe is written
+    to the run folder either way. Errors: :class:`~rlvr.config.RecipeError` when the checkpoint's recipe or data
+    differ from this run's."""
+    from rlvr.runtime import checkpoint as ck
+
+    resume_from = ck.resolve_resume(r.run.resume, run_dir) if r.run.resume else None
+    if r.run.resume and resume_from is None:
+        write_recipe(r, run_dir)  # --resume auto with nothing to resume: a fresh start in this folder
+    state = None
+    if resume_from is not None:
+        ck.check_compatible(resume_from, r, fingerprint)  # before anything expensive starts
+        write_recipe(r, run_dir)  # compatible: the folder's recipe is now this one (e.g. more steps)
+        state = ck.load_controller(resume_from)
+        log.info("resuming from %s: step %d done, %d to go", resume_from, state.step, r.run.steps - state.step)
+        for key, old, new in ck.optimizer_changes(resume_from, r):  # applied once the optimizer state is loaded
+            log.info("resume changes %s: %s -> %s from step %d on (Adam's moments and step count are the "
+                     "checkpoint's)", key, old, new, state.step + 1)
+        for key, old, new in ck.changed_keys(resume_from, r, ck.DRAW_KEYS):
+            log.warning("resume changes %s: %s -> %s: the engines split each batch otherwise, so from step %d on the "
+                        "rollouts differ from an uninterrupted run's (valid, not identical)", key, old, new,
+                        state.step + 1)
+        trim_metrics(run_dir / "metrics.jsonl", state.step)
+        trim_metrics(run_dir / "samples.jsonl", state.step)
+        trim_metrics(run_dir / "timeline.jsonl", state.step)
+        trim_metrics(run_dir / "validation.jsonl", state.step)
+    ck.prune(run_dir, r.checkpoint.keep_last, r.checkpoint.best_metric, r.checkpoint.best_mode)  # crash leftovers
+    return resume_from, state

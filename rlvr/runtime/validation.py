@@ -188,7 +188,7 @@ def validation_metrics(scored: list, completions: list, n: int, primary: str) ->
     out[mn.val_maj(n)] = means[f"maj@{n}"]
     out[mn.val_mean(n)] = means[f"mean@{n}"]
     out[mn.VAL_REWARD_MEAN] = sum(s.reward for s in scored) / b
-    out[mn.VAL_LENGTH_MEAN] = sum(len(c.token_ids) for c in completions) / b
+    out[mn.VAL_LENGTH_MEAN] = sum(c.sampled_tokens for c in completions) / b
     out[mn.VAL_TRUNCATED_FRAC] = sum(c.truncated for c in completions) / b
     return out
 

@@ -81,6 +81,13 @@ def test_ray_vllm_deepspeed_gloo_three_steps(tmp_path):
     eng = VLLMEngine(result.final_dir, dtype="float32", max_model_len=128)
     (c,) = eng.generate([Prompt(index=0, text="", prompt_ids=[1, 10, 11], gold="")], SamplingConfig(n=1, max_new_tokens=4))
     assert 1 <= len(c.token_ids) <= 4 and len(c.logprobs) == len(c.token_ids)
+    # a prompt's own limit (a multi-turn trajectory's remaining budget) holds beside the sampling's (the tiny random
+    # model ends a sample at a given token with probability ~1/50, so a limit ignored shows as longer samples)
+    ps = [Prompt(index=i, text="", prompt_ids=[1, 10 + i, 11], gold="", max_new_tokens=m)
+          for i, m in enumerate((1, None, 2))]
+    out = eng.generate(ps, SamplingConfig(n=2, max_new_tokens=6))
+    assert len(out) == 6 and all(len(x.token_ids) <= lim for x, lim in zip(out, (1, 1, 6, 6, 2, 2)))
+    assert max(len(x.token_ids) for x in out[2:4]) > 2  # the sampling's own limit still applies to the others
 
 
 def test_engine_logprobs_equal_trainer_after_sync(tmp_path):

@@ -212,7 +212,7 @@ def test_dapo_fields_valid_edges():
 
 from rlvr.data.sampler import PromptSampler  # noqa: E402
 from rlvr.reward.pool import Scored  # noqa: E402
-from rlvr.runtime.controller import refill_groups, shaped_rewards  # noqa: E402
+from rlvr.runtime.rollout_stage import refill_groups, shaped_rewards  # noqa: E402
 from rlvr.types import Completion, Prompt, SamplingConfig, VerifyResult  # noqa: E402
 
 

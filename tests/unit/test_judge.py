@@ -153,7 +153,7 @@ def _completions(n):
 
 def test_fapo_shaped_rewards_and_grpo_advantages_by_hand():
     from rlvr.algos.advantages import GRPOSettings, grpo
-    from rlvr.runtime.controller import shaped_rewards
+    from rlvr.runtime.rollout_stage import shaped_rewards
 
     r = load_recipe(TINY, WITH_JUDGE + ["algorithm.flawed_penalty=0.5"])
     scored = _scored([1, 1, 0, 1], ["ok", "flawed", "-", "ok"])

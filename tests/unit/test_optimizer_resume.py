@@ -112,13 +112,13 @@ def test_resume_check_lets_optimizer_settings_change_and_lists_them(tmp_path):
 def test_the_controller_logs_each_change_old_to_new(tmp_path, caplog):
     import types
 
-    from rlvr.runtime.controller import _resume_point
+    from rlvr.runtime.rundir import resume_point as _resume_point
 
     run = tmp_path / "run"
     _checkpoint(run, load_recipe(None, ["run.steps=6"]))  # step 3, lr 1e-5
     r = load_recipe(None, ["run.steps=6", "run.resume=auto", "trainer.lr=2e-5", "trainer.weight_decay=0.01"])
     with caplog.at_level("INFO"):
-        resume_from, state = _resume_point(r, run, types.SimpleNamespace(fingerprint=ck.data_fingerprint([])))
+        resume_from, state = _resume_point(r, run, ck.data_fingerprint([]))
     assert resume_from == run / "checkpoints" / "step_000003" and state.step == 3
     assert "resume changes trainer.lr: 1e-05 -> 2e-05 from step 4 on" in caplog.text
     assert "resume changes trainer.weight_decay: 0.0 -> 0.01 from step 4 on" in caplog.text

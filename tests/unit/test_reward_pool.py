@@ -193,7 +193,7 @@ def test_construction_errors() -> None:
 
 def test_lengths_must_match_and_close() -> None:
     pool = ScoringPool([VerifierSpec(name="numeric")], num_workers=2, timeout_s=5.0)
-    procs = [w.proc for w in pool._workers]
+    procs = [w.proc for w in pool._pool._workers]
     with pytest.raises(ValueError, match="equal lengths"):
         pool.score(["1", "2"], ["1"], [{}, {}])
     assert pool.score([], [], []) == []
@@ -241,7 +241,7 @@ def test_hung_workers_exit_when_the_pool_process_is_killed(tmp_path) -> None:
 
             if __name__ == "__main__":
                 pool = ScoringPool([VerifierSpec(name={HERE!r} + ":misbehave")], num_workers=2, timeout_s=600.0)
-                print(" ".join(str(w.proc.pid) for w in pool._workers), flush=True)
+                print(" ".join(str(w.proc.pid) for w in pool._pool._workers), flush=True)
                 threading.Thread(target=pool.score, args=(["hang", "hang"], ["1", "1"], [{{}}, {{}}])).start()
                 time.sleep(1.0)
                 os.kill(os.getpid(), 9)  # no close(), no atexit

@@ -53,7 +53,7 @@ def test_scores_outside_0_1_score_0_with_a_reason_and_are_counted() -> None:
     """Scores [1, 7.5, -3, 0] of one prompt's 4 samples. Before: reward/mean (1 + 7.5 - 3 + 0) / 4 = 1.375,
     correct_frac 2/4 (7.5 counted correct), the table's reason None ("ok") for 7.5, no error counted. Now 7.5 and
     -3 score 0 with reason ``error: score ... outside [0, 1]``: mean 1/4, correct 1/4, pass@1 1/4, 2 of 4 invalid."""
-    from rlvr.runtime.controller import rollout_metrics
+    from rlvr.runtime.rollout_stage import rollout_metrics
 
     texts = ["a", "b", "c", "d"]
     with ScoringPool([VerifierSpec(name=f"{HERE}:by_text")], num_workers=1, timeout_s=5.0) as pool:
@@ -148,7 +148,7 @@ def test_failure_watch_warns_past_the_threshold_once_then_only_when_worse(caplog
 def test_the_step_loop_checks_each_rollout_it_collects(caplog) -> None:
     """The controller's ``_finish_rollout`` (every training batch, either loop) hands the scored batch to the
     roles' FailureWatch: 2 of 4 samples raising warns once, naming the batch's step."""
-    from rlvr.runtime.controller import _finish_rollout, _Started
+    from rlvr.runtime.rollout_stage import finish_rollout as _finish_rollout, Started as _Started
 
     r = load_recipe(TINY, ["rollout.prompts_per_step=1", "rollout.samples_per_prompt=4"])
     err = "error: ValueError: bad"

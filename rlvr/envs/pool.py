@@ -1,0 +1,65 @@
+"""Environments in worker processes with hard limits (:class:`~rlvr.runtime.sandbox.ProcessPool`, the machinery
+the scoring pool uses): each ``reset`` and ``step`` call runs in a worker, with ``timeout_s`` wall-clock seconds and
+``memory_mb`` of address space; the environment's state travels as its pickle (:mod:`rlvr.envs.base`), so any worker
+takes any trajectory's next step and a call that hangs, crashes or raises ends only its own trajectory, with the
+reason (``timeout``, ``crashed``, ``error: <ExcType>: msg``, ``bad output: ...``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from rlvr.envs.runner import env_reset, env_step, failure
+from rlvr.envs.tokens import Message
+from rlvr.runtime.sandbox import ProcessPool
+
+
+def _handler() -> Callable[[tuple], Any]:
+    """A worker's handler: ``("reset", name, args, row)`` or ``("step", state, history, reply)`` ->
+    ``(state, value)``, or ``(None, reason)`` for an environment's bug or bad output (the worker lives on)."""
+
+    def handle(job: tuple) -> Any:
+        try:
+            if job[0] == "reset":
+                return env_reset(job[1], job[2], job[3])
+            return env_step(job[1], job[2], job[3])
+        except Exception as e:  # noqa: BLE001 - an environment's bug ends its trajectory, with the reason
+            return None, failure(e)
+
+    return handle
+
+
+class EnvPool:
+    """Runs environment calls in ``num_workers`` processes (see the module docstring). Each row given to
+    :meth:`reset` names its environment under ``env`` (``{"name": ..., "args": {...}}``).
+
+    Errors: those of :class:`~rlvr.runtime.sandbox.ProcessPool` (bad sizes, workers that cannot start)."""
+
+    def __init__(self, num_workers: int, timeout_s: float, memory_mb: int | None = None, *,
+                 preload: tuple[str, ...] = ()) -> None:
+        self._pool = ProcessPool(_handler, (), num_workers, timeout_s, memory_mb, name="environment",
+                                 what="the environment runner", preload=("rlvr.envs.runner", *preload))
+
+    def _run(self, jobs: list[tuple]) -> list[tuple[Any, Any]]:
+        return [o.value if o.ok else (None, o.reason) for o in self._pool.run(jobs)]
+
+    def reset(self, rows: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
+        """One ``(state, opening messages)`` or ``(None, reason)`` per row, in order."""
+        return self._run([("reset", r["env"]["name"], r["env"].get("args", {}), r) for r in rows])
+
+    def step(self, items: list[tuple[Any, list[Message], Message]]) -> list[tuple[Any, Any]]:
+        """One ``(state, EnvStep)`` or ``(None, reason)`` per ``(state, history, reply)``, in order."""
+        return self._run([("step", state, history, reply) for state, history, reply in items])
+
+    def stats(self) -> dict[str, int]:
+        """The process pool's counters: ``jobs``, ``timeouts``, ``crashes``, ``errors``, ``restarts``."""
+        return self._pool.stats()
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self) -> "EnvPool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,128 @@
+"""Multi-turn rollouts in a training run: the turn loop (:func:`rlvr.envs.turns.run_turns`) on the run's engines and
+an :class:`~rlvr.envs.pool.EnvPool`, in a thread of the driver so that a rollout is submitted and collected like a
+single-turn one (:meth:`rlvr.runtime.roles.Roles.start_rollout` / ``finish_rollout``; the asynchronous loop overlaps
+it with the update the same way).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import time
+from typing import Any, Callable
+
+from rlvr.config import Recipe
+from rlvr.envs.tokens import ChatRenderer, Message
+from rlvr.envs.turns import TurnSettings, run_turns
+from rlvr.metrics import names as mn
+from rlvr.types import Completion, Prompt, SamplingConfig
+
+Generate = Callable[[list[Prompt], SamplingConfig], list[Completion]]
+
+
+def env_spec(recipe: Recipe, row: dict[str, Any]) -> dict[str, Any]:
+    """The environment a data row starts: ``{"name", "args"}`` from its ``environment.row_field`` if it has one,
+    else ``environment.name`` (with ``environment.args``).
+
+    Errors: ``ValueError`` naming the row field and the key when neither gives a name."""
+    env = recipe.environment
+    name = row.get(env.row_field) if env.row_field else None
+    if name is None:
+        name = env.name
+    if name is None:
+        raise ValueError(f"a data row has no {env.row_field!r} field and environment.name is not set: set "
+                         "environment.name (the default environment) or give every row the field")
+    return {"name": str(name), "args": dict(env.args) if name == env.name else {}}
+
+
+class TurnRollouts:
+    """The multi-turn rollout of a run: a renderer of the model's chat template, the environment pool, and one
+    thread that runs the turn loop of each submitted rollout (one at a time, in submission order).
+
+    Errors: ``ValueError`` when the model's tokenizer has no chat template or its template rewrites history
+    (:func:`rlvr.envs.tokens.check_template`); those of :class:`~rlvr.envs.pool.EnvPool`."""
+
+    def __init__(self, recipe: Recipe, model_dir: str) -> None:
+        from transformers import AutoTokenizer
+
+        from rlvr.envs.pool import EnvPool
+        from rlvr.envs.tokens import check_template
+
+        self.recipe = recipe
+        self.renderer = ChatRenderer(AutoTokenizer.from_pretrained(model_dir))
+        why = check_template(self.renderer)
+        if why:
+            raise ValueError(f"the chat template of {model_dir} cannot carry a multi-turn trajectory token for token: "
+                             f"{why}; use a model whose template extends the conversation (environment.name)")
+        e = recipe.environment
+        self.settings = TurnSettings(max_turns=e.max_turns, max_tokens=e.max_tokens,
+                                     max_new_tokens=recipe.rollout.max_new_tokens,
+                                     max_observation_tokens=e.max_observation_tokens)  # fmt: skip
+        self.pool = EnvPool(e.num_workers, e.timeout_s, e.memory_mb)
+        self._thread = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlvr-turns")
+
+    def opening(self, p: Prompt) -> list[Message]:
+        """The conversation prompt ``p``'s ids render (:func:`rlvr.data.datasets.opening_messages`)."""
+        from rlvr.data.datasets import opening_messages
+
+        return opening_messages(p.question, self.recipe.data)
+
+    def submit(self, prompts: list[Prompt], sampling: SamplingConfig, generate: Generate) -> cf.Future:
+        """Start ``sampling.n`` trajectories from each prompt; the future gives (completions [P x G], prompt-major,
+        and the rollout's multi-turn metrics: ``rollout/env_s`` the environments' wall time, ``rollout/engine_idle_frac``
+        the share of the turn loop's time the engines waited for environments, ``rollout/obs_tokens_cut``)."""
+        rows = [{**p.row, "gold": p.gold, "question": p.question, "env": env_spec(self.recipe, p.row)} for p in prompts]
+        openings = [self.opening(p) for p in prompts]
+        return self._thread.submit(self._run, prompts, openings, rows, sampling, generate)
+
+    def _run(self, prompts: list[Prompt], openings: list[list[Message]], rows: list[dict], sampling: SamplingConfig,
+             generate: Generate) -> tuple[list[Completion], dict[str, float]]:
+        timer = _Timer(self.pool)
+        t0 = time.perf_counter()
+        trajs, counters = run_turns(prompts, openings, sampling.n, generate, timer, self.renderer, self.settings,
+                                    sampling, rows)  # fmt: skip
+        total = time.perf_counter() - t0
+        metrics = {mn.ROLLOUT_ENV_S: timer.seconds, mn.ROLLOUT_ENGINE_IDLE_FRAC: timer.seconds / max(total, 1e-9),
+                   mn.ROLLOUT_OBS_TOKENS_CUT: counters["obs_tokens_cut"]}  # fmt: skip
+        return [t.completion() for t in trajs], metrics
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=False, cancel_futures=True)
+        self.pool.close()
+
+
+class _Timer:
+    """An environment runner that adds up the wall time of its calls (the engines are idle meanwhile: the turn loop
+    runs in rounds, :mod:`rlvr.envs.turns`)."""
+
+    def __init__(self, runner: Any) -> None:
+        self.runner, self.seconds = runner, 0.0
+
+    def reset(self, rows: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
+        t = time.perf_counter()
+        try:
+            return self.runner.reset(rows)
+        finally:
+            self.seconds += time.perf_counter() - t
+
+    def step(self, items: list) -> list[tuple[Any, Any]]:
+        t = time.perf_counter()
+        try:
+            return self.runner.step(items)
+        finally:
+            self.seconds += time.perf_counter() - t
+
+
+def trajectory_rewards(completions: list[Completion], scored: list[Any], env: Any) -> list[Any]:
+    """``scored`` [B] with each trajectory's reward as ``environment.reward`` says: ``verifiers`` (the recipe's
+    verifiers on the final answer: ``Scored.reward`` as scored), ``environment`` (the environment's last reward, 0
+    where it gave none), or ``both`` (their sum); then times ``environment.turn_discount ** (turns - 1)``.
+    Per-verifier results are kept (pass@k and the correct fraction stay the primary verifier's)."""
+    import dataclasses
+
+    out = []
+    for c, s in zip(completions, scored):
+        given = [x for x in (c.turn_rewards or []) if x is not None]
+        env_reward = given[-1] if given else 0.0
+        reward = {"verifiers": s.reward, "environment": env_reward, "both": s.reward + env_reward}[env.reward]
+        out.append(dataclasses.replace(s, reward=reward * env.turn_discount ** (c.turns - 1)))
+    return out

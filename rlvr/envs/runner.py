@@ -1,0 +1,104 @@
+"""Building environments by name, and running their calls: :class:`InlineRunner` runs them in this process (tests,
+debugging); :class:`rlvr.envs.pool.EnvPool` in worker processes with hard limits (training).
+
+Both keep an environment's state as its pickle between calls (:mod:`rlvr.envs.base`), so a call can go to any
+worker and a failed call loses one trajectory, never a batch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import inspect
+import pickle
+from typing import Any
+
+from rlvr.envs.base import ENTRY_POINT_GROUP, BadEnvOutput, check_messages, check_step
+from rlvr.envs.tokens import Message
+
+BUILTINS = {"feedback": "rlvr.envs.builtins:Feedback", "guess": "rlvr.envs.builtins:Guess"}
+"""Built-in environments by short name."""
+
+
+def resolve_environment(name: str) -> Any:
+    """The class a name points at: a built-in short name (:data:`BUILTINS`), ``package.module:Name``,
+    ``path/to/file.py:Name`` or an entry point in the group ``rlvr.environments``.
+
+    Errors: ``KeyError`` for an unknown short name (naming the nearest), ``FileNotFoundError``/``ImportError``/
+    ``AttributeError`` for a target that does not resolve, ``TypeError`` when it is not a class."""
+    import difflib
+
+    from rlvr.reward.base import _load_file, is_file_target
+
+    if name in BUILTINS:
+        module, attr = BUILTINS[name].split(":")
+        obj = getattr(importlib.import_module(module), attr)
+    elif ":" in name:
+        target, _, attr = name.rpartition(":")
+        module_obj = _load_file(target) if is_file_target(name) else importlib.import_module(target)
+        if not hasattr(module_obj, attr):
+            raise AttributeError(f"environment {name!r}: {target} has no attribute {attr!r}")
+        obj = getattr(module_obj, attr)
+    else:
+        eps = {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+        if name not in eps:
+            known = sorted(BUILTINS) + sorted(eps)
+            near = difflib.get_close_matches(name, known, n=1, cutoff=0.3)
+            hint = f" Did you mean {near[0]!r}?" if near else ""
+            raise KeyError(f"unknown environment {name!r}.{hint} Built-in: {', '.join(sorted(BUILTINS))}; entry "
+                           f"points ({ENTRY_POINT_GROUP}): {', '.join(sorted(eps)) or 'none'}; or give "
+                           "'package.module:Name' or 'path/to/file.py:Name'.")
+        obj = eps[name].load()
+    if not inspect.isclass(obj) or not callable(getattr(obj, "step", None)) or not callable(getattr(obj, "reset", None)):
+        raise TypeError(f"environment {name!r} is not a class with reset(row) and step(history, reply) methods")
+    return obj
+
+
+def env_reset(name: str, args: dict[str, Any], row: dict[str, Any]) -> tuple[tuple[str, bytes], list[Message]]:
+    """Build ``name`` with ``args``, reset it on ``row``; returns (its state: ``(name, pickle)``, the opening
+    messages checked)."""
+    env = resolve_environment(name)(**args)
+    opening = check_messages(env.reset(row), "reset")
+    return (name, pickle.dumps(env)), opening
+
+
+def env_step(state: tuple[str, bytes], history: list[Message], reply: Message) -> tuple[tuple[str, bytes], Any]:
+    """One step of the environment whose state is ``(name, pickle)``; returns (its new state, the checked
+    :class:`EnvStep`). The name is resolved first: a worker that never built this environment (a replacement)
+    imports its module before unpickling."""
+    name, blob = state
+    resolve_environment(name)
+    env = pickle.loads(blob)
+    step = check_step(env.step(history, reply))
+    return (name, pickle.dumps(env)), step
+
+
+def failure(exc: BaseException) -> str:
+    """The reason a call failed, as a trajectory's end reason shows it."""
+    if isinstance(exc, BadEnvOutput):
+        return f"bad output: {exc}"[:300]
+    return f"error: {type(exc).__name__}: {exc}"[:300]
+
+
+class InlineRunner:
+    """Runs environment calls in this process, one after another (no time limit: tests and debugging only).
+
+    ``rows`` given to :meth:`reset` carry the environment's name and args under ``env`` (``{"name", "args"}``)."""
+
+    def reset(self, rows: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
+        out = []
+        for row in rows:
+            try:
+                out.append(env_reset(row["env"]["name"], row["env"].get("args", {}), row))
+            except Exception as e:  # noqa: BLE001 - an environment's bug ends its trajectory
+                out.append((None, failure(e)))
+        return out
+
+    def step(self, items: list[tuple[Any, list[Message], Message]]) -> list[tuple[Any, Any]]:
+        out = []
+        for state, history, reply in items:
+            try:
+                out.append(env_step(state, history, reply))
+            except Exception as e:  # noqa: BLE001
+                out.append((None, failure(e)))
+        return out

@@ -1,0 +1,117 @@
+"""Token-in/token-out: the ids of a multi-turn trajectory, built from the engine's sampled ids and the chat template.
+
+The engine's sampled ids are never re-tokenised. Between two assistant turns rlvr appends only what the model did
+not sample: the end of the assistant's turn (the template's closing after the content: ChatML's ``\\n`` after
+``<|im_end|>``, or the whole closing when the turn was cut at the token limit), the environment's messages and the
+next assistant header. Those ids are the chat template's rendering of the conversation *with* the new messages
+minus its rendering *without* them (the method TRL and verl's agent loop use; DESIGN.md "Multi-turn"), so the
+turn separator at each boundary is the template's own and nothing the model wrote is duplicated.
+
+Each turn checks the **prefix property**: the rendering with the new messages starts with the rendering without
+them, and the rendering of the conversation with the assistant's message starts with the generation prompt it was
+sampled from. A template that rewrites history (Qwen3-style templates drop earlier turns' ``<think>`` blocks) breaks
+it; :meth:`ChatRenderer.between` then says so (``Between.prefix_ok`` False, with the reason), and the caller starts
+a new training sequence from the template's rendering of the whole conversation (the prefix is re-rendered, never
+silently drifted from what was sampled).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+Message = dict[str, Any]
+"""One chat message in the Hugging Face format: ``{"role": "user" | "assistant" | "system" | "tool", "content": str}``."""
+
+
+@dataclass(frozen=True)
+class Between:
+    """What goes between two assistant turns.
+
+    ``ids``: [K] token ids to append after the sampled ids (loss mask 0): the rest of the assistant's closing, the
+    new messages, the next generation prompt. ``prefix_ok``: the template extended the conversation (the two
+    checks of the module docstring); when False, ``ids`` is empty and ``reason`` says which check failed.
+    """
+
+    ids: list[int]
+    prefix_ok: bool
+    reason: str | None = None
+
+
+class ChatRenderer:
+    """Renders conversations with a tokenizer's chat template and cuts the ids between turns.
+
+    ``template_kwargs`` are passed to ``apply_chat_template`` (e.g. ``{"enable_thinking": False}``, ``tools``).
+    Text is tokenized with ``add_special_tokens=False`` (the template holds BOS), as single-turn prompts are
+    (:func:`rlvr.data.build_prompts`).
+
+    Errors: ``ValueError`` when the tokenizer has no chat template.
+    """
+
+    def __init__(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> None:
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError(f"the tokenizer ({getattr(tokenizer, 'name_or_path', type(tokenizer).__name__)}) has no "
+                             "chat template: multi-turn rollouts need one (use an instruct model)")
+        self.tokenizer = tokenizer
+        self.template_kwargs = dict(template_kwargs or {})
+        eos = tokenizer.eos_token_id
+        self.eos_id: int | None = eos
+        self.eos_text: str = tokenizer.convert_ids_to_tokens(eos) if eos is not None else ""
+
+    def render(self, messages: list[Message], generation_prompt: bool) -> str:
+        """The template's text for ``messages`` (with the assistant header at the end when ``generation_prompt``)."""
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt,
+                                                  **self.template_kwargs)
+
+    def encode(self, text: str) -> list[int]:
+        """``text``'s ids, no special tokens added."""
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def opening_ids(self, messages: list[Message]) -> list[int]:
+        """[L] the ids of the opening conversation with the generation prompt: the first turn's prompt."""
+        return self.encode(self.render(messages, generation_prompt=True))
+
+    def between(self, history: list[Message], assistant: str, ended_with_eos: bool,
+                new: list[Message]) -> Between:
+        """The ids between the assistant's turn (``assistant``: the text of what it sampled, eos excluded) and the
+        next one, given the conversation before it (``history``) and the environment's ``new`` messages.
+
+        ``ended_with_eos``: the sampled ids end with the eos id (the model closed its turn; the template's closing
+        then starts with that token, which is not appended twice); False when the turn was cut at the token limit
+        (the whole closing is appended).
+        """
+        asked = self.render(history, generation_prompt=True)
+        asst_msg: Message = {"role": "assistant", "content": assistant}
+        with_asst = self.render(history + [asst_msg], generation_prompt=False)
+        if not with_asst.startswith(asked):
+            return Between([], False, "the template renders the assistant's message after a different prefix than "
+                                      "the generation prompt it was sampled from")
+        body = with_asst[len(asked):]
+        if not body.startswith(assistant):
+            return Between([], False, "the template rewrites the assistant's message (its content is not rendered "
+                                      "as sampled)")
+        closing = body[len(assistant):]
+        if ended_with_eos:
+            if not closing.startswith(self.eos_text):
+                return Between([], False, f"the template closes an assistant turn with {closing[:20]!r}, not with the "
+                                          f"eos token {self.eos_text!r} the model stops on")
+            closing = closing[len(self.eos_text):]
+        nxt = self.render(history + [asst_msg] + list(new), generation_prompt=True)
+        if not nxt.startswith(with_asst):
+            return Between([], False, "the template rewrites earlier turns when the conversation grows (history "
+                                      "is not a prefix of the longer rendering)")
+        return Between(self.encode(closing + nxt[len(with_asst):]), True)
+
+
+PROBE_REPLY = "<think>\nFirst, 2 + 2 = 4.\n</think>\n\nThe answer is 4."
+"""An assistant reply with a reasoning block, as reasoning models write them: templates that strip earlier turns'
+reasoning (Qwen3-style) show it on the next turn."""
+
+
+def check_template(renderer: ChatRenderer) -> str | None:
+    """None when the chat template extends a conversation through one assistant turn with reasoning and one user
+    turn (the prefix property, :meth:`ChatRenderer.between`); else the reason. Multi-turn recipes are refused at
+    load with it (``rlvr.runtime.checks``), naming the template's model."""
+    history = [{"role": "user", "content": "What is 2 + 2?"}]
+    b = renderer.between(history, PROBE_REPLY, True, [{"role": "user", "content": "Are you sure?"}])
+    return None if b.prefix_ok else b.reason

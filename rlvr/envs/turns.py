@@ -1,0 +1,225 @@
+"""The turn loop: G trajectories per start, the engines sample each assistant turn, the environments answer.
+
+Token-in/token-out (:mod:`rlvr.envs.tokens`): a trajectory's ids are its prompt ids, then each turn's sampled ids
+(loss mask 1, the sampler's logprobs) followed by the ids between turns (loss mask 0, logprob 0). Nothing sampled is
+re-tokenised. Where the template breaks the prefix property (it rewrites earlier turns), the trajectory ends there
+(``prefix_broken``, counted): what was sampled is trained as sampled, never on ids the template would render
+otherwise. Templates known to rewrite history are refused at load (:func:`rlvr.envs.tokens.check_template`).
+
+Scheduling: turns are batched in rounds. Each round sends every live trajectory's next turn to the engine in one
+call (the engine batches them), then steps every environment at once on the environment runner (worker
+processes: :class:`rlvr.envs.pool.EnvPool`), so the engines wait for the slowest environment step of a round and no
+longer; a trajectory that ends leaves the next round smaller.
+
+A trajectory ends when the environment says ``done``, at ``max_turns`` assistant turns, when a turn is cut at the
+token limit (``length``), when the next turn would not fit the trajectory's token budget (``budget``), or when its
+environment fails (``env: <reason>``: a timeout, a crash, bad output), or when the template breaks the prefix
+property (``prefix_broken``); the batch goes on either way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+from rlvr.envs.base import EnvStep
+from rlvr.envs.tokens import ChatRenderer, Message
+from rlvr.seeding import turn_seed
+from rlvr.types import Completion, Prompt, SamplingConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnSettings:
+    """How long a trajectory may run.
+
+    ``max_turns``: assistant turns at most; ``max_tokens``: the trajectory's budget of tokens after its first
+    prompt (sampled, environment and template tokens together); ``max_observation_tokens``: a cap on each
+    environment message's content tokens (the end is cut and replaced by a marker naming how many were cut;
+    0: no cap); ``max_new_tokens``: the most one turn may sample.
+    """
+
+    max_turns: int
+    max_tokens: int
+    max_new_tokens: int
+    max_observation_tokens: int = 0
+
+
+@dataclass
+class Segment:
+    """A trajectory's training sequence: ``prompt_ids`` [L], then ``ids`` [T] with ``mask`` [T] (1 sampled) and
+    ``logprobs`` [T] (nats; 0 where mask is 0)."""
+
+    prompt_ids: list[int]
+    ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+
+    def add(self, ids: Sequence[int], logprobs: Sequence[float] | None) -> None:
+        self.ids += list(ids)
+        self.mask += [1 if logprobs is not None else 0] * len(ids)
+        self.logprobs += list(logprobs) if logprobs is not None else [0.0] * len(ids)
+
+
+@dataclass
+class Trajectory:
+    """One trajectory: its start, its conversation, its token sequence (``seq``) and how it ended.
+
+    ``turn_rewards``: the environment's reward per assistant turn (None where it gave none); ``versions``: the
+    policy version of each turn's sampler; ``end``: why it ended (see the module docstring); ``broken``: how many
+    turns broke the template's prefix property.
+    """
+
+    start: Prompt
+    sample_index: int
+    messages: list[Message]
+    seq: Segment
+    state: Any = None
+    turns: int = 0
+    turn_rewards: list[float | None] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    end: str | None = None
+    last_text: str = ""
+    last_finish: str = "stop"
+    broken: int = 0
+    info: list[dict] = field(default_factory=list)
+
+    @property
+    def used(self) -> int:
+        """The budget's count: the tokens after the prompt."""
+        return len(self.seq.ids)
+
+    def completion(self) -> Completion:
+        """The trajectory as one :class:`Completion`: ``token_ids`` every id after the prompt, ``loss_mask`` 1 on
+        the sampled ones, ``text`` the last assistant message (what verifiers judge), ``policy_version`` the oldest
+        turn's."""
+        s = self.seq
+        return Completion(
+            prompt_index=self.start.index, sample_index=self.sample_index, prompt_ids=list(s.prompt_ids),
+            token_ids=list(s.ids), logprobs=list(s.logprobs), text=self.last_text, finish_reason=self.last_finish,
+            policy_version=min(self.versions) if self.versions else 0, loss_mask=list(s.mask), turns=self.turns,
+            messages=[dict(m) for m in self.messages], turn_rewards=list(self.turn_rewards), end_reason=self.end,
+        )  # fmt: skip
+
+
+class EnvRunner(Protocol):
+    """Runs environments somewhere (worker processes, or in-process for tests). Each call takes a batch and returns
+    one outcome per item, in order: ``(state, value)`` or ``(None, "reason")`` for a failure."""
+
+    def reset(self, rows: list[dict[str, Any]]) -> list[tuple[Any, Any]]: ...
+
+    def step(self, items: list[tuple[Any, list[Message], Message]]) -> list[tuple[Any, Any]]: ...
+
+
+Generate = Callable[[list[Prompt], SamplingConfig], list[Completion]]
+
+
+def cap_observation(messages: list[Message], renderer: ChatRenderer, cap: int) -> tuple[list[Message], int]:
+    """Each message's content cut to its first ``cap`` tokens (the end cut, replaced by ``"... [N tokens cut]"``);
+    returns the messages and the tokens cut in all. ``cap`` 0: unchanged."""
+    if cap <= 0:
+        return messages, 0
+    out, cut = [], 0
+    for m in messages:
+        ids = renderer.encode(m["content"])
+        if len(ids) > cap:
+            cut += len(ids) - cap
+            m = {**m, "content": renderer.tokenizer.decode(ids[:cap]) + f"... [{len(ids) - cap} tokens cut]"}
+        out.append(m)
+    return out, cut
+
+
+def run_turns(starts: list[Prompt], openings: list[list[Message]], g: int, generate: Generate, runner: EnvRunner,
+              renderer: ChatRenderer, settings: TurnSettings, sampling: SamplingConfig,
+              env_rows: list[dict[str, Any]]) -> tuple[list[Trajectory], dict[str, float]]:
+    """``g`` trajectories from each start (prompt-major, as an engine orders samples): reset every environment,
+    then rounds of (one engine call for every live trajectory's turn, one runner call for every environment step)
+    until all have ended. ``openings[i]``: start i's opening conversation (the messages its prompt ids render);
+    ``env_rows[i]``: the row its environments start from; an environment whose ``reset`` returns messages starts
+    from those instead (rendered with the generation prompt). ``sampling.seed`` seeds round r
+    (:func:`rlvr.seeding.turn_seed`).
+
+    Returns (trajectories [P x G], counters: ``turns``, ``env_failures``, ``prefix_breaks``, ``obs_tokens_cut``).
+    """
+    trajs: list[Trajectory] = []
+    for i, p in enumerate(starts):
+        for j in range(g):
+            trajs.append(Trajectory(start=p, sample_index=j, messages=[dict(m) for m in openings[i]],
+                                    seq=Segment(prompt_ids=list(p.prompt_ids))))  # fmt: skip
+    counters = {"turns": 0.0, "env_failures": 0.0, "prefix_breaks": 0.0, "obs_tokens_cut": 0.0}
+    for t, (state, opening) in zip(trajs, runner.reset([env_rows[i] for i in range(len(starts)) for _ in range(g)])):
+        if state is None:
+            t.end = f"env: {opening}"
+            counters["env_failures"] += 1
+        elif opening:  # the environment's own opening replaces the row's
+            t.messages = [dict(m) for m in opening]
+            t.seq = Segment(prompt_ids=renderer.opening_ids(opening))
+        t.state = state
+    round_ = 0
+    while True:
+        live = [t for t in trajs if t.end is None]
+        if not live:
+            break
+        _sample_round(live, generate, settings, sampling, round_)
+        counters["turns"] += len(live)
+        asking = [t for t in live if t.end is None]
+        outcomes = runner.step([(t.state, t.messages[:-1], t.messages[-1]) for t in asking])
+        for t, (state, step) in zip(asking, outcomes):
+            _answer(t, state, step, renderer, settings, counters)
+        round_ += 1
+    return trajs, counters
+
+
+def _sample_round(live: list[Trajectory], generate: Generate, settings: TurnSettings, sampling: SamplingConfig,
+                  round_: int) -> None:
+    """One engine call: each live trajectory's next assistant turn, appended with its logprobs; ends those cut at
+    the token limit or at ``max_turns``."""
+    prompts = []
+    for k, t in enumerate(live):
+        seg = t.seq
+        room = min(settings.max_new_tokens, settings.max_tokens - t.used)
+        prompts.append(Prompt(index=k, text="", prompt_ids=seg.prompt_ids + seg.ids, gold=t.start.gold,
+                              max_new_tokens=room))  # fmt: skip
+    seed = None if sampling.seed is None else turn_seed(sampling.seed, round_)
+    comps = generate(prompts, dataclasses.replace(sampling, n=1, seed=seed))
+    for t, c in zip(live, comps):
+        t.seq.add(c.token_ids, c.logprobs)
+        t.turns += 1
+        t.versions.append(c.policy_version)
+        t.last_text, t.last_finish = c.text, c.finish_reason
+        t.messages.append({"role": "assistant", "content": c.text})
+        if c.finish_reason != "stop":
+            t.end = "length"
+        elif t.turns >= settings.max_turns:
+            t.end = "max_turns"
+
+
+def _answer(t: Trajectory, state: Any, step: Any, renderer: ChatRenderer, settings: TurnSettings,
+            counters: dict[str, float]) -> None:
+    """Append an environment's answer (or end the trajectory on a failure, ``done`` or the budget)."""
+    if state is None:
+        t.end = f"env: {step}"
+        counters["env_failures"] += 1
+        return
+    assert isinstance(step, EnvStep)
+    t.state = state
+    t.turn_rewards.append(step.reward)
+    t.info.append(step.info)
+    if step.done:
+        t.end = "done"
+        return
+    new, cut = cap_observation(step.messages, renderer, settings.max_observation_tokens)
+    counters["obs_tokens_cut"] += cut
+    history, reply = t.messages[:-1], t.messages[-1]
+    b = renderer.between(history, reply["content"], t.seq.ids[-1:] == [renderer.eos_id], new)
+    t.messages += new
+    if not b.prefix_ok:  # the template rewrote history: end here, never train on ids the template would not give
+        t.broken += 1
+        counters["prefix_breaks"] += 1
+        t.end = "prefix_broken"
+        t.info.append({"prefix_broken": b.reason})
+        return
+    if t.used + len(b.ids) + 1 > settings.max_tokens:
+        t.end = "budget"
+        return
+    t.seq.add(b.ids, None)

@@ -1,0 +1,279 @@
+"""The real turn loop (rlvr.envs.turns.run_turns) driven by a scripted engine (fixed outputs) and the in-process
+environment runner, on the tiny model's character-level tokenizer, so every id is worked out by hand from its
+vocabulary (rlvr.models.tiny.VOCAB: one id per character, <|im_start|> = 1, <|im_end|> = 2)."""
+
+from __future__ import annotations
+
+import pickle
+
+import torch
+
+import pytest
+from transformers import AutoTokenizer
+
+from rlvr.envs.base import EnvStep
+from rlvr.envs.builtins import Guess
+from rlvr.envs.runner import InlineRunner
+from rlvr.envs.tokens import ChatRenderer
+from rlvr.envs.turns import TurnSettings, run_turns
+from rlvr.models import resolve_model
+from rlvr.models.tiny import VOCAB
+from rlvr.types import Completion, Prompt, SamplingConfig
+
+HERE = "tests.unit.test_env_turns"
+
+
+def ids(text: str) -> list[int]:
+    """Hand tokenisation: one id per character, the two ChatML markers as one id each."""
+    out, i = [], 0
+    while i < len(text):
+        for special in ("<|im_start|>", "<|im_end|>"):
+            if text.startswith(special, i):
+                out.append(VOCAB[special])
+                i += len(special)
+                break
+        else:
+            out.append(VOCAB[text[i]])
+            i += 1
+    return out
+
+
+class HigherLower:
+    """A lowercase guessing game for this test (the tiny vocabulary has no capitals)."""
+
+    def __init__(self, secret: int = 11) -> None:
+        self.secret, self.tries = secret, 0
+
+    def reset(self, row):
+        self.secret = int(row["gold"])
+        return None
+
+    def step(self, history, reply):
+        self.tries += 1
+        g = int(reply["content"])
+        if g == self.secret:
+            return EnvStep([], reward=1.0, done=True, info={"tries": self.tries})
+        word = "higher" if g < self.secret else "lower"
+        return EnvStep([{"role": "user", "content": word}], reward=0.0, done=False)
+
+
+class ScriptedEngine:
+    """Answers round r with ``script[r]`` for every prompt; logprob of the k-th token of a turn: -(k + 1) / 10."""
+
+    def __init__(self, tok, script: list[str], eos: int = 2) -> None:
+        self.tok, self.script, self.eos, self.calls = tok, script, eos, []
+
+    def __call__(self, prompts: list[Prompt], sampling: SamplingConfig) -> list[Completion]:
+        r = len(self.calls)
+        self.calls.append(([list(p.prompt_ids) for p in prompts], [p.max_new_tokens for p in prompts], sampling.seed))
+        out = []
+        for p in prompts:
+            toks = ids(self.script[r]) + [self.eos]
+            n = min(len(toks), p.max_new_tokens)
+            out.append(Completion(prompt_index=p.index, sample_index=0, prompt_ids=list(p.prompt_ids),
+                                  token_ids=toks[:n], logprobs=[-(k + 1) / 10 for k in range(n)],
+                                  text=self.script[r], finish_reason="stop" if n == len(toks) else "length",
+                                  policy_version=7))
+        return out
+
+
+@pytest.fixture(scope="module")
+def renderer():
+    return ChatRenderer(AutoTokenizer.from_pretrained(resolve_model("tiny-random")))
+
+
+def _start(renderer, question="guess a number from 1 to 16"):
+    conv = [{"role": "user", "content": question}]
+    return Prompt(index=0, text="", prompt_ids=renderer.opening_ids(conv), gold="11"), conv
+
+
+ROW = {"gold": "11", "env": {"name": "tests/unit/test_env_turns.py:HigherLower"}}
+
+
+def test_a_three_turn_trajectory_by_hand(renderer):
+    start, conv = _start(renderer)
+    engine = ScriptedEngine(renderer.tokenizer, ["8", "12", "11"])
+    settings = TurnSettings(max_turns=5, max_tokens=200, max_new_tokens=8)
+    trajs, counters = run_turns([start], [conv], 1, engine, InlineRunner(), renderer, settings,
+                                SamplingConfig(n=1, max_new_tokens=8, seed=100), [ROW])
+    (t,) = trajs
+    prompt = ids("<|im_start|>user\nguess a number from 1 to 16<|im_end|>\n<|im_start|>assistant\n")
+    assert start.prompt_ids == prompt
+    between1 = ids("\n<|im_start|>user\nhigher<|im_end|>\n<|im_start|>assistant\n")
+    between2 = ids("\n<|im_start|>user\nlower<|im_end|>\n<|im_start|>assistant\n")
+    expected = ids("8") + [2] + between1 + ids("12") + [2] + between2 + ids("11") + [2]
+    seg = t.seq
+    assert seg.prompt_ids == prompt and seg.ids == expected
+    assert seg.mask == [1, 1] + [0] * len(between1) + [1, 1, 1] + [0] * len(between2) + [1, 1, 1]
+    assert seg.logprobs == ([-0.1, -0.2] + [0.0] * len(between1) + [-0.1, -0.2, -0.3] + [0.0] * len(between2)
+                            + [-0.1, -0.2, -0.3])
+    assert (t.turns, t.end, t.turn_rewards, t.last_text) == (3, "done", [0.0, 0.0, 1.0], "11")
+    assert t.info[-1] == {"tries": 3}  # the environment's state travelled with the trajectory (pickled each step)
+    # token-in: the engine was shown exactly the trajectory's ids so far, each round
+    assert [c[0][0] for c in engine.calls] == [prompt, prompt + expected[:2 + len(between1)],
+                                               prompt + expected[:2 + len(between1) + 3 + len(between2)]]
+    assert [c[2] for c in engine.calls] == [100, 10_000_119, 20_000_138]  # round r: seed + r * 10_000_019
+    # the conversation rendered at once gives the same ids (the last turn's closing "\n" was never sampled)
+    whole = renderer.encode(renderer.render(t.messages, generation_prompt=False))
+    assert prompt + expected == whole[:-1]
+    c = t.completion()
+    assert c.loss_mask == seg.mask and c.sampled_tokens == 8 and c.turns == 3 and c.end_reason == "done"
+    assert c.token_ids == expected and c.text == "11" and c.policy_version == 7
+
+
+def test_turns_end_at_max_turns_the_budget_and_the_token_limit(renderer):
+    start, conv = _start(renderer)
+    settings = TurnSettings(max_turns=2, max_tokens=200, max_new_tokens=8)
+    (t,), _ = run_turns([start], [conv], 1, ScriptedEngine(None, ["1", "2", "3"]), InlineRunner(), renderer,
+                        settings, SamplingConfig(n=1, max_new_tokens=8), [ROW])
+    assert (t.turns, t.end) == (2, "max_turns")
+    # budget: turn 1 takes 2 tokens; the separator to turn 2 takes 26 (1 + 1 + 4 + 1 + 6 + 1 + 1 + 1 + 9 + 1 for
+    # "\n", "<|im_start|>", "user", "\n", "higher", "<|im_end|>", "\n", "<|im_start|>", "assistant", "\n"):
+    # with a budget of 28, 2 + 26 + 1 > 28 leaves no room for a turn
+    between = ids("\n<|im_start|>user\nhigher<|im_end|>\n<|im_start|>assistant\n")
+    assert len(between) == 26
+    settings = TurnSettings(max_turns=5, max_tokens=28, max_new_tokens=8)
+    (t,), _ = run_turns([start], [conv], 1, ScriptedEngine(None, ["1", "2"]), InlineRunner(), renderer,
+                        settings, SamplingConfig(n=1, max_new_tokens=8), [ROW])
+    assert (t.turns, t.end, t.seq.ids) == (1, "budget", ids("1") + [2])
+    # room for the separator: the next turn may sample only what is left of the budget (29 - 28 = 1 token)
+    settings = TurnSettings(max_turns=5, max_tokens=29, max_new_tokens=8)
+    engine = ScriptedEngine(None, ["1", "12"])
+    (t,), _ = run_turns([start], [conv], 1, engine, InlineRunner(), renderer, settings,
+                        SamplingConfig(n=1, max_new_tokens=8), [ROW])
+    assert [c[1] for c in engine.calls] == [[8], [1]]
+    assert (t.turns, t.end, t.last_finish) == (2, "length", "length")
+
+
+class Broken:
+    def reset(self, row):
+        return None
+
+    def step(self, history, reply):
+        if reply["content"] == "1":
+            raise RuntimeError("boom")
+        if reply["content"] == "2":
+            return "not a step"
+        return EnvStep([{"role": "user", "content": "again"}], reward=2.0)
+
+
+def test_an_environment_that_raises_or_answers_garbage_ends_only_its_trajectory(renderer):
+    start, conv = _start(renderer)
+    rows = [{"gold": "11", "env": {"name": "tests/unit/test_env_turns.py:Broken"}}]
+    engine = ScriptedEngine(None, ["1"])
+    trajs, counters = run_turns([start], [conv], 3, engine, InlineRunner(), renderer,
+                                TurnSettings(max_turns=3, max_tokens=200, max_new_tokens=8),
+                                SamplingConfig(n=1, max_new_tokens=8), rows)
+    assert [t.end for t in trajs] == ["env: error: RuntimeError: boom"] * 3 and counters["env_failures"] == 3
+    for script, why in (("2", "env: bad output: step returned str"), ("3", "env: bad output: step returned the reward 2.0")):
+        (t,), _ = run_turns([start], [conv], 1, ScriptedEngine(None, [script]), InlineRunner(), renderer,
+                            TurnSettings(max_turns=3, max_tokens=200, max_new_tokens=8),
+                            SamplingConfig(n=1, max_new_tokens=8), rows)
+        assert t.end.startswith(why), t.end
+
+
+def test_guess_answers_higher_lower_and_keeps_its_guesses():
+    env = Guess(low=1, high=16)
+    assert env.reset({"gold": "11"}) is None
+    s = env.step([], {"role": "assistant", "content": "I guess 8"})
+    assert (s.done, s.reward, s.messages[0]["content"]) == (False, 0.0, "8 is wrong: my number is higher. Guess again.")
+    env = pickle.loads(pickle.dumps(env))
+    s = env.step([], {"role": "assistant", "content": "maybe 12?"})
+    assert "lower" in s.messages[0]["content"]
+    s = env.step([], {"role": "assistant", "content": "no number"})
+    assert s.info == {"guess": None} and "whole number between 1 and 16" in s.messages[0]["content"]
+    s = env.step([], {"role": "assistant", "content": "11"})
+    assert (s.done, s.reward, env.guesses) == (True, 1.0, [8, 12, 11])
+
+
+def test_the_process_pool_ends_only_the_trajectory_whose_step_hangs_crashes_or_floods(renderer):
+    from rlvr.envs.pool import EnvPool
+
+    row = {"gold": "1", "env": {"name": "tests/unit/envs_misbehave.py:Misbehaves"}}
+    with EnvPool(num_workers=2, timeout_s=2.0, memory_mb=1024) as pool:
+        states = pool.reset([row] * 4)
+        assert all(s is not None and op == [] for s, op in states), states
+        replies = ["h", "d", "m", "fine"]
+        out = pool.step([(s, [], {"role": "assistant", "content": r}) for (s, _), r in zip(states, replies)])
+        assert [o[1] if o[0] is None else "ok" for o in out] == [
+            "timeout", "crashed", "error: MemoryError: ", "ok"]
+        assert out[3][1].done and pool.stats()["timeouts"] == 1 and pool.stats()["crashes"] == 1
+        bad = pool.reset([{"gold": "1", "env": {"name": "nosuchenv"}}])
+        assert bad[0][0] is None and "unknown environment 'nosuchenv'" in bad[0][1]
+
+
+class Again:
+    def reset(self, row):
+        return None
+
+    def step(self, history, reply):
+        return EnvStep([{"role": "user", "content": "again"}])
+
+
+def test_a_template_that_rewrites_history_ends_the_trajectory_as_sampled(renderer):
+    tok = AutoTokenizer.from_pretrained(resolve_model("tiny-random"))
+    # earlier assistant turns lose what comes before "=" (a stand-in for Qwen3's dropped reasoning)
+    tok.chat_template = tok.chat_template.replace(
+        "message['content']", "(message['content'].split('=')[-1] if message['role'] == 'assistant' and not loop.last "
+        "else message['content'])")
+    r = ChatRenderer(tok)
+    start, conv = _start(r)
+    rows = [{"gold": "7", "env": {"name": "tests/unit/test_env_turns.py:Again"}}]
+    (t,), counters = run_turns([start], [conv], 1, ScriptedEngine(None, ["3+4=7"]), InlineRunner(), r,
+                               TurnSettings(max_turns=3, max_tokens=200, max_new_tokens=8),
+                               SamplingConfig(n=1, max_new_tokens=8), rows)
+    assert (t.end, t.broken, counters["prefix_breaks"], t.turns) == ("prefix_broken", 1, 1.0, 1)
+    assert t.seq.ids == ids("3+4=7") + [2] and t.seq.mask == [1] * 6  # nothing appended after the break
+    # the same replies under the unmodified template go on to the next turn
+    (t,), counters = run_turns([start], [conv], 1, ScriptedEngine(None, ["3+4=7", "7"]), InlineRunner(), renderer,
+                               TurnSettings(max_turns=2, max_tokens=200, max_new_tokens=8),
+                               SamplingConfig(n=1, max_new_tokens=8), rows)
+    assert (t.end, counters["prefix_breaks"], t.turns) == ("max_turns", 0.0, 2)
+
+
+def test_pack_keeps_the_loss_on_sampled_tokens_only():
+    from rlvr.train.batch import pack
+
+    # prompt [1, 5], then sampled [6, 2], environment [7, 8], sampled [9, 2]
+    c = Completion(prompt_index=0, sample_index=0, prompt_ids=[1, 5], token_ids=[6, 2, 7, 8, 9, 2],
+                   logprobs=[-0.5, -0.1, 0.0, 0.0, -0.7, -0.2], text="", finish_reason="stop", policy_version=0,
+                   loss_mask=[1, 1, 0, 0, 1, 1], turns=2)
+    single = Completion(prompt_index=1, sample_index=0, prompt_ids=[1], token_ids=[6, 2], logprobs=[-0.3, -0.4],
+                        text="", finish_reason="stop", policy_version=0)
+    b = pack([c, single], torch.zeros(2), pad_id=0, max_new_tokens=4)
+    # shifted frame: position t predicts input_ids[t + 1]; the first response token sits at position len(prompt) - 1
+    assert b.loss_mask.tolist() == [[0, 1, 1, 0, 0, 1, 1], [1, 1, 0, 0, 0, 0, 0]]
+    assert b.rollout_logprobs[0].tolist() == pytest.approx([0, -0.5, -0.1, 0, 0, -0.7, -0.2])
+    assert (c.sampled_tokens, single.sampled_tokens) == (4, 2)
+
+
+def test_trajectory_rewards_follow_the_recipe():
+    import types
+
+    from rlvr.envs.rollout import trajectory_rewards
+    from rlvr.reward.pool import Scored
+    from rlvr.types import VerifyResult
+
+    def comp(turns, rewards):
+        return Completion(prompt_index=0, sample_index=0, prompt_ids=[1], token_ids=[2], logprobs=[0.0], text="",
+                          finish_reason="stop", policy_version=0, turns=turns, turn_rewards=rewards, end_reason="done")
+
+    cs = [comp(1, [1.0]), comp(3, [0.0, None, 0.5]), comp(2, [None, None])]
+    sc = [Scored(reward=r, results={"m": VerifyResult(score=r)}, latency_s=0.0) for r in (1.0, 0.0, 1.0)]
+    env = types.SimpleNamespace(reward="verifiers", turn_discount=1.0)
+    assert [s.reward for s in trajectory_rewards(cs, sc, env)] == [1.0, 0.0, 1.0]
+    env.reward = "environment"
+    assert [s.reward for s in trajectory_rewards(cs, sc, env)] == [1.0, 0.5, 0.0]  # the last reward given; none: 0
+    env.reward, env.turn_discount = "both", 0.5
+    # (1 + 1) * 0.5^0, (0 + 0.5) * 0.5^2, (1 + 0) * 0.5^1
+    out = trajectory_rewards(cs, sc, env)
+    assert [s.reward for s in out] == [2.0, 0.125, 0.5] and out[1].results["m"].score == 0.0
+
+
+def test_the_sample_table_shows_the_conversation_with_turns_marked():
+    from rlvr.metrics.samples import conversation_text
+
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "guess"},
+            {"role": "assistant", "content": "8"}, {"role": "user", "content": "higher"},
+            {"role": "assistant", "content": "11"}]
+    assert conversation_text(msgs) == "[assistant 1] 8 / [user] higher / [assistant 2] 11"
