@@ -229,7 +229,27 @@ def _missing(where: str, field: str, key: str, row: dict[str, Any]) -> ValueErro
     )
 
 
+def row_messages(row: dict[str, Any], where: str = "a data row") -> list[dict[str, str]] | None:
+    """A row's own opening conversation: its ``messages`` field (Hugging Face chat format: a list of
+    ``{"role", "content"}``, system / user / assistant turns), used as is; None when the row has none.
+
+    Errors: ``ValueError`` naming ``where`` when ``messages`` is not such a list or has no user message."""
+    msgs = row.get("messages")
+    if msgs is None:
+        return None
+    ok = isinstance(msgs, list) and msgs and all(
+        isinstance(m, dict) and m.get("role") in ("system", "user", "assistant", "tool")
+        and isinstance(m.get("content"), str) for m in msgs)  # fmt: skip
+    if not ok or not any(m["role"] == "user" for m in msgs):
+        raise ValueError(f"{where}: field 'messages' must be a list of {{role, content}} chat messages with at least "
+                         f"one user message (got {str(msgs)[:120]!r}); fix the row or drop the field")
+    return [{"role": m["role"], "content": m["content"]} for m in msgs]
+
+
 def _question(row: dict[str, Any], spec: str, where: str) -> str:
+    msgs = row_messages(row, where)
+    if msgs is not None and ("{" in spec or row.get(spec) is None):  # the question shown: the last user message
+        return next(m["content"] for m in reversed(msgs) if m["role"] == "user")
     if "{" not in spec:
         if row.get(spec) is None:
             raise _missing(where, spec, "question", row)
@@ -365,6 +385,8 @@ def opening_messages(question: str, cfg: DataConfig) -> list[dict[str, str]]:
 def build_prompts(rows: list[dict[str, Any]], tokenizer: Any, cfg: DataConfig,
                   context: tuple[int, int] | None = None) -> tuple[list[Prompt], int]:
     """Template and tokenize ``rows`` (from :func:`load_rows`); drop prompts over ``cfg.max_prompt_tokens``.
+    A row with its own ``messages`` (:func:`row_messages`) is rendered from them as is (the chat template with the
+    generation prompt; no ``system_prompt`` or ``prompt_template`` added); its question is its last user message.
 
     Returns (prompts, dropped): each kept :class:`~rlvr.types.Prompt` has ``prompt_ids`` [L], L <=
     ``max_prompt_tokens``, and ``index`` = the row's position in ``rows``; ``dropped`` counts the rows with
@@ -379,7 +401,9 @@ def build_prompts(rows: list[dict[str, Any]], tokenizer: Any, cfg: DataConfig,
     """
     if not rows:
         raise ValueError("no rows to build prompts from; check data.source and data.limit")
-    texts = [render_prompt(r["question"], tokenizer, cfg) for r in rows]
+    texts = [render_prompt(r["question"], tokenizer, cfg) if row_messages(r["row"]) is None
+             else tokenizer.apply_chat_template(row_messages(r["row"]), tokenize=False, add_generation_prompt=True)
+             for r in rows]  # a row's own messages are its opening, used as is (no system prompt or template added)
     ids = tokenizer(texts, add_special_tokens=not cfg.chat_template)["input_ids"]
     prompts = [
         Prompt(index=i, text=text, prompt_ids=list(pid), gold=r["gold"], row=r["row"], question=r["question"])

@@ -61,10 +61,11 @@ class TurnRollouts:
         self._thread = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlvr-turns")
 
     def opening(self, p: Prompt) -> list[Message]:
-        """The conversation prompt ``p``'s ids render (:func:`rlvr.data.datasets.opening_messages`)."""
-        from rlvr.data.datasets import opening_messages
+        """The conversation prompt ``p``'s ids render: the row's own ``messages`` if it has them, else the templated
+        question (:func:`rlvr.data.datasets.opening_messages`)."""
+        from rlvr.data.datasets import opening_messages, row_messages
 
-        return opening_messages(p.question, self.recipe.data)
+        return row_messages(p.row) or opening_messages(p.question, self.recipe.data)
 
     def submit(self, prompts: list[Prompt], sampling: SamplingConfig, generate: Generate) -> cf.Future:
         """Start ``sampling.n`` trajectories from each prompt; the future gives (completions [P x G], prompt-major,

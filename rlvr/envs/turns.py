@@ -43,6 +43,9 @@ class TurnSettings:
     max_tokens: int
     max_new_tokens: int
     max_observation_tokens: int = 0
+    end_on_length: bool = True
+    """A turn cut at ``max_new_tokens`` ends the trajectory (``length``); False: the template closes the turn and
+    the environment answers it (benchmarks that fix each turn's length)."""
 
 
 @dataclass
@@ -188,8 +191,8 @@ def _sample_round(live: list[Trajectory], generate: Generate, settings: TurnSett
         t.versions.append(c.policy_version)
         t.last_text, t.last_finish = c.text, c.finish_reason
         t.messages.append({"role": "assistant", "content": c.text})
-        if c.finish_reason != "stop":
-            t.end = "length"
+        if c.finish_reason != "stop" and (settings.end_on_length or c.finish_reason != "length"):
+            t.end = "length" if c.finish_reason == "length" else c.finish_reason
         elif t.turns >= settings.max_turns:
             t.end = "max_turns"
 

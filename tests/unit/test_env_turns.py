@@ -277,3 +277,35 @@ def test_the_sample_table_shows_the_conversation_with_turns_marked():
             {"role": "assistant", "content": "8"}, {"role": "user", "content": "higher"},
             {"role": "assistant", "content": "11"}]
     assert conversation_text(msgs) == "[assistant 1] 8 / [user] higher / [assistant 2] 11"
+
+
+def test_a_row_with_messages_opens_with_them_as_is(renderer):
+    from rlvr.config import DataConfig
+    from rlvr.data.datasets import build_prompts, row_messages
+
+    msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "1+1"},
+            {"role": "assistant", "content": "3"}, {"role": "user", "content": "wrong, again"}]
+    rows = [{"question": "wrong, again", "gold": "2", "row": {"messages": msgs, "answer": "2"}},
+            {"question": "2+2", "gold": "4", "row": {"question": "2+2", "answer": "4"}}]
+    cfg = DataConfig(system_prompt="sys", max_prompt_tokens=200)
+    prompts, _ = build_prompts(rows, renderer.tokenizer, cfg)
+    assert prompts[0].prompt_ids == ids("<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\n1+1<|im_end|>\n"
+                                        "<|im_start|>assistant\n3<|im_end|>\n<|im_start|>user\nwrong, again<|im_end|>\n"
+                                        "<|im_start|>assistant\n")
+    assert prompts[1].prompt_ids == ids("<|im_start|>system\nsys<|im_end|>\n<|im_start|>user\n2+2<|im_end|>\n"
+                                        "<|im_start|>assistant\n")
+    with pytest.raises(ValueError, match="field 'messages' must be a list"):
+        row_messages({"messages": [{"role": "bot", "content": "x"}]}, "row 3")
+
+
+def test_load_rows_takes_the_question_of_a_messages_row_from_its_last_user_message(tmp_path):
+    import json
+
+    from rlvr.config import DataConfig
+    from rlvr.data.datasets import load_rows
+
+    f = tmp_path / "m.jsonl"
+    f.write_text(json.dumps({"messages": [{"role": "user", "content": "1+1"}, {"role": "assistant", "content": "3"},
+                                          {"role": "user", "content": "again"}], "answer": "2"}) + "\n")
+    (row,) = load_rows(DataConfig(source=str(f)), 0)
+    assert (row["question"], row["gold"]) == ("again", "2")

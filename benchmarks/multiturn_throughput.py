@@ -1,0 +1,119 @@
+"""Multi-turn rollout throughput against single-turn, on the same engine and the same number of sampled tokens
+(issue 25).
+
+One in-process vLLM engine (the embedded SmolLM2-135M-Instruct unless ``--model``) samples B = P x G trajectories.
+Single-turn: one ``generate`` of ``--tokens`` new tokens per sample (the bare baseline, measured in the same run).
+Multi-turn at k turns: the real turn loop (:func:`rlvr.envs.turns.run_turns`) with the real environment pool
+(:class:`rlvr.envs.pool.EnvPool`), ``--tokens / k`` new tokens per turn, an environment that answers every turn
+with a short user message and ends the trajectory after k turns; instant, or sleeping ``--env-ms`` per step (a
+turn cut at its token limit is closed and answered, ``TurnSettings.end_on_length=False``, so every trajectory runs
+its k turns).
+Per configuration: sampled tokens, wall seconds, sampled tokens/s, its ratio to single-turn, and the engines' idle
+share (the share of the loop's time spent in environment calls: the engine waits meanwhile, rounds being
+synchronous). Goal: at 4 turns with the instant environment, sampled tokens/s >= 0.8x single-turn.
+
+    .venv/bin/python benchmarks/multiturn_throughput.py              # ~3 min on 2 cores
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+ENV_FILE = '''
+import time
+from rlvr.envs.base import EnvStep
+
+class Echo:
+    """Answers every turn with a short user message; done after `turns` assistant turns; `sleep_s` per step."""
+    def __init__(self, turns: int = 1, sleep_s: float = 0.0):
+        self.turns, self.sleep_s, self.seen = turns, sleep_s, 0
+    def reset(self, row):
+        return None
+    def step(self, history, reply):
+        time.sleep(self.sleep_s)
+        self.seen += 1
+        if self.seen >= self.turns:
+            return EnvStep([], reward=1.0, done=True)
+        return EnvStep([{"role": "user", "content": "Go on."}], reward=0.0)
+'''
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--samples", type=int, default=4)
+    ap.add_argument("--tokens", type=int, default=64, help="sampled tokens per trajectory (all turns together)")
+    ap.add_argument("--env-ms", type=float, default=50.0)
+    ap.add_argument("--repeats", type=int, default=2, help="runs per configuration (the median is reported)")
+    args = ap.parse_args()
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    from transformers import AutoTokenizer
+
+    from rlvr.envs.pool import EnvPool
+    from rlvr.envs.rollout import _Timer
+    from rlvr.envs.tokens import ChatRenderer
+    from rlvr.envs.turns import TurnSettings, run_turns
+    from rlvr.models import resolve_model
+    from rlvr.rollout.vllm_engine import VLLMEngine
+    from rlvr.types import Prompt, SamplingConfig
+
+    model_dir = resolve_model(args.model)
+    renderer = ChatRenderer(AutoTokenizer.from_pretrained(model_dir))
+    questions = [f"Write a short story about the number {i}." for i in range(args.prompts)]
+    openings = [[{"role": "user", "content": q}] for q in questions]
+    starts = [Prompt(index=i, text="", prompt_ids=renderer.opening_ids(o), gold="0") for i, o in enumerate(openings)]
+    longest = max(len(p.prompt_ids) for p in starts)
+    engine = VLLMEngine(model_dir, dtype="float32", max_model_len=longest + 4 * args.tokens + 256, seed=0)
+    env_file = Path(tempfile.mkdtemp()) / "echo_env.py"
+    env_file.write_text(ENV_FILE)
+    b = args.prompts * args.samples
+
+    def median(xs: list[float]) -> float:
+        return sorted(xs)[len(xs) // 2]
+
+    rows = []
+    single = []
+    for _ in range(args.repeats):
+        t = time.perf_counter()
+        out = engine.generate(starts, SamplingConfig(n=args.samples, max_new_tokens=args.tokens, seed=1))
+        single.append((sum(len(c.token_ids) for c in out), time.perf_counter() - t))
+    tok, sec = median([s[0] for s in single]), median([s[1] for s in single])
+    base = tok / sec
+    rows.append(("single-turn (bare generate)", "-", tok, sec, base, 1.0, 0.0))
+    with EnvPool(num_workers=2, timeout_s=30.0) as pool:
+        for env_ms in (0.0, args.env_ms):
+            for k in (1, 2, 4):
+                runs = []
+                for _ in range(args.repeats):
+                    env_rows = [{"gold": "0", "env": {"name": f"{env_file}:Echo",
+                                                      "args": {"turns": k, "sleep_s": env_ms / 1000}}}] * args.prompts
+                    timer = _Timer(pool)
+                    settings = TurnSettings(max_turns=k, max_tokens=4 * args.tokens + 200,
+                                            max_new_tokens=args.tokens // k, end_on_length=False)
+                    t = time.perf_counter()
+                    trajs, _ = run_turns(starts, openings, args.samples, engine.generate, timer, renderer, settings,
+                                         SamplingConfig(n=1, max_new_tokens=args.tokens // k, seed=1), env_rows)
+                    wall = time.perf_counter() - t
+                    sampled = sum(sum(t_.seq.mask) for t_ in trajs)
+                    runs.append((sampled, wall, timer.seconds / wall))
+                tok, sec, idle = median([r[0] for r in runs]), median([r[1] for r in runs]), median([r[2] for r in runs])
+                rows.append((f"{k} turn(s), environment {env_ms:.0f} ms", k, tok, sec, tok / sec, tok / sec / base,
+                             idle))
+    print(f"\nB = {b} trajectories ({args.prompts} prompts x {args.samples}), {args.tokens} sampled tokens each at "
+          f"most, model {args.model}, median of {args.repeats}")
+    print(f"{'configuration':34s} {'sampled':>8s} {'wall s':>7s} {'tok/s':>7s} {'x single':>8s} {'engine idle':>11s}")
+    for name, _, tok, sec, rate, ratio, idle in rows:
+        print(f"{name:34s} {tok:8.0f} {sec:7.2f} {rate:7.1f} {ratio:8.2f} {idle:11.1%}")
+
+
+if __name__ == "__main__":
+    main()
