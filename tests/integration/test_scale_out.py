@@ -167,7 +167,15 @@ def _tp_body(address: str, head_ip: str, tmp: str) -> None:
         # above (both off is refused with tensor parallel at load, tests/unit/test_engine_settings.py)
         (per_worker,) = roles.worker_checksums
         assert len(per_worker) == 2
-        ray.kill(roles.engines[0]._target, no_restart=True)
+        old = roles.engines[0]._target
+        ray.kill(old, no_restart=True)
+        deadline = time.monotonic() + 60  # ray.kill returns at once: a ping sent before the actor is gone still answers
+        while time.monotonic() < deadline:  # (seen once in a full run: the engine found alive, then dead mid-sync)
+            try:
+                ray.get(old.ping.remote(), timeout=10)
+                time.sleep(0.2)
+            except ray.exceptions.RayActorError:
+                break
         assert roles.restart_dead_engines() == [0]
         assert roles.get([roles.engines[0].call("get_policy_version")], 60, "version") == [1]
         assert roles.ex.node_ips(roles.engines, 60) == [head_ip]  # back in its placement-group bundle
