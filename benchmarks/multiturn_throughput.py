@@ -17,7 +17,8 @@ synchronous). Goal: at 4 turns with the instant environment, sampled tokens/s >=
 Measured 2026-12-03 (2 cores, another engineer's runs beside it: medians of 2, noisy): single-turn 202 tokens/s;
 instant environment 1.03x (1 turn), 0.84x (2), 0.57x (4); 50 ms environment 1.01x, 0.77x, 0.70x, engines idle
 0-18%. Before the engines' CPU block size went from vLLM's 128 to 32 (:data:`rlvr.rollout.vllm_engine.CPU_BLOCK_SIZE`)
-the same run gave 112 tokens/s single-turn and 0.51x at 4 turns. The 4-turn goal (>= 0.8x) is not met on CPU: each
+the same run gave 0.51x at 4 turns (its single-turn figure, 112 tokens/s, was measured without a warm-up call:
+not comparable; a probe of the block size alone: 64 new tokens on 32 sequences 14.6 s at 128, 10.5-11.2 s at 32). The 4-turn goal (>= 0.8x) is not met on CPU: each
 round re-prefills what the cache does not hold (the turn separator, the last sample, the partial last block).
 """
 
