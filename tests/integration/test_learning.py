@@ -2,8 +2,11 @@
 
 Task: ``tiny-random`` (a random-init, character-level 2-layer Llama) on generated one-digit addition, scored by
 the ``numeric`` verifier. At the start the model emits random characters and the last number it writes matches
-the sum ~2% of the time; within tens of steps GRPO teaches it to answer with short digit strings, and the reward
-(measured here over 60 steps: first 10 steps 0.021 mean, last 10 steps 0.098) rises several-fold.
+the sum ~1-2% of the time; within tens of steps GRPO teaches it to answer with short digit strings, and the reward
+rises several-fold. lr 5e-3: at 1e-2 the policy's entropy collapsed (0.09 nats) onto one answer after ~40 steps
+in one of three runs (every group then all-wrong, no signal: reward 0 for the last 20 steps), a trajectory a change
+of the engine's KV block size alone (128 -> 32 tokens) was enough to select. Measured at lr 5e-3, 60 steps, first
+10 / last 10 steps' mean reward: seed 0 0.008 / 0.091 (block 32), 0.011 / 0.091 (block 128); seed 1 0.021 / 0.076.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ def test_grpo_raises_reward_on_tiny_addition(tmp_path):
             "rollout.prompts_per_step=16",
             "rollout.samples_per_prompt=8",
             "rollout.max_new_tokens=4",
-            "trainer.lr=1e-2",
+            "trainer.lr=5e-3",
             "trainer.micro_batch_size=128",
         ],
     )
