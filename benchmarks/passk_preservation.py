@@ -45,7 +45,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rlvr.evaluate import _cell  # noqa: E402 - "value [low, high]", as rlvr eval's table prints a metric
+from rlvr.eval_cli import _cell  # noqa: E402 - "value [low, high]", as rlvr eval's table prints a metric
 
 TEMPLATE = "{question} Answer with only the final number, in \\boxed{}."
 """The user message: a short answer keeps responses (and so every stage) short on a CPU; the ``math`` verifier

@@ -142,9 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     from rlvr.verify_cli import add_verify_parser
 
     add_verify_parser(sub)  # rlvr verify FILE.jsonl --verifier NAME (rlvr/verify_cli.py)
-    from rlvr.evaluate import add_eval_parser
+    from rlvr.eval_cli import add_eval_parser
 
-    add_eval_parser(sub)  # rlvr eval MODEL --data SET ... (rlvr/evaluate.py)
+    add_eval_parser(sub)  # rlvr eval MODEL --data SET ... (rlvr/eval_cli.py)
     add_plot_parser(sub)  # rlvr plot RUN_DIR [--out DIR] (rlvr/plot.py)
     # overrides may come before or after flags (`train r.yaml --dry-run a.b=1` and `train r.yaml a.b=1 --dry-run`)
     args, extra = parser.parse_known_args(argv)

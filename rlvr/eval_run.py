@@ -1,5 +1,5 @@
 """``rlvr eval RUN``: what a run's policy is evaluated with, from the run's own ``recipe.yaml`` (:data:`RUN_KEYS`:
-its prompt template, data fields, verifiers and dtype), unless flags say otherwise (:func:`rlvr.evaluate.
+its prompt template, data fields, verifiers and dtype), unless flags say otherwise (:func:`rlvr.eval_cli.
 config_from_args` applies them)."""
 
 from __future__ import annotations

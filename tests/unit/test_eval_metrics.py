@@ -12,16 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlvr.cli import main
-from rlvr.evaluate import (
-    EVAL_PROMPTS,
-    PRESETS,
-    add_eval_parser,
-    config_from_args,
-    metric_table,
-    model_label,
-    resolve_sets,
-    results_table,
-)
+from rlvr.eval_cli import add_eval_parser, config_from_args, results_table
+from rlvr.evaluate import EVAL_PROMPTS, PRESETS, metric_table, model_label, resolve_sets
 from rlvr.metrics.intervals import bootstrap_ci
 from rlvr.runtime.validation import maj_at_k, majority_correct, problem_metrics
 
