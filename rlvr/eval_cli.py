@@ -11,7 +11,7 @@ import logging
 import sys
 from typing import Any
 
-from rlvr.config import ModelConfig, RecipeError, VerifierSpec
+from rlvr.config import EnvironmentConfig, ModelConfig, RecipeError, VerifierSpec
 from rlvr.evaluate import EVAL_PROMPTS, EVAL_REWARD, EVAL_ROLLOUT, PRESETS, EvalConfig, evaluate
 
 log = logging.getLogger("rlvr.eval")
@@ -114,7 +114,28 @@ def add_eval_parser(sub: Any) -> None:
     p.add_argument("--threads", type=int, default=None, help="engine torch threads (default 1)")
     p.add_argument("--batch-prompts", type=int, default=None, help="prompts per engine call (default 32)")
     p.add_argument("--bootstrap-resamples", type=int, default=None)
+    p.add_argument("--environment", default=None, metavar="NAME",
+                   help="multi-turn: n trajectories per problem in this environment (feedback, guess, "
+                   "module:Name, file.py:Name), the final answer scored; a run's or --recipe's environment section "
+                   "is taken without it")
+    p.add_argument("--env-args", default=None, metavar="JSON", help="constructor args of --environment as JSON")
+    p.add_argument("--max-turns", type=int, default=None, help="assistant turns per trajectory at most (default 4)")
+    p.add_argument("--max-trajectory-tokens", type=int, default=None,
+                   help="a trajectory's token budget after its prompt (environment.max_tokens, default 1024)")
     p.set_defaults(fn=cmd_eval)
+
+
+def _json_object(text: str | None, flag: str) -> dict[str, Any] | None:
+    """``text`` read as a JSON object (None: not given). Errors: ``ValueError`` naming ``flag``."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{flag} must be a JSON object, got {text!r} ({e.msg})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{flag} must be a JSON object, got {text!r}")
+    return value
 
 
 def _given(**values: Any) -> dict[str, Any]:
@@ -129,7 +150,7 @@ def recipe_sections(recipe: Any) -> dict[str, Any]:
     rollout = dataclasses.replace(recipe.rollout, samples_per_prompt=recipe.validation.samples,
                                   temperature=recipe.validation.temperature, num_engines=1)  # fmt: skip
     return {"prompts": data, "rollout": rollout, "reward": recipe.reward, "seed": recipe.run.seed,
-            "dtype": recipe.model.dtype}  # fmt: skip
+            "dtype": recipe.model.dtype, "environment": recipe.environment}  # fmt: skip
 
 
 def config_from_args(args: argparse.Namespace) -> EvalConfig:
@@ -141,16 +162,9 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
     from rlvr.eval_run import log_run, run_of, run_sections
     from rlvr.recipe import load_recipe
 
-    vargs = None
-    if args.verifier_args is not None:
-        try:
-            vargs = json.loads(args.verifier_args)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"--verifier-args must be a JSON object, got {args.verifier_args!r} ({e.msg})") from None
-        if not isinstance(vargs, dict):
-            raise ValueError(f"--verifier-args must be a JSON object, got {args.verifier_args!r}")
+    vargs, eargs = _json_object(args.verifier_args, "--verifier-args"), _json_object(args.env_args, "--env-args")
     base: dict[str, Any] = {"prompts": EVAL_PROMPTS, "rollout": EVAL_ROLLOUT, "reward": EVAL_REWARD, "seed": 0,
-                            "dtype": "auto"}  # fmt: skip
+                            "dtype": "auto", "environment": EnvironmentConfig()}  # fmt: skip
     run, model = run_of(args.model), args.model
     if run is not None:
         model = str(run.model_dir)
@@ -186,9 +200,18 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         first = dataclasses.replace(first, **_given(name=args.verifier, args=vargs))
         reward = dataclasses.replace(reward, verifiers=(first, *reward.verifiers[1:]))
     reward = dataclasses.replace(reward, **_given(num_workers=args.workers, timeout_s=args.timeout))
+    environment = base["environment"]
+    if args.environment is not None and args.environment != environment.name and eargs is None:
+        eargs = {}  # another environment: the recipe's arguments were its own
+    environment = dataclasses.replace(environment, **_given(
+        name=args.environment, args=eargs, max_turns=args.max_turns, max_tokens=args.max_trajectory_tokens))  # fmt: skip
+    if not environment.enabled and (eargs is not None or args.max_turns is not None
+                                     or args.max_trajectory_tokens is not None):
+        raise ValueError("--env-args, --max-turns and --max-trajectory-tokens need --environment NAME (or a run or "
+                         "--recipe with an environment section)")
     return EvalConfig(
         model=ModelConfig(path=model, dtype=args.dtype or base["dtype"]), data=tuple(args.data),
-        prompts=prompts, rollout=rollout, reward=reward, seed=args.seed if args.seed is not None else base["seed"],
+        prompts=prompts, rollout=rollout, reward=reward, environment=environment, seed=args.seed if args.seed is not None else base["seed"],
         output=args.output, **_given(batch_prompts=args.batch_prompts, bootstrap_resamples=args.bootstrap_resamples),
         fit_new_tokens=args.max_new_tokens is None and args.recipe is None,
     )  # fmt: skip
@@ -215,6 +238,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return 1
     console = Console(width=max(100, Console().width))
     console.print(results_table(results))
+    for name, d in results["datasets"].items():
+        st = d["stats"]
+        if "turns_mean" in st:  # trajectories (--environment)
+            console.print(f"{name}: {st['turns_mean']:.2f} turns per trajectory; solved at turn 1 "
+                          f"{st['solved_turn_1_frac']:.3f}, after it {st['solved_after_turn_1_frac']:.3f}; ended: "
+                          + ", ".join(f"{k} {v}" for k, v in st["end_reasons"].items()))
     t = results["timing"]
     console.print(f"engine start {t['engine_start_s']:.1f} s; generation {t['generate_s']:.1f} s "
                   f"({t['tokens_per_s']:.0f} tokens/s); scoring {t['score_s']:.1f} s; "

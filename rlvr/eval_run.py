@@ -21,11 +21,12 @@ RUN_KEYS: dict[str, tuple[str, ...]] = {
     "data.answer_format": ("--answer-format",),
     "reward.verifiers": ("--verifier", "--verifier-args"),
     "model.dtype": ("--dtype",),
+    "environment": ("--environment", "--env-args", "--max-turns", "--max-trajectory-tokens"),
 }
 """What ``rlvr eval RUN`` takes from the run's recipe (how the run wrote a prompt, read a row of its data and
-scored an answer, and its dtype), each with the flags that override it. The data fields apply to the sets that
-are not presets (a file in the training format needs no ``--question-field``); presets keep their own.
-Sampling, lengths and scoring limits stay the eval defaults, so runs and models compare at the same settings
+scored an answer, its dtype, and its multi-turn environment), each with the flags that override it. The data
+fields apply to the sets that are not presets (a file in the training format needs no ``--question-field``);
+presets keep their own. Sampling, lengths and scoring limits stay the eval defaults, so runs and models compare at the same settings
 (``--recipe RUN/recipe.yaml`` takes those too)."""
 
 
@@ -40,7 +41,7 @@ def run_sections(recipe: Any, base: dict[str, Any]) -> dict[str, Any]:
 
     # the rule verifiers: a judge verifier asks a role that ``rlvr eval`` does not start
     reward = dataclasses.replace(base["reward"], verifiers=tuple(rule_specs(recipe.reward.verifiers)))
-    return {**base, "prompts": prompts, "reward": reward, "dtype": recipe.model.dtype}
+    return {**base, "prompts": prompts, "reward": reward, "dtype": recipe.model.dtype, "environment": recipe.environment}
 
 
 def run_of(model: str) -> Any:
@@ -66,7 +67,7 @@ def log_run(model: str, run: Any, recipe: Any, args: argparse.Namespace) -> None
     values = {"data.prompt_template": recipe.data.prompt_template, "data.system_prompt": recipe.data.system_prompt,
               "data.chat_template": recipe.data.chat_template, "data.question": recipe.data.question,
               "data.answer": recipe.data.answer, "data.answer_format": recipe.data.answer_format,
-              "model.dtype": recipe.model.dtype,
+              "model.dtype": recipe.model.dtype, "environment": recipe.environment.name,
               "reward.verifiers": [v.name for v in recipe.reward.verifiers]}  # fmt: skip
     dest = {"--no-chat-template": "chat_template"}
     flags = [f for k in RUN_KEYS for f in RUN_KEYS[k] if getattr(args, dest.get(f, f[2:].replace("-", "_"))) is not None]

@@ -29,6 +29,12 @@ tokens), and a table on the console.
 Temperature 1.0 by default: the model's own sampling distribution, the one RL trains and training validation
 samples from, so these numbers match ``val/pass@k``; pass@k and maj@k for k > 1 need diverse samples. ``0`` is
 greedy decoding (vLLM with ``--n 1`` only).
+
+Multi-turn (``--environment NAME``, or a run's or ``--recipe``'s ``environment:`` section): each of the n samples
+is a trajectory (:mod:`rlvr.envs`: the model answers, the environment replies, up to ``--max-turns`` assistant
+turns, token-in/token-out), exactly as training rolls it out; the verifier scores the final answer and pass@k,
+maj@k and mean@k are over trajectories. ``samples.jsonl`` then holds each trajectory's turns, end reason and
+conversation, and each set's ``stats`` the turns per trajectory and the shares solved at turn 1 and after it.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
-from rlvr.config import DataConfig, ModelConfig, RewardConfig, RolloutConfig, VerifierSpec, plain
+from rlvr.config import DataConfig, EnvironmentConfig, ModelConfig, RewardConfig, RolloutConfig, VerifierSpec, plain
 from rlvr.metrics.intervals import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CONFIDENCE, bootstrap_ci
 from rlvr.models.context import context_limit, token_budgets
 from rlvr.runtime.validation import mean_over_problems, problem_metrics, problem_outcomes
@@ -110,7 +116,9 @@ class EvalConfig:
     - ``rollout``: ``engine``, n = ``samples_per_prompt`` (metrics for every k in 1..n), ``temperature`` (0: greedy),
       ``top_p``, ``top_k``, ``max_new_tokens``, ``kv_cache_gib``, ``threads`` (one engine, in this process);
     - ``reward``: the first verifier scores the sets that are not presets (presets: ``math``); ``num_workers``
-      scoring processes, ``timeout_s`` per sample, ``memory_mb`` per worker.
+      scoring processes, ``timeout_s`` per sample, ``memory_mb`` per worker;
+    - ``environment``: multi-turn trajectories instead of single answers when it names one (``enabled``): its
+      ``max_turns``, ``max_tokens`` (the trajectory's budget after the prompt), ``args`` and limits, as in training.
     """
 
     model: ModelConfig
@@ -118,6 +126,7 @@ class EvalConfig:
     prompts: DataConfig = field(default_factory=lambda: EVAL_PROMPTS)
     rollout: RolloutConfig = field(default_factory=lambda: EVAL_ROLLOUT)
     reward: RewardConfig = field(default_factory=lambda: EVAL_REWARD)
+    environment: EnvironmentConfig = field(default_factory=EnvironmentConfig)
     seed: int = 0
     """Engine seed (vLLM: the engine's sampler; HF: torch). Same seed, engine and machine: same samples."""
     output: str | None = None
@@ -155,6 +164,10 @@ class EvalConfig:
             errs.append("reward.verifiers is empty: name a verifier (--verifier math)")
         if "{question}" not in pr.prompt_template:
             errs.append("--prompt-template must contain {question}")
+        env = self.environment
+        if env.enabled and (env.max_turns < 1 or env.max_tokens < ro.max_new_tokens):
+            errs.append(f"--max-turns must be >= 1 and environment.max_tokens ({env.max_tokens}, a trajectory's budget) "
+                        f">= --max-new-tokens ({ro.max_new_tokens}, one turn's)")
         if errs:
             raise ValueError("; ".join(errs))
 
@@ -279,21 +292,31 @@ def metric_table(per_problem: dict[str, list[float]], cfg: EvalConfig) -> dict[s
 
 def sample_stats(completions: list[Completion], scored: list, key: str) -> dict[str, Any]:
     """Counts over the B samples of a set (fractions: normaliser B): ``samples``, ``score_mean`` (mean score of the
-    verifier), ``length_mean`` (generated tokens), ``truncated_frac`` (stopped by ``--max-new-tokens``),
-    ``no_answer_frac``, ``timeout_frac``, and ``reasons`` (reason kind -> samples; ``correct`` for full marks)."""
+    verifier), ``length_mean`` (generated tokens: a trajectory's sampled ones), ``truncated_frac`` (stopped by
+    ``--max-new-tokens``), ``no_answer_frac``, ``timeout_frac``, and ``reasons`` (reason kind -> samples;
+    ``correct`` for full marks). Trajectories (``--environment``) add ``turns_mean`` (assistant turns),
+    ``solved_turn_1_frac`` / ``solved_after_turn_1_frac`` (correct, with one turn / more than one) and
+    ``end_reasons`` (why each ended -> trajectories)."""
     from rlvr.verify_cli import reason_key
 
     b = len(scored)
     reasons = Counter(reason_key(s.results[key].reason) for s in scored)
-    return {
+    stats = {
         "samples": b,
         "score_mean": sum(s.results[key].score for s in scored) / b,
-        "length_mean": sum(len(c.token_ids) for c in completions) / b,
+        "length_mean": sum(c.sampled_tokens for c in completions) / b,
         "truncated_frac": sum(c.truncated for c in completions) / b,
         "no_answer_frac": reasons.get("no_answer", 0) / b,
         "timeout_frac": reasons.get("timeout", 0) / b,
         "reasons": dict(reasons.most_common()),
     }
+    if any(c.end_reason is not None for c in completions):
+        right = [s.results[key].score >= 1.0 for s in scored]
+        stats["turns_mean"] = sum(c.turns for c in completions) / b
+        stats["solved_turn_1_frac"] = sum(r and c.turns == 1 for c, r in zip(completions, right)) / b
+        stats["solved_after_turn_1_frac"] = sum(r and c.turns > 1 for c, r in zip(completions, right)) / b
+        stats["end_reasons"] = dict(Counter(str(c.end_reason) for c in completions).most_common())
+    return stats
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -323,15 +346,20 @@ def sample_record(ls: LoadedSet, p: Prompt, c: Completion, s: Any, key: str) -> 
 
     r = s.results[key]
     pid = row_id(p.row)
-    return {
+    record = {
         "dataset": ls.spec.name, "row": ls.file_rows[p.index], "id": pid, "sample": c.sample_index,
         "prompt": p.text, "response": c.text, "gold": p.gold, "parsed": r.parsed, "score": r.score,
-        "correct": r.score >= 1.0, "reason": r.reason, "finish_reason": c.finish_reason, "tokens": len(c.token_ids),
+        "correct": r.score >= 1.0, "reason": r.reason, "finish_reason": c.finish_reason, "tokens": c.sampled_tokens,
     }  # fmt: skip
+    if c.end_reason is not None:  # a trajectory: ``response`` is its final answer
+        record.update(turns=c.turns, end_reason=c.end_reason, turn_rewards=c.turn_rewards, messages=c.messages)
+    return record
 
 
-def run_set(engine: Any, pool: Any, ls: LoadedSet, cfg: EvalConfig, out: TextIO) -> dict[str, Any]:
-    """Generate n samples per problem in batches of ``cfg.batch_prompts``, score them, write their lines to ``out``.
+def run_set(engine: Any, pool: Any, ls: LoadedSet, cfg: EvalConfig, out: TextIO, turns: Any = None) -> dict[str, Any]:
+    """Generate n samples per problem in batches of ``cfg.batch_prompts`` (``turns``, a
+    :class:`rlvr.envs.rollout.TurnRollouts`: n trajectories on ``engine``), score them (a trajectory's final
+    answer), write their lines to ``out``.
 
     Returns the set's entry of ``results.json``: counts, ``metrics`` (every k in 1..n, with intervals),
     ``stats`` (:func:`sample_stats`), ``timing`` (``generate_s``, ``score_s``, ``tokens``, ``tokens_per_s``,
@@ -348,7 +376,10 @@ def run_set(engine: Any, pool: Any, ls: LoadedSet, cfg: EvalConfig, out: TextIO)
     for start in range(0, len(prompts), cfg.batch_prompts):
         chunk = prompts[start : start + cfg.batch_prompts]
         t0 = time.perf_counter()
-        comps = engine.generate(chunk, sampling)  # [len(chunk) x n], prompt-major
+        if turns is None:
+            comps = engine.generate(chunk, sampling)  # [len(chunk) x n], prompt-major
+        else:
+            comps = turns.submit(chunk, sampling, engine.generate).result()[0]  # trajectories, prompt-major
         t1 = time.perf_counter()
         res = pool.score([c.text for c in comps], [prompts[c.prompt_index].gold for c in comps],
                          [prompts[c.prompt_index].row for c in comps])  # fmt: skip
@@ -358,11 +389,11 @@ def run_set(engine: Any, pool: Any, ls: LoadedSet, cfg: EvalConfig, out: TextIO)
         out.flush()
         completions += comps
         scored += res
-        done, tokens = start + len(chunk), sum(len(c.token_ids) for c in completions)
+        done, tokens = start + len(chunk), sum(c.sampled_tokens for c in completions)
         log.info("%s: %d/%d problems, %d tokens, %.0f tokens/s", ls.spec.name, done, len(prompts), tokens,
                  tokens / max(t_gen, 1e-9))  # fmt: skip
     per = problem_metrics(*problem_outcomes(scored, cfg.n, key), range(1, cfg.n + 1))
-    tokens = sum(len(c.token_ids) for c in completions)
+    tokens = sum(c.sampled_tokens for c in completions)
     return {
         "source": ls.spec.source, "question_field": ls.spec.question, "answer_field": ls.spec.answer,
         "answer_format": ls.spec.answer_format, "verifier": ls.spec.verifier, "verifier_args": ls.spec.verifier_args,
@@ -463,17 +494,28 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
                     cfg.reward.verifiers[0].name)
     for es in sets:
         resolve_verifier(es.verifier)  # a bad name fails before the model loads
+    if cfg.environment.name is not None:  # so does a bad environment name or argument
+        from rlvr.envs.runner import resolve_environment
+        from rlvr.registry import check_kwargs
+
+        check_kwargs(resolve_environment(cfg.environment.name), cfg.environment.args, "--env-args (environment.args)")
     model_dir = resolve_model(cfg.model.path)
     tok = AutoTokenizer.from_pretrained(model_dir)
     ctx = context_limit(model_dir)
-    prompt_limit, new_tokens = token_budgets(ctx, cfg.prompts.max_prompt_tokens, cfg.rollout.max_new_tokens,
-                                             cfg.fit_new_tokens)  # fmt: skip
+    env = cfg.environment
+    if env.enabled:  # a trajectory's whole budget after its prompt must fit beside the prompt
+        prompt_limit, _ = token_budgets(ctx, cfg.prompts.max_prompt_tokens, env.max_tokens, False)
+        new_tokens = cfg.rollout.max_new_tokens
+    else:
+        prompt_limit, new_tokens = token_budgets(ctx, cfg.prompts.max_prompt_tokens, cfg.rollout.max_new_tokens,
+                                                 cfg.fit_new_tokens)  # fmt: skip
     if new_tokens != cfg.rollout.max_new_tokens:
         log.info("max new tokens %d: the default %d lowered to fit the model's %d-token context with prompts up to "
                  "%d tokens (--max-new-tokens to choose)", new_tokens, cfg.rollout.max_new_tokens, ctx, prompt_limit)
         cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, max_new_tokens=new_tokens))
     loaded = [load_set(es, cfg, tok, prompt_limit) for es in sets]
-    max_model_len = max(len(p.prompt_ids) for ls in loaded for p in ls.prompts) + new_tokens
+    after_prompt = env.max_tokens if env.enabled else new_tokens
+    max_model_len = max(len(p.prompt_ids) for ls in loaded for p in ls.prompts) + after_prompt
     out_dir = make_output_dir(cfg)
     files = {"results": str(out_dir / "results.json"), "samples": str(out_dir / "samples.jsonl")}
     t0 = time.perf_counter()
@@ -481,17 +523,24 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     engine_s = time.perf_counter() - t0
     datasets: dict[str, Any] = {}
     pools: dict[str, Any] = {}
+    turns = None
     try:
+        if env.enabled:  # the turn loop and the environment workers, as in training (rlvr.envs.rollout)
+            from rlvr.envs.rollout import TurnRollouts
+
+            turns = TurnRollouts(env, cfg.prompts, new_tokens, model_dir)
         with open(files["samples"], "w", encoding="utf-8") as out:
             for ls in loaded:
                 key = json.dumps([ls.spec.verifier, ls.spec.verifier_args], sort_keys=True)
                 if key not in pools:  # one pool per distinct verifier, started when first needed
                     rw = cfg.reward
                     pools[key] = ScoringPool([ls.spec.verifier_spec], rw.num_workers, rw.timeout_s, rw.memory_mb)
-                datasets[ls.spec.name] = run_set(engine, pools[key], ls, cfg, out)
+                datasets[ls.spec.name] = run_set(engine, pools[key], ls, cfg, out, turns)
     finally:
         for pool in pools.values():
             pool.close()
+        if turns is not None:
+            turns.close()
         del engine
     keys = next(iter(datasets.values()))["per_problem"]
     per = {k: [v for d in datasets.values() for v in d["per_problem"][k]] for k in keys}  # pooled problems

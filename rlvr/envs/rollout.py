@@ -10,7 +10,7 @@ import concurrent.futures as cf
 import time
 from typing import Any, Callable
 
-from rlvr.config import Recipe
+from rlvr.config import DataConfig, EnvironmentConfig
 from rlvr.envs.tokens import ChatRenderer, Message
 from rlvr.envs.turns import TurnSettings, run_turns
 from rlvr.metrics import names as mn
@@ -19,12 +19,11 @@ from rlvr.types import Completion, Prompt, SamplingConfig
 Generate = Callable[[list[Prompt], SamplingConfig], list[Completion]]
 
 
-def env_spec(recipe: Recipe, row: dict[str, Any]) -> dict[str, Any]:
+def env_spec(env: EnvironmentConfig, row: dict[str, Any]) -> dict[str, Any]:
     """The environment a data row starts: ``{"name", "args"}`` from its ``environment.row_field`` if it has one,
     else ``environment.name`` (with ``environment.args``).
 
     Errors: ``ValueError`` naming the row field and the key when neither gives a name."""
-    env = recipe.environment
     name = row.get(env.row_field) if env.row_field else None
     if name is None:
         name = env.name
@@ -35,27 +34,28 @@ def env_spec(recipe: Recipe, row: dict[str, Any]) -> dict[str, Any]:
 
 
 class TurnRollouts:
-    """The multi-turn rollout of a run: a renderer of the model's chat template, the environment pool, and one
-    thread that runs the turn loop of each submitted rollout (one at a time, in submission order).
+    """The multi-turn rollout of a run (or of ``rlvr eval --environment``): a renderer of the model's chat template,
+    the environment pool, and one thread that runs the turn loop of each submitted rollout (one at a time, in
+    submission order). ``env``: the recipe's ``environment`` section; ``data``: its ``data`` section (the opening
+    of a row without ``messages``); ``max_new_tokens``: the most one turn samples (``rollout.max_new_tokens``).
 
     Errors: ``ValueError`` when the model's tokenizer has no chat template or its template rewrites history
     (:func:`rlvr.envs.tokens.check_template`); those of :class:`~rlvr.envs.pool.EnvPool`."""
 
-    def __init__(self, recipe: Recipe, model_dir: str) -> None:
+    def __init__(self, env: EnvironmentConfig, data: DataConfig, max_new_tokens: int, model_dir: str) -> None:
         from transformers import AutoTokenizer
 
         from rlvr.envs.pool import EnvPool
         from rlvr.envs.tokens import check_template
 
-        self.recipe = recipe
+        self.env, self.data = env, data
         self.renderer = ChatRenderer(AutoTokenizer.from_pretrained(model_dir))
         why = check_template(self.renderer)
         if why:
             raise ValueError(f"the chat template of {model_dir} cannot carry a multi-turn trajectory token for token: "
                              f"{why}; use a model whose template extends the conversation (environment.name)")
-        e = recipe.environment
-        self.settings = TurnSettings(max_turns=e.max_turns, max_tokens=e.max_tokens,
-                                     max_new_tokens=recipe.rollout.max_new_tokens,
+        e = env
+        self.settings = TurnSettings(max_turns=e.max_turns, max_tokens=e.max_tokens, max_new_tokens=max_new_tokens,
                                      max_observation_tokens=e.max_observation_tokens)  # fmt: skip
         self.pool = EnvPool(e.num_workers, e.timeout_s, e.memory_mb)
         self._thread = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlvr-turns")
@@ -65,13 +65,13 @@ class TurnRollouts:
         question (:func:`rlvr.data.datasets.opening_messages`)."""
         from rlvr.data.datasets import opening_messages, row_messages
 
-        return row_messages(p.row) or opening_messages(p.question, self.recipe.data)
+        return row_messages(p.row) or opening_messages(p.question, self.data)
 
     def submit(self, prompts: list[Prompt], sampling: SamplingConfig, generate: Generate) -> cf.Future:
         """Start ``sampling.n`` trajectories from each prompt; the future gives (completions [P x G], prompt-major,
         and the rollout's multi-turn metrics: ``rollout/env_s`` the environments' wall time, ``rollout/engine_idle_frac``
         the share of the turn loop's time the engines waited for environments, ``rollout/obs_tokens_cut``)."""
-        rows = [{**p.row, "gold": p.gold, "question": p.question, "env": env_spec(self.recipe, p.row)} for p in prompts]
+        rows = [{**p.row, "gold": p.gold, "question": p.question, "env": env_spec(self.env, p.row)} for p in prompts]
         openings = [self.opening(p) for p in prompts]
         return self._thread.submit(self._run, prompts, openings, rows, sampling, generate)
 

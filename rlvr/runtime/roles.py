@@ -167,7 +167,7 @@ class Roles:
         if r.environment.enabled:  # the turn loop's thread and environment workers, in this process
             from rlvr.envs.rollout import TurnRollouts
 
-            self.turns = TurnRollouts(r, model_dir)
+            self.turns = TurnRollouts(r.environment, r.data, r.rollout.max_new_tokens, model_dir)
         self.ex.reserve(placement_groups(self.res), r.timeouts.startup_s, "timeouts.startup_s")
         self.rendezvous: dict[str, tuple[str, int]] = {}
         self.engines: list[Handle] = [self._spawn_engine(i) for i in range(r.rollout.num_engines)]

@@ -107,3 +107,61 @@ def _check_consistent(metrics: dict, problems: list[list[dict]]) -> None:
     for m in metrics.values():
         lo, hi = m["ci"]
         assert lo <= m["value"] + 1e-12 and m["value"] <= hi + 1e-12
+
+
+def digit_verifier(response: str, gold: str, **row) -> VerifyResult:
+    """Correct when the response's last integer is the gold (as the guessing game's own judgement)."""
+    import re
+
+    found = re.findall(r"-?\d+", response)
+    if found and int(found[-1]) == int(gold):
+        return VerifyResult(score=1.0, parsed=found[-1])
+    return VerifyResult(score=0.0, parsed=found[-1] if found else None, reason="wrong" if found else "no_answer")
+
+
+@pytest.mark.integration
+def test_rlvr_eval_environment_trajectories(tmp_path):
+    """``rlvr eval --environment guess`` (issue 25): n trajectories per problem through the real turn loop, the
+    environment workers and the engine, on the embedded SmolLM2-135M-Instruct (it answers with a number and ends its
+    turn, where the random tiny model runs into the token limit); each saved trajectory's conversation is checked against the game's rules by
+    hand (the reply to a wrong guess g says higher exactly when g < the secret), its turn count against its messages,
+    and the set's stats and pass@k against the saved trajectories."""
+    import re
+
+    mine = tmp_path / "secrets.jsonl"
+    q = "I am thinking of a whole number from 1 to 4. Guess it: reply with one number."
+    mine.write_text("".join(json.dumps({"q": q, "a": a}) + "\n" for a in (1, 2, 3)))
+    out = tmp_path / "eval"
+    cmd = [sys.executable, "-m", "rlvr.cli", "eval", "smollm2-135m-instruct", "--data", str(mine), "--n", "2",
+           "--max-new-tokens", "32", "--prompt-template", "{question}", "--question-field", "q", "--answer-field", "a", "--dtype", "float32",
+           "--verifier", f"{Path(__file__).resolve()}:digit_verifier", "--workers", "1", "--environment", "guess",
+           "--env-args", '{"low": 1, "high": 4}', "--max-turns", "3", "--max-trajectory-tokens", "160",
+           "-o", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, check=False, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "turns per trajectory" in proc.stdout
+    res = json.loads((out / "results.json").read_text())
+    assert res["settings"]["environment"]["name"] == "guess"
+    lines = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(lines) == 3 * 2
+    for s in lines:
+        msgs, secret = s["messages"], int(s["gold"])
+        assert [m["role"] for m in msgs[1:]] == ["assistant", "user"] * (s["turns"] - 1) + ["assistant"]
+        assert msgs[-1]["content"] == s["response"] and 1 <= s["turns"] <= 3
+        for said, reply in zip(msgs[1::2], msgs[2::2]):
+            found = re.findall(r"-?\d+", said["content"])
+            if not found:
+                assert reply["content"] == "Reply with a whole number between 1 and 4."
+            else:
+                g = int(found[-1])
+                assert g != secret and reply["content"] == f"{g} is wrong: my number is " \
+                    f"{'higher' if g < secret else 'lower'}. Guess again."
+        assert (s["end_reason"] == "done") == s["correct"]  # the game ends exactly on the verifier's right answer
+        assert s["end_reason"] in ("done", "max_turns", "length", "budget")
+        assert s["end_reason"] != "max_turns" or s["turns"] == 3
+    st = res["datasets"]["secrets"]["stats"]
+    assert st["turns_mean"] == pytest.approx(sum(s["turns"] for s in lines) / 6)
+    assert st["solved_after_turn_1_frac"] == pytest.approx(sum(s["correct"] and s["turns"] > 1 for s in lines) / 6)
+    assert st["solved_turn_1_frac"] == pytest.approx(sum(s["correct"] and s["turns"] == 1 for s in lines) / 6)
+    assert sum(st["end_reasons"].values()) == 6 and st["turns_mean"] > 1.0  # the environment answered
+    _check_consistent(res["datasets"]["secrets"]["metrics"], [lines[i : i + 2] for i in range(0, 6, 2)])

@@ -399,3 +399,32 @@ def test_results_table_cells():
     assert "maj@1" not in rows  # equal to pass@1 by definition
     assert "50.0%" in rows["truncated"] and "25.0%" in rows["no answer"]
 
+
+
+def test_eval_environment_from_flags_a_run_and_a_recipe(tmp_path, caplog):
+    """Multi-turn eval (issue 25): --environment and its flags, a run's own environment section (its args kept,
+    flags on top), another environment's args not inherited, and the flags refused without an environment."""
+    cfg = _cfg("--data", "gsm8k", "--environment", "guess", "--env-args", '{"low": 1, "high": 4}', "--max-turns", "3",
+               "--max-trajectory-tokens", "96")  # fmt: skip
+    e = cfg.environment
+    assert (e.enabled, e.name, e.args, e.max_turns, e.max_tokens) == (True, "guess", {"low": 1, "high": 4}, 3, 96)
+    assert not _cfg("--data", "gsm8k").environment.enabled  # single-turn by default
+    with pytest.raises(ValueError, match="need --environment"):
+        _cfg("--data", "gsm8k", "--max-turns", "3")
+    with pytest.raises(ValueError, match="--env-args must be a JSON object"):
+        _cfg("--data", "gsm8k", "--environment", "guess", "--env-args", "[1]")
+    with pytest.raises(ValueError, match="--max-turns must be >= 1"):
+        _cfg("--data", "gsm8k", "--environment", "guess", "--max-turns", "0").check()
+    with pytest.raises(ValueError, match="environment.max_tokens"):
+        _cfg("--data", "gsm8k", "--environment", "guess", "--max-trajectory-tokens", "8").check()  # < 512 new tokens
+
+    run, _ = _run_folder(tmp_path, "environment.name=guess", "environment.args={low: 2, high: 9}",
+                         "environment.max_turns=5")  # fmt: skip
+    with caplog.at_level("INFO", logger="rlvr.eval"):
+        cfg = _cfg("--data", "gsm8k", model=str(run))
+    assert (cfg.environment.name, cfg.environment.args, cfg.environment.max_turns) == ("guess", {"low": 2, "high": 9}, 5)
+    assert "environment='guess'" in caplog.text
+    cfg = _cfg("--data", "gsm8k", "--max-turns", "2", model=str(run))
+    assert (cfg.environment.args, cfg.environment.max_turns) == ({"low": 2, "high": 9}, 2)
+    cfg = _cfg("--data", "gsm8k", "--environment", "feedback", model=str(run))  # the run's guess args do not apply
+    assert (cfg.environment.name, cfg.environment.args) == ("feedback", {})
