@@ -78,7 +78,15 @@ def test_multiturn_async_and_resume_under_the_local_executor(tmp_path):
 def test_multiturn_under_ray(tmp_path):
     from rlvr.runtime.controller import train
 
-    res = train(load_recipe(TINY, [*_common(tmp_path), "run.executor=ray", "run.name=ray", "run.steps=2"]))
-    rows = _rows(res.run_dir)
+    # with DAPO's dynamic sampling (refill rounds are trajectories too) and validation on trajectories
+    res = train(load_recipe(TINY, [*_common(tmp_path), "run.executor=ray", "run.name=ray", "run.steps=2",
+                                   "algorithm.dynamic_sampling=true", "algorithm.dynamic_sampling_filter=reward",
+                                   "validation.every_steps=2", f"validation.source={_data(tmp_path)}",
+                                   "validation.limit=4", "validation.samples=2"]))  # fmt: skip
+    logged = _rows(res.run_dir)
+    rows = [r for r in logged if r["step"] >= 1]
     assert [r["step"] for r in rows] == [1, 2] and all(r["rollout/turns_mean"] >= 1.0 for r in rows)
     assert all(torch.isfinite(torch.tensor(r["train/loss"])) for r in rows)
+    assert all("dynamic_sampling/informative_frac" in r for r in rows)
+    val = [r for r in logged if "val/pass@2" in r]
+    assert [r["step"] for r in val] == [0, 2] and all(0.0 <= r["val/pass@2"] <= 1.0 for r in val)
