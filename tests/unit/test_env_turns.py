@@ -309,3 +309,36 @@ def test_load_rows_takes_the_question_of_a_messages_row_from_its_last_user_messa
                                           {"role": "user", "content": "again"}], "answer": "2"}) + "\n")
     (row,) = load_rows(DataConfig(source=str(f)), 0)
     assert (row["question"], row["gold"]) == ("again", "2")
+
+
+def test_the_loss_and_its_gradient_ignore_environment_tokens():
+    """A 2-turn trajectory packed and through the real objective (issue 25): prompt [1, 5], sampled [6, 2],
+    environment/template [7, 8], sampled [9, 2]. Advantage 1.5, old = current logprobs (ratio 1), PPO-clip,
+    token_mean: each of the 4 sampled tokens contributes -A * ratio = -1.5, so the loss is -1.5 * 4 / 4 = -1.5 (a
+    mask counting the 2 environment tokens would give -1.5 * 6 / 6 with their ratios, or divide by 6: -1.0). The
+    gradient with respect to the logits is zero at the positions that predict environment tokens and at the
+    prompt, and not zero at the sampled ones."""
+    from rlvr.algos.logprobs import token_logprobs
+    from rlvr.algos.objective import micro_batch_loss
+    from rlvr.config import AlgorithmConfig
+    from rlvr.train.batch import pack
+
+    c = Completion(prompt_index=0, sample_index=0, prompt_ids=[1, 5], token_ids=[6, 2, 7, 8, 9, 2],
+                   logprobs=[-0.5, -0.1, 0.0, 0.0, -0.7, -0.2], text="", finish_reason="stop", policy_version=0,
+                   loss_mask=[1, 1, 0, 0, 1, 1], turns=2)
+    b = pack([c], torch.tensor([1.5]), pad_id=0, max_new_tokens=6)
+    torch.manual_seed(0)
+    logits = torch.randn(1, 8, 10, requires_grad=True)  # [B, L, V]: L = 2 prompt + 6 trajectory ids
+    lp = token_logprobs(logits[:, :-1], b.input_ids[:, 1:], 1.0)  # [B, T = L - 1]: position t predicts id t + 1
+    mask = b.loss_mask.float()
+    n = float(mask.sum())
+    assert n == 4.0
+    cfg = AlgorithmConfig(policy_loss="ppo_clip", loss_agg="token_mean", kl_coef=0.0)
+    out = micro_batch_loss(cfg, lp, lp.detach(), b.advantages, mask, rollout_logprobs=lp.detach(), num_tokens=n,
+                           num_seqs=1.0, max_len=6)  # fmt: skip
+    assert float(out.loss.detach()) == pytest.approx(-1.5, abs=1e-6)
+    out.backward.backward()
+    g = logits.grad[0].abs().sum(-1)  # [L]
+    # positions 0..6 predict ids 1..7 = [5, 6, 2, 7, 8, 9, 2]: sampled at 1, 2, 5, 6; environment at 3, 4; prompt 0
+    assert g[[0, 3, 4, 7]].tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert all(x > 0 for x in g[[1, 2, 5, 6]].tolist())
