@@ -67,7 +67,8 @@ class Feedback:
 
 class Guess:
     """The number-guessing game of the module docstring. The gold (a whole number) is the secret; ``low``/``high``
-    bound it (the row's ``low``/``high`` fields override them). A reply without an integer is answered with
+    bound it (the row's ``low``/``high`` fields override them; a gold outside them fails the row's reset, which ends
+    its trajectories with the reason). A reply without an integer is answered with
     ``"Reply with a whole number between {low} and {high}."`` and costs a turn."""
 
     def __init__(self, low: int = 1, high: int = 16) -> None:
@@ -80,6 +81,9 @@ class Guess:
     def reset(self, row: dict[str, Any]) -> list[Message] | None:
         self.low, self.high = int(row.get("low", self.low)), int(row.get("high", self.high))
         self.secret = int(str(row["gold"]).strip())
+        if not self.low <= self.secret <= self.high:  # a game no guess in bounds can win: this row's data is wrong
+            raise ValueError(f"guess: the row's gold {self.secret} lies outside [{self.low}, {self.high}]; fix the "
+                             "row or environment.args low/high (or the row's own low/high fields)")
         self.guesses = []
         return None
 

@@ -375,6 +375,8 @@ def check_compatible(ckpt_dir: str | Path, recipe: Recipe, data_fp: Mapping[str,
     if old_data.get("sha256") != data_fp.get("sha256") or old_data.get("count") != data_fp.get("count"):
         oc, nc = old_data.get("count"), data_fp.get("count")
         what = "same count, different content or order" if oc == nc else "different count"
+        if oc == nc and any(p.startswith("model.path:") for p in problems):
+            what = "the same count; the prompts' token ids differ because model.path changed the tokenizer"
         problems.append(f"training data changed: {oc} prompts -> {nc} prompts ({what})")
         fixes.append("restore the data (data.source file, data.limit, data.max_prompt_tokens, the tokenizer)")
     step = int(_read_json(ckpt / CONTROLLER)["step"])

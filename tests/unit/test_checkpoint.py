@@ -195,6 +195,10 @@ def test_check_compatible(tmp_path):
     assert "training data changed: 12 prompts -> 11 prompts" in msg
     with pytest.raises(RecipeError, match="same count, different content or order"):
         ck.check_compatible(ckpt, _recipe(), ck.data_fingerprint(PROMPTS[::-1]))
+    # another model: the same rows tokenise otherwise; the message says why rather than "different content"
+    with pytest.raises(RecipeError) as e:
+        ck.check_compatible(ckpt, _recipe("model.path=tiny-random"), ck.data_fingerprint(PROMPTS[::-1]))
+    assert "model.path changed the tokenizer" in str(e.value) and "different content" not in str(e.value)
     # case C1: a resume with nothing left to run is refused, not a silent success
     with pytest.raises(RecipeError, match=r"(?s)run.steps=3 but the checkpoint is at step 3.*raise run.steps above 3"):
         ck.check_compatible(ckpt, _recipe("run.steps=3"), data)

@@ -184,6 +184,9 @@ def test_guess_answers_higher_lower_and_keeps_its_guesses():
     assert s.info == {"guess": None} and "whole number between 1 and 16" in s.messages[0]["content"]
     s = env.step([], {"role": "assistant", "content": "11"})
     assert (s.done, s.reward, env.guesses) == (True, 1.0, [8, 12, 11])
+    with pytest.raises(ValueError, match=r"gold 17 lies outside \[1, 16\]"):  # a game no guess could win
+        Guess(low=1, high=16).reset({"gold": "17"})
+    assert Guess(low=1, high=16).reset({"gold": "17", "high": 20}) is None  # the row's own bounds
 
 
 def test_the_process_pool_ends_only_the_trajectory_whose_step_hangs_crashes_or_floods(renderer):
