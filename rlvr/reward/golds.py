@@ -255,7 +255,8 @@ def check_golds(
     if checker is None:
         log.info("verifier %r defines no check_gold: the %d golds are not checked at load time", name, len(rows))
     golds = [row["gold"] for row in rows if row.get("gold") is not None]
-    verdicts = _verdicts(checker, golds, deadline_s) if checker is not None else {}
+    what = f"verifier {name!r}: check_gold" + (f" ({deadline_key})" if deadline_key else "")
+    verdicts = _verdicts(checker, golds, deadline_s, what) if checker is not None else {}
     hung = next((g for g, v in verdicts.items() if isinstance(v, _Hung)), None)
     if hung is not None:
         i = next(i for i, row in enumerate(rows) if row.get("gold") is not None and str(row["gold"]) == hung)
@@ -294,11 +295,16 @@ class _Hung:
     """The verdict of a gold whose check did not return within its deadline."""
 
 
-def _verdicts(checker: Callable[[str], str | None], golds: Sequence[str], deadline_s: float) -> dict[str, Any]:
+SLOW_GOLD_S = 5.0
+"""Seconds one gold's check may take before the wait for it is logged (it goes on up to its deadline)."""
+
+
+def _verdicts(checker: Callable[[str], str | None], golds: Sequence[str], deadline_s: float,
+              what: str = "check_gold") -> dict[str, Any]:
     """``{gold: None (usable) | reason | _Hung()}`` for each distinct gold, checked in order in one daemon thread;
-    the caller waits ``deadline_s`` seconds for each. At the first gold over its deadline the rest are left
-    unchecked (absent) and the thread is abandoned (it cannot be stopped; as a daemon it does not keep the process
-    alive)."""
+    the caller waits ``deadline_s`` seconds for each (a wait past :data:`SLOW_GOLD_S` is logged, naming ``what``).
+    At the first gold over its deadline the rest are left unchecked (absent) and the thread is abandoned (it cannot
+    be stopped; as a daemon it does not keep the process alive)."""
     distinct = list(dict.fromkeys(str(g) for g in golds))
     results: queue.Queue = queue.Queue()
 
@@ -314,9 +320,14 @@ def _verdicts(checker: Callable[[str], str | None], golds: Sequence[str], deadli
     verdicts: dict[str, Any] = {}
     for gold in distinct:
         try:
-            done, verdict = results.get(timeout=deadline_s)
+            done, verdict = results.get(timeout=min(SLOW_GOLD_S, deadline_s))
         except queue.Empty:
-            verdicts[gold] = _Hung()
-            break
+            log.warning("%s has not returned for the gold %r after %g s: waiting up to %g s", what, gold[:80],
+                        SLOW_GOLD_S, deadline_s)  # fmt: skip
+            try:
+                done, verdict = results.get(timeout=max(deadline_s - SLOW_GOLD_S, 0.0))
+            except queue.Empty:
+                verdicts[gold] = _Hung()
+                break
         verdicts[done] = verdict
     return verdicts

@@ -264,3 +264,23 @@ def test_check_gold_that_never_returns_stops_the_load_naming_the_row(tmp_path: P
     finally:
         resolve_verifier(name).__globals__["RELEASE"].set()  # let the abandoned checks end
     assert time.monotonic() - t0 < 30
+
+
+def test_a_slow_check_gold_is_logged_while_the_load_waits(monkeypatch, caplog) -> None:
+    """A check past SLOW_GOLD_S is named on the console while the load goes on waiting (a newcomer saw a silent
+    minute); one that returns before its deadline is used."""
+    import time
+
+    import rlvr.reward.golds as golds
+
+    monkeypatch.setattr(golds, "SLOW_GOLD_S", 0.1)
+
+    def slow(gold: str) -> str | None:
+        time.sleep(0.4 if gold == "2" else 0.0)
+        return None if gold != "3" else "not one number"
+
+    with caplog.at_level("WARNING", logger="rlvr.reward.golds"):
+        verdicts = golds._verdicts(slow, ["1", "2", "3"], 5.0, "verifier 'v': check_gold (timeouts.gold_check_s)")
+    assert verdicts == {"1": None, "2": None, "3": "not one number"}
+    assert caplog.messages == ["verifier 'v': check_gold (timeouts.gold_check_s) has not returned for the gold '2' "
+                               "after 0.1 s: waiting up to 5 s"]
