@@ -60,8 +60,8 @@ def near_source(source: str, names: Sequence[str] = ("generated",), split: str =
 
     - a path whose folder exists (``data/gsm8k/tset.jsonl``): the nearest entry of that folder, written as the
       source was (``data/gsm8k/test.jsonl``);
-    - a bare name: the nearest of ``names`` (a recipe: ``generated``; ``rlvr eval``: its presets), else of the
-      repository's ``data/`` folders (``gsm8kk`` -> ``data/gsm8k/train.jsonl``: the folder's ``<split>.jsonl``,
+    - a bare name: the nearest of ``names`` (a recipe: ``generated``; ``rlvr eval``: its presets), else of the data
+      files in the working directory (``d.jsnl`` -> ``d.jsonl``), else of the repository's ``data/`` folders (``gsm8kk`` -> ``data/gsm8k/train.jsonl``: the folder's ``<split>.jsonl``,
       else its first data file).
     """
     path = Path(source).expanduser()
@@ -72,6 +72,10 @@ def near_source(source: str, names: Sequence[str] = ("generated",), split: str =
         near = difflib.get_close_matches(path.name, sorted(p.name for p in parent.iterdir()), n=1)
         return str(path.parent / near[0]) if near else None
     near = difflib.get_close_matches(source, list(names), n=1)
+    if near:
+        return near[0]
+    here = sorted(p.name for p in Path.cwd().iterdir() if p.suffix in FILE_SUFFIXES and p.is_file())
+    near = difflib.get_close_matches(source, here, n=1)  # a data file in the working directory (d.jsnl -> d.jsonl)
     if near:
         return near[0]
     root = PACKAGE_DIR.parent / "data"

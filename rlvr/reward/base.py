@@ -162,7 +162,10 @@ def _load_file(path_text: str) -> Any:
     """Import a Python file as a module (cached in ``sys.modules`` under a name derived from its full path)."""
     path = Path(path_text).expanduser().resolve()
     if not path.is_file():
-        raise FileNotFoundError(f"verifier file {path_text!r} not found (resolved to {path})")
+        near = difflib.get_close_matches(path.name, sorted(p.name for p in path.parent.glob("*.py")), n=1) \
+            if path.parent.is_dir() else []
+        hint = f" Did you mean {str(Path(path_text).parent / near[0])!r}?" if near else ""
+        raise FileNotFoundError(f"verifier file {path_text!r} not found (resolved to {path}).{hint}")
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
     mod_name = f"rlvr_user_verifier_{path.stem}_{digest}"
     if mod_name in sys.modules:

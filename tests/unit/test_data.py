@@ -188,6 +188,22 @@ def test_near_source_by_hand():
     assert near_source("no-such/dataset-xyz") is None and near_source("zzzz") is None
 
 
+def test_near_source_finds_a_data_file_in_the_working_directory_and_a_verifier_file_its_neighbour(tmp_path, monkeypatch):
+    """A newcomer's typos (issue 24 frictions): a bare file name near a data file in the working directory
+    ('d.jsnl' ~ 'd.jsonl': M = 6, T = 13: 0.92), and a verifier file near a .py file in its folder."""
+    from rlvr.data.datasets import near_source
+    from rlvr.reward.base import _load_file
+
+    (tmp_path / "d.jsonl").write_text("{}\n")
+    (tmp_path / "my_verifier.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert near_source("d.jsnl") == "d.jsonl" and near_source("zzzz") is None
+    with pytest.raises(FileNotFoundError, match=r"not found \(resolved to .*\)\. Did you mean 'my_verifier\.py'\?"):
+        _load_file("my_verifer.py")
+    with pytest.raises(FileNotFoundError, match=r"not found \(resolved to [^)]*\)\.$"):
+        _load_file("zzz.py")
+
+
 def test_missing_file_names_its_nearest_neighbour():
     with pytest.raises(FileNotFoundError, match=r"fix the path\. Did you mean 'data/gsm8k/train\.jsonl'\?"):
         load_rows(DataConfig(source="data/gsm8k/trian.jsonl"), 0)
