@@ -83,8 +83,16 @@ def cmd_train(args: argparse.Namespace) -> int:
         print("console: the roles' known third-party noise goes to train.log only "
               "(RLVR_CONSOLE=all or rlvr -v shows it)")
     sys.stdout.flush()
+    import contextlib
+
+    from rlvr.console import quiet_own_output
+
+    # the local executor runs the roles in this process: vLLM's, torch's and DeepSpeed's C++ messages and progress
+    # bars reach its own stderr, which only a file-descriptor filter sees (as rlvr eval does)
+    quiet = quiet_own_output() if recipe.run.executor == "local" else contextlib.nullcontext()
     try:
-        result = train(recipe, run_dir)
+        with quiet:
+            result = train(recipe, run_dir)
     except RunInterrupted as e:
         again = " ".join([args.recipe, *(o for o in args.overrides if not o.startswith("run.resume=")), "--resume auto"])
         print(f"rlvr train: stopped by {e.signame} after step {e.step}; checkpoint {e.checkpoint}\n"

@@ -144,4 +144,7 @@ def test_sigterm_writes_a_checkpoint_then_resume_finishes(tmp_path):
     done = subprocess.run([*args[:-1], f"run.steps={last + 1}", "--resume", "auto"], env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+    # the local executor's roles run in the CLI's process: their C++ noise and progress bars stay off its console
+    for noise in ("NUMA binding", "Loading safetensors checkpoint shards", "Loading weights"):
+        assert noise not in err and noise not in done.stderr, noise
     assert [r["step"] for r in _rows(tmp_path / "sig")] == list(range(1, last + 2))
