@@ -14,7 +14,8 @@ RECIPES = sorted((Path(__file__).resolve().parents[2] / "recipes").glob("*.yaml"
 
 
 def test_there_are_recipes():
-    assert {p.name for p in RECIPES} >= {"tiny_test.yaml", "smoke_cpu.yaml", "gsm8k_qwen2.5_0.5b_gpu.yaml"}
+    assert {p.name for p in RECIPES} >= {"tiny_test.yaml", "smoke_cpu.yaml", "multiturn_cpu.yaml",
+                                         "gsm8k_qwen2.5_0.5b_gpu.yaml"}
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
@@ -38,6 +39,8 @@ EXPECTED = {
     "tiny_test.yaml": (4, 4, 16, 1, 2, (1, 2, 4), 48),
     # P=8, G=8 -> B=64; whole batch, 1 step; 64/8 = 8 micro-batches; 64 x 20 = 1280
     "smoke_cpu.yaml": (8, 8, 64, 1, 8, (1, 2, 4, 8), 1280),
+    # smoke_cpu's sizes; a sample is a trajectory of up to 3 turns
+    "multiturn_cpu.yaml": (8, 8, 64, 1, 8, (1, 2, 4, 8), 1280),
     # P=64, G=8 -> B=512; mini 256 -> 2 steps; 256/4 = 64 micro-batches; 512 x 100 = 51200
     "gsm8k_qwen2.5_0.5b_gpu.yaml": (64, 8, 256, 2, 64, (1, 2, 4, 8), 51200),
 }
@@ -54,3 +57,20 @@ def test_recipe_derived_sizes(name):
     assert r.grad_accum_steps == accum
     assert r.pass_k == ks
     assert r.derived()["total_samples"] == total
+
+
+def test_multiturn_recipe_dry_runs(tmp_path, monkeypatch, capsys):
+    """recipes/multiturn_cpu.yaml passes --dry-run: the environment resolves and takes its args, and the first
+    prompt plus the trajectory budget fit the model's context (smoke_cpu's task, so its data and verifier)."""
+    from rlvr.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    r = load_recipe(Path(RECIPES[0]).parent / "multiturn_cpu.yaml")
+    assert (r.environment.name, r.environment.max_turns) == ("feedback", 3)
+    assert r.data == load_recipe(Path(RECIPES[0]).parent / "smoke_cpu.yaml").data
+    assert main(["train", str(Path(RECIPES[0]).parent / "multiturn_cpu.yaml"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "checked: environment feedback resolves and takes environment.args" in out
+    assert "checked: model smollm2-135m-instruct context 8192 >= 128 + 256" in out
+    assert out.splitlines()[-1].startswith("dry run: recipe valid")
+    assert list(tmp_path.iterdir()) == []  # no run folder
