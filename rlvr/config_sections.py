@@ -198,6 +198,10 @@ class EnvironmentConfig:
     max_tokens: int = 1024
     """A trajectory's token budget after its first prompt: sampled, environment and template tokens together
     (``data.max_prompt_tokens + environment.max_tokens`` must fit the model's context)."""
+    end_on_length: bool = True
+    """A turn cut at ``rollout.max_new_tokens`` ends the trajectory (``length``, counted in
+    ``rollout/length_end_frac``); false: the template closes the cut turn and the environment answers it (a model
+    that rambles past the limit then gets the environment's reply instead of losing the game)."""
     max_observation_tokens: int = 256
     """Cap on each environment message's content, in tokens: the end is cut and replaced by
     ``... [N tokens cut]`` (0: no cap)."""

@@ -56,7 +56,8 @@ class TurnRollouts:
                              f"{why}; use a model whose template extends the conversation (environment.name)")
         e = env
         self.settings = TurnSettings(max_turns=e.max_turns, max_tokens=e.max_tokens, max_new_tokens=max_new_tokens,
-                                     max_observation_tokens=e.max_observation_tokens)  # fmt: skip
+                                     max_observation_tokens=e.max_observation_tokens,
+                                     end_on_length=e.end_on_length)  # fmt: skip
         self.pool = EnvPool(e.num_workers, e.timeout_s, e.memory_mb)
         self._thread = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlvr-turns")
 

@@ -186,6 +186,7 @@ ROLLOUT_SOLVED_AFTER_TURN_1 = _name(NS_ROLLOUT, "solved_after_turn_1")
 ROLLOUT_ENV_FAILED_FRAC = _name(NS_ROLLOUT, "env_failed_frac")
 ROLLOUT_PREFIX_BROKEN_FRAC = _name(NS_ROLLOUT, "prefix_broken_frac")
 ROLLOUT_BUDGET_END_FRAC = _name(NS_ROLLOUT, "budget_end_frac")
+ROLLOUT_LENGTH_END_FRAC = _name(NS_ROLLOUT, "length_end_frac")
 ROLLOUT_ENV_S = _name(NS_ROLLOUT, "env_s")
 ROLLOUT_ENGINE_IDLE_FRAC = _name(NS_ROLLOUT, "engine_idle_frac")
 ROLLOUT_OBS_TOKENS_CUT = _name(NS_ROLLOUT, "obs_tokens_cut")
@@ -326,6 +327,8 @@ _ENTRIES: tuple[Metric, ...] = (
     _M(ROLLOUT_PREFIX_BROKEN_FRAC, "fraction", "trajectories ended because the chat template rewrote earlier turns "
                                                "(the prefix property broke: rlvr.envs.tokens)"),
     _M(ROLLOUT_BUDGET_END_FRAC, "fraction", "trajectories ended by environment.max_tokens"),
+    _M(ROLLOUT_LENGTH_END_FRAC, "fraction", "trajectories ended by a turn cut at rollout.max_new_tokens "
+       "(environment.end_on_length)"),
     _M(ROLLOUT_ENV_S, "s", "wall time of the environments' resets and steps in the step's rollout"),
     _M(ROLLOUT_ENGINE_IDLE_FRAC, "fraction", "share of the turn loop's time the engines waited for environments"),
     _M(ROLLOUT_OBS_TOKENS_CUT, "tokens", "environment message tokens cut by environment.max_observation_tokens"),

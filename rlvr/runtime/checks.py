@@ -65,8 +65,9 @@ def _preflight(recipe: Recipe, model_optional: bool) -> tuple[list[str], tuple[s
         check_verifier_args(spec, f"reward.verifiers[{i}].args")
     if recipe.judge.model is not None and len(rules) < len(specs):
         check_model_name(recipe.judge.model)
-    sources = (("data.source", recipe.data.source, recipe.data.split),
-               ("validation.source", recipe.validation.source, recipe.validation.split))  # fmt: skip
+    sources = [("data.source", recipe.data.source, recipe.data.split)]
+    if recipe.validation.every_steps > 0:  # validation off (0): its source is never read
+        sources.append(("validation.source", recipe.validation.source, recipe.validation.split))
     for key, source, split in sources:
         if source is None or source == "generated":
             continue

@@ -199,8 +199,8 @@ def rollout_metrics(completions: list[Completion], scored: list[Scored], ks: tup
     model's); means are over the B samples; ``reward/std`` is the population std (normaliser B); pass@k means are
     over the P prompts. With a judge verifier, its fractions (:func:`rlvr.reward.judge.judge_metrics`); with an
     environment (trajectories: ``end_reason`` set), the turn metrics: turns per trajectory, the share solved after
-    turn 1, and the shares ended by an environment failure, a broken template prefix and the token budget (all over
-    the B trajectories).
+    turn 1, and the shares ended by an environment failure, a broken template prefix, the token budget and a turn
+    cut at the token limit (all over the B trajectories).
     """
     from rlvr.reward.judge import judge_metrics
     from rlvr.reward.pool import reward_metrics
@@ -229,4 +229,5 @@ def rollout_metrics(completions: list[Completion], scored: list[Scored], ks: tup
         out[mn.ROLLOUT_ENV_FAILED_FRAC] = sum(e.startswith("env:") for e in ends) / b
         out[mn.ROLLOUT_PREFIX_BROKEN_FRAC] = sum(e == "prefix_broken" for e in ends) / b
         out[mn.ROLLOUT_BUDGET_END_FRAC] = sum(e == "budget" for e in ends) / b
+        out[mn.ROLLOUT_LENGTH_END_FRAC] = sum(e == "length" for e in ends) / b
     return out

@@ -345,3 +345,35 @@ def test_the_loss_and_its_gradient_ignore_environment_tokens():
     # positions 0..6 predict ids 1..7 = [5, 6, 2, 7, 8, 9, 2]: sampled at 1, 2, 5, 6; environment at 3, 4; prompt 0
     assert g[[0, 3, 4, 7]].tolist() == [0.0, 0.0, 0.0, 0.0]
     assert all(x > 0 for x in g[[1, 2, 5, 6]].tolist())
+
+
+def test_rollout_metrics_count_how_trajectories_ended_and_end_on_length_is_a_recipe_key(renderer):
+    """Six trajectories in groups of 3: ends done, length, length | budget, env: timeout, done; correct
+    (primary score 1): the two 'done' ones, one after 2 turns. By hand over B = 6: turns (1+1+2+3+1+2)/6 = 10/6,
+    solved after turn 1 1/6, length 2/6, budget 1/6, env failures 1/6."""
+    from rlvr.recipe import load_recipe
+    from rlvr.reward.pool import Scored
+    from rlvr.runtime.rollout_stage import rollout_metrics
+    from rlvr.types import VerifyResult
+
+    ends = [("done", 1, 1.0), ("length", 1, 0.0), ("length", 2, 0.0), ("budget", 3, 0.0), ("env: timeout", 1, 0.0),
+            ("done", 2, 1.0)]  # fmt: skip
+    cs = [Completion(prompt_index=i // 3, sample_index=i % 3, prompt_ids=[1], token_ids=[2], logprobs=[0.0], text="",
+                     finish_reason="stop", policy_version=0, turns=t, end_reason=e) for i, (e, t, _) in enumerate(ends)]
+    sc = [Scored(reward=r, results={"m": VerifyResult(score=r)}, latency_s=0.0) for _, _, r in ends]
+    m = rollout_metrics(cs, sc, (1,), 3, "m")
+    assert m["rollout/turns_mean"] == pytest.approx(10 / 6)
+    assert m["rollout/solved_after_turn_1"] == pytest.approx(1 / 6)
+    assert m["rollout/length_end_frac"] == pytest.approx(2 / 6)
+    assert m["rollout/budget_end_frac"] == pytest.approx(1 / 6)
+    assert m["rollout/env_failed_frac"] == pytest.approx(1 / 6)
+    # the recipe key reaches the turn loop's settings
+    from rlvr.envs.rollout import TurnRollouts
+
+    for value in (True, False):
+        r = load_recipe("recipes/tiny_test.yaml", ["environment.name=guess", f"environment.end_on_length={value}"])
+        tr = TurnRollouts(r.environment, r.data, r.rollout.max_new_tokens, resolve_model("tiny-random"))
+        try:
+            assert tr.settings.end_on_length is value
+        finally:
+            tr.close()

@@ -98,3 +98,13 @@ def test_check_kwargs_by_hand():
         check_kwargs(Env, {}, "env.args")
     with pytest.raises(RecipeError, match=r"^unknown key 'tools\[0\]\.args\.k': tool takes query, top_k$"):
         check_kwargs(tool, {"query": "q", "k": 1}, "tools[0].args")
+
+
+def test_a_validation_source_is_checked_only_when_validation_runs():
+    """validation.every_steps 0 is no validation: its source is never read, so a missing file there does not stop
+    the run (it did); with validation on, it is refused with the key."""
+    from rlvr.runtime.controller import preflight
+
+    preflight(_recipe("validation.source=nope.jsonl"))
+    with pytest.raises(FileNotFoundError, match=r"validation.source='nope.jsonl': no such file"):
+        preflight(_recipe("validation.source=nope.jsonl", "validation.every_steps=2"))
