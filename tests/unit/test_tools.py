@@ -192,3 +192,44 @@ def test_malformed_calls_are_answered_with_what_was_wrong(pool, tools):
     ]
     c = runner.counters()
     assert (c["calls"], c["malformed"], c.get("add/ok", 0)) == (6, 6, 0)
+
+
+def test_the_recipe_section_and_the_rollout_metrics():
+    from rlvr.config import ToolsConfig, _convert
+    from rlvr.envs.rollout import tool_metrics
+    from rlvr.metrics import names as mn
+
+    cfg = _convert(["calculator", "python"], ToolsConfig, "tools")  # the list is short for names
+    assert cfg.names == ("calculator", "python") and cfg.enabled and cfg.format == "auto"
+    assert not ToolsConfig().enabled
+    before = {"trajectories": 4.0, "calls": 2.0, "malformed": 0.0, "seconds": 1.0, "add/ok": 2.0}
+    after = {"trajectories": 8.0, "calls": 8.0, "malformed": 2.0, "seconds": 1.5, "add/ok": 5.0, "add/timeout": 1.0}
+    m = tool_metrics(before, after, total_s=2.0)
+    # 6 calls over 4 trajectories; 2 of 6 malformed; 0.5 s of tools in a 2 s turn loop
+    assert m[mn.TOOLS_CALLS_PER_TRAJ] == 1.5 and m[mn.TOOLS_MALFORMED_FRAC] == pytest.approx(1 / 3)
+    assert m[mn.TOOLS_TIME_FRAC] == 0.25 and m["tools/add/ok"] == 3.0 and m["tools/add/timeout"] == 1.0
+    assert mn.describe("tools/add/timeout").pattern == mn.TOOL_OUTCOME
+
+
+def test_a_template_without_tools_gets_them_in_a_system_message(tools):
+    from transformers import AutoTokenizer
+
+    from rlvr.envs.rollout import tool_runner
+    from rlvr.models import resolve_model
+    from rlvr.tools.formats import describe_tools
+
+    from rlvr.config import ToolsConfig
+
+    r = ChatRenderer(AutoTokenizer.from_pretrained(resolve_model("tiny-random")))
+    runner = tool_runner(ToolsConfig(names=("calculator",), num_workers=1), r, None)
+    try:
+        assert "tools" not in r.template_kwargs and runner.settings.fmt == "hermes"
+        conv = [{"role": "user", "content": "2+2"}]
+        (state, opening), = runner.reset([{"opening": conv}])
+        text = describe_tools([tools[0].schema], "hermes")
+        assert state == "tools" and opening == [{"role": "system", "content": text}] + conv
+        # a reply without a call ends the trajectory (no environment)
+        (_, step), = runner.step([(state, conv, {"role": "assistant", "content": "4"})])
+        assert step.done and step.messages == []
+    finally:
+        runner.pool.close()
