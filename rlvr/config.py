@@ -32,7 +32,7 @@ class RecipeError(ValueError):
 from rlvr.config_sections import (  # noqa: F401 - the sections, re-exported: `from rlvr.config import DataConfig`
     AlgorithmConfig, CheckpointConfig, CriticConfig, DataConfig, EnvironmentConfig, GeneratedTaskConfig,
     JudgeConfig, MetricsConfig, ModelConfig, RewardConfig, RolloutConfig, RunConfig, Spec, SyncConfig, TimeoutsConfig,
-    TrainerConfig, ValidationConfig, VerifierSpec,
+    ToolsConfig, TrainerConfig, ValidationConfig, VerifierSpec,
 )
 
 
@@ -55,6 +55,7 @@ class Recipe:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     environment: EnvironmentConfig = field(default_factory=EnvironmentConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
 
     # -- derived quantities (no state of their own) -------------------------------------------------------
     @property
@@ -82,7 +83,7 @@ class Recipe:
     def response_budget(self) -> tuple[str, int]:
         """(key, tokens) of what may follow a prompt: ``environment.max_tokens`` (a multi-turn trajectory's
         sampled, environment and template tokens) with an environment, else ``rollout.max_new_tokens``."""
-        if self.environment.enabled:
+        if self.environment.enabled or self.tools.enabled:
             return "environment.max_tokens", self.environment.max_tokens
         return "rollout.max_new_tokens", self.rollout.max_new_tokens
 
@@ -222,6 +223,8 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
     if tp is Spec:
         return _spec(value, where)
     if dataclasses.is_dataclass(tp):
+        if isinstance(value, (list, tuple, str)) and getattr(tp, "SHORTHAND", None):  # tools: [a, b]
+            value = {tp.SHORTHAND: value}
         if not isinstance(value, dict):
             raise RecipeError(f"'{where}' must be a mapping of {tp.__name__} fields, got {value!r}")
         return _build(tp, value, where + ".")

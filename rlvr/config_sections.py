@@ -223,6 +223,38 @@ class EnvironmentConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ToolsConfig:
+    """Tool use (:mod:`rlvr.tools`): typed Python functions the model calls during a multi-turn trajectory; each
+    call is answered with a ``tool`` message, a reply without a call goes to ``environment`` (or ends the trajectory
+    when there is none). The trajectory's limits are ``environment``'s (``max_turns``, ``max_tokens``). A list is
+    short for ``names``: ``tools: [calculator, python]``."""
+
+    SHORTHAND = "names"
+
+    names: tuple[str, ...] = ()
+    """The tools: built-ins (``calculator``, ``python``), ``package.module:func`` or ``path/file.py:func`` (a typed
+    function with a Google-style docstring: its JSON schema comes from both)."""
+    format: Literal["auto", "hermes", "llama3", "mistral"] = "auto"
+    """How the model writes calls: ``hermes`` (``<tool_call>{json}</tool_call>``: Qwen2.5/Qwen3/SmolLM3), ``llama3``
+    (a JSON object), ``mistral`` (``[TOOL_CALLS][...]``); ``auto``: from the chat template (hermes if it names
+    none)."""
+    timeout_s: float = 10.0
+    """Wall-clock limit per call (the worker running it is killed past it; the model is told)."""
+    max_output_chars: int = 2000
+    """Cap on what one call prints and returns, characters (the end cut: ``... [N characters cut]``)."""
+    max_calls_per_turn: int = 4
+    """Calls run per reply; the rest are answered with an error."""
+    num_workers: int = 2
+    """Tool worker processes (the calls of a round run in parallel on them)."""
+    memory_mb: int | None = 1024
+    """Address-space limit of each tool worker (MiB; None: no limit)."""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.names)
+
+
+@dataclass(frozen=True, kw_only=True)
 class JudgeConfig:
     """The judge role: a model that verifiers named ``judge`` ask about the step's rollouts
     (:mod:`rlvr.reward.judge`). It is served by the same vLLM engine code as rollout, in a role (and placement

@@ -272,11 +272,16 @@ def validate(r: Recipe) -> None:
 
 
 def environment_errors(r: Recipe) -> list[str]:
-    """The ``environment:`` section's own bounds (multi-turn rollouts; none when it is off)."""
-    e = r.environment
-    if not e.enabled:
+    """The ``environment:`` and ``tools:`` sections' own bounds (multi-turn rollouts; none when both are off)."""
+    e, t = r.environment, r.tools
+    if not (e.enabled or t.enabled):
         return []
     errs = []
+    if t.enabled and (not t.timeout_s > 0 or t.max_output_chars < 1 or t.max_calls_per_turn < 1 or t.num_workers < 1):
+        errs.append("tools.timeout_s must be > 0, tools.max_output_chars, tools.max_calls_per_turn and "
+                    "tools.num_workers >= 1")
+    if t.enabled and t.memory_mb is not None and t.memory_mb < 256:
+        errs.append("tools.memory_mb must be >= 256 or null for no limit")
     if e.max_turns < 1 or e.num_workers < 1 or not e.timeout_s > 0:
         errs.append("environment.max_turns and environment.num_workers must be >= 1, environment.timeout_s > 0")
     if e.max_tokens < r.rollout.max_new_tokens:

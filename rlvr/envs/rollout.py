@@ -10,7 +10,7 @@ import concurrent.futures as cf
 import time
 from typing import Any, Callable
 
-from rlvr.config import DataConfig, EnvironmentConfig
+from rlvr.config import DataConfig, EnvironmentConfig, ToolsConfig
 from rlvr.envs.tokens import ChatRenderer, Message
 from rlvr.envs.turns import TurnSettings, run_turns
 from rlvr.metrics import names as mn
@@ -42,14 +42,16 @@ class TurnRollouts:
     Errors: ``ValueError`` when the model's tokenizer has no chat template or its template rewrites history
     (:func:`rlvr.envs.tokens.check_template`); those of :class:`~rlvr.envs.pool.EnvPool`."""
 
-    def __init__(self, env: EnvironmentConfig, data: DataConfig, max_new_tokens: int, model_dir: str) -> None:
+    def __init__(self, env: EnvironmentConfig, data: DataConfig, max_new_tokens: int, model_dir: str,
+                 tools: ToolsConfig | None = None) -> None:
         from transformers import AutoTokenizer
 
         from rlvr.envs.pool import EnvPool
         from rlvr.envs.tokens import check_template
 
-        self.env, self.data = env, data
-        self.renderer = ChatRenderer(AutoTokenizer.from_pretrained(model_dir))
+        self.env, self.data, self.tools = env, data, tools if tools is not None and tools.enabled else None
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.renderer = ChatRenderer(tokenizer)
         why = check_template(self.renderer)
         if why:
             raise ValueError(f"the chat template of {model_dir} cannot carry a multi-turn trajectory token for token: "
@@ -58,7 +60,11 @@ class TurnRollouts:
         self.settings = TurnSettings(max_turns=e.max_turns, max_tokens=e.max_tokens, max_new_tokens=max_new_tokens,
                                      max_observation_tokens=e.max_observation_tokens,
                                      end_on_length=e.end_on_length)  # fmt: skip
-        self.pool = EnvPool(e.num_workers, e.timeout_s, e.memory_mb)
+        self.pool: Any = EnvPool(e.num_workers, e.timeout_s, e.memory_mb) if e.enabled else None
+        self.tool_runner = None
+        if self.tools is not None:
+            self.tool_runner = tool_runner(self.tools, self.renderer, self.pool)
+            self.pool = self.tool_runner
         self._thread = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlvr-turns")
 
     def opening(self, p: Prompt) -> list[Message]:
@@ -72,24 +78,73 @@ class TurnRollouts:
         """Start ``sampling.n`` trajectories from each prompt; the future gives (completions [P x G], prompt-major,
         and the rollout's multi-turn metrics: ``rollout/env_s`` the environments' wall time, ``rollout/engine_idle_frac``
         the share of the turn loop's time the engines waited for environments, ``rollout/obs_tokens_cut``)."""
-        rows = [{**p.row, "gold": p.gold, "question": p.question, "env": env_spec(self.env, p.row)} for p in prompts]
         openings = [self.opening(p) for p in prompts]
+        rows = [{**p.row, "gold": p.gold, "question": p.question, "opening": o,
+                 **({"env": env_spec(self.env, p.row)} if self.env.enabled else {})}
+                for p, o in zip(prompts, openings)]  # fmt: skip
         return self._thread.submit(self._run, prompts, openings, rows, sampling, generate)
 
     def _run(self, prompts: list[Prompt], openings: list[list[Message]], rows: list[dict], sampling: SamplingConfig,
              generate: Generate) -> tuple[list[Completion], dict[str, float]]:
         timer = _Timer(self.pool)
+        before = self.tool_runner.counters() if self.tool_runner is not None else {}
         t0 = time.perf_counter()
         trajs, counters = run_turns(prompts, openings, sampling.n, generate, timer, self.renderer, self.settings,
                                     sampling, rows)  # fmt: skip
         total = time.perf_counter() - t0
         metrics = {mn.ROLLOUT_ENV_S: timer.seconds, mn.ROLLOUT_ENGINE_IDLE_FRAC: timer.seconds / max(total, 1e-9),
                    mn.ROLLOUT_OBS_TOKENS_CUT: counters["obs_tokens_cut"]}  # fmt: skip
+        if self.tool_runner is not None:
+            metrics.update(tool_metrics(before, self.tool_runner.counters(), total))
         return [t.completion() for t in trajs], metrics
 
     def close(self) -> None:
         self._thread.shutdown(wait=False, cancel_futures=True)
-        self.pool.close()
+        if self.tool_runner is not None:
+            self.tool_runner.pool.close()
+            if self.tool_runner.inner is not None:
+                self.tool_runner.inner.close()
+        elif self.pool is not None:
+            self.pool.close()
+
+
+def tool_runner(tools: ToolsConfig, renderer: ChatRenderer, inner: Any) -> Any:
+    """The recipe's tool environment (:class:`rlvr.tools.runner.ToolRunner`) around ``inner`` (the environment pool,
+    or None): the tools resolved, the call format chosen (``tools.format``, else the template's, else hermes), and
+    the tools listed by the template's ``tools=`` rendering (the renderer carries the schemas) or, for a template
+    without one, by a system message."""
+    from rlvr.tools.execute import ToolPool
+    from rlvr.tools.formats import describe_tools, detect_format, template_lists_tools
+    from rlvr.tools.registry import resolve_tools
+    from rlvr.tools.runner import ToolRunner, ToolSettings
+
+    resolved = resolve_tools(tools.names)
+    template = renderer.tokenizer.chat_template
+    fmt = tools.format if tools.format != "auto" else detect_format(template) or "hermes"
+    schemas = [t.schema for t in resolved]
+    system = None
+    if template_lists_tools(template):
+        renderer.template_kwargs["tools"] = schemas
+    else:
+        system = describe_tools(schemas, fmt)
+    pool = ToolPool(resolved, tools.num_workers, tools.timeout_s, tools.max_output_chars, tools.memory_mb)
+    return ToolRunner(resolved, ToolSettings(fmt=fmt, max_calls_per_turn=tools.max_calls_per_turn, system=system),
+                      pool, inner)  # fmt: skip
+
+
+def tool_metrics(before: dict[str, float], after: dict[str, float], total_s: float) -> dict[str, float]:
+    """One rollout's tool metrics from the runner's counters before and after it (:mod:`rlvr.metrics.names`):
+    calls per trajectory (normaliser: the rollout's trajectories), the malformed share (normaliser: its calls), the
+    share of the turn loop's time in tool calls, and each tool's outcomes (counts)."""
+    d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    calls, trajs = d.get("calls", 0.0), d.get("trajectories", 0.0)
+    out = {mn.TOOLS_CALLS_PER_TRAJ: calls / max(trajs, 1.0), mn.TOOLS_MALFORMED_FRAC: d.get("malformed", 0.0) /
+           max(calls, 1.0), mn.TOOLS_TIME_FRAC: d.get("seconds", 0.0) / max(total_s, 1e-9)}  # fmt: skip
+    for key, v in d.items():
+        if "/" in key:
+            tool, outcome = key.rsplit("/", 1)
+            out[mn.tool_outcome(tool, outcome)] = v
+    return out
 
 
 class _Timer:

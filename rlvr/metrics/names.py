@@ -65,6 +65,7 @@ NS_PASSK = "passk"
 NS_RESPONSE = "response"
 NS_GROUPS = "groups"
 NS_ROLLOUT = "rollout"
+NS_TOOLS = "tools"
 NS_DYNAMIC_SAMPLING = "dynamic_sampling"
 NS_DATA = "data"
 NS_TRAIN = "train"
@@ -76,7 +77,7 @@ NS_VAL = "val"
 NS_ROLES = "roles"
 NS_ASYNC = "async"
 
-NAMESPACES: tuple[str, ...] = (NS_REWARD, NS_PASSK, NS_RESPONSE, NS_GROUPS, NS_ROLLOUT, NS_DYNAMIC_SAMPLING, NS_DATA,
+NAMESPACES: tuple[str, ...] = (NS_REWARD, NS_PASSK, NS_RESPONSE, NS_GROUPS, NS_ROLLOUT, NS_TOOLS, NS_DYNAMIC_SAMPLING, NS_DATA,
                                NS_TRAIN, NS_CRITIC, NS_ADV, NS_TIMING, NS_SYNC, NS_VAL, NS_ROLES, NS_ASYNC)  # fmt: skip
 """Every namespace a metric name starts with (before its first ``/``); see the module docstring."""
 
@@ -101,6 +102,12 @@ def reward_score(verifier: str) -> str:
     attribute of ``file.py:attr`` / ``module:attr``, else the name; ``#2`` on a repeat:
     ``rlvr.reward.pool.verifier_keys``)."""
     return _name(NS_REWARD, f"score/{verifier}")
+
+
+def tool_outcome(tool: str, outcome: str) -> str:
+    """``tools/<tool>/<outcome>``: one tool's calls in the step's rollout that ended ``ok``, ``error`` (it raised or
+    returned something that is not text), ``timeout`` or ``crashed`` (:mod:`rlvr.tools.execute`)."""
+    return _name(NS_TOOLS, f"{tool}/{outcome}")
 
 
 def train_stat(stat: str) -> str:
@@ -148,6 +155,7 @@ PASSK = passk("<k>")
 REWARD_SCORE = reward_score("<verifier>")
 TIMING = timing("<stage>")  # the plots' family; the catalogue lists each stage (TIMING_ROLLOUT_S ...) on its own
 ROLE_BUSY = role_busy("<role>")
+TOOL_OUTCOME = tool_outcome("<tool>", "<outcome>")
 ROLE_IDLE = role_idle("<role>")
 STALENESS = staleness("<n>")
 VAL_PASS = val_pass("<k>")
@@ -190,6 +198,10 @@ ROLLOUT_LENGTH_END_FRAC = _name(NS_ROLLOUT, "length_end_frac")
 ROLLOUT_ENV_S = _name(NS_ROLLOUT, "env_s")
 ROLLOUT_ENGINE_IDLE_FRAC = _name(NS_ROLLOUT, "engine_idle_frac")
 ROLLOUT_OBS_TOKENS_CUT = _name(NS_ROLLOUT, "obs_tokens_cut")
+# tools/ (rlvr.envs.rollout.TurnRollouts with a recipe's tools: rlvr.tools.runner)
+TOOLS_CALLS_PER_TRAJ = _name(NS_TOOLS, "calls_per_traj")
+TOOLS_MALFORMED_FRAC = _name(NS_TOOLS, "malformed_frac")
+TOOLS_TIME_FRAC = _name(NS_TOOLS, "time_frac")
 DYNAMIC_SAMPLING_ROUNDS = _name(NS_DYNAMIC_SAMPLING, "rounds")
 DYNAMIC_SAMPLING_SHORTFALL = _name(NS_DYNAMIC_SAMPLING, "shortfall")
 DYNAMIC_SAMPLING_INFORMATIVE_FRAC = _name(NS_DYNAMIC_SAMPLING, "informative_frac")
@@ -332,6 +344,11 @@ _ENTRIES: tuple[Metric, ...] = (
     _M(ROLLOUT_ENV_S, "s", "wall time of the environments' resets and steps in the step's rollout"),
     _M(ROLLOUT_ENGINE_IDLE_FRAC, "fraction", "share of the turn loop's time the engines waited for environments"),
     _M(ROLLOUT_OBS_TOKENS_CUT, "tokens", "environment message tokens cut by environment.max_observation_tokens"),
+    _M(TOOLS_CALLS_PER_TRAJ, "calls", "tool calls per trajectory, mean (malformed ones included)"),
+    _M(TOOLS_MALFORMED_FRAC, "fraction", "tool calls answered with an error before running (bad JSON, unknown tool, "
+                                         "arguments off the schema, over tools.max_calls_per_turn)"),
+    _M(TOOLS_TIME_FRAC, "fraction", "share of the turn loop's time spent running tool calls"),
+    _M(TOOL_OUTCOME, "calls", "one tool's calls that ended ok, error, timeout or crashed (rlvr.tools.execute)"),
     _M(DYNAMIC_SAMPLING_ROUNDS, "count", "extra generation rounds of DAPO dynamic sampling this step"),
     _M(DYNAMIC_SAMPLING_SHORTFALL, "count", "groups short of P informative ones after the last round"),
     _M(DYNAMIC_SAMPLING_INFORMATIVE_FRAC, "fraction", "informative groups (0 < correct < G) among all generated"),
@@ -415,7 +432,7 @@ CATALOGUE: tuple[Metric, ...] = tuple(
 )
 """Every name rlvr logs (families by their pattern), in namespace order."""
 
-_PLACEHOLDERS = {"k": r"\d+", "n": r"\d+", "stage": r"\w+", "role": r"\w+", "stat": r"\w+", "suffix": r"\w*", "verifier": r".+"}
+_PLACEHOLDERS = {"k": r"\d+", "n": r"\d+", "stage": r"\w+", "role": r"\w+", "tool": r"[\w.-]+", "outcome": r"ok|error|timeout|crashed", "stat": r"\w+", "suffix": r"\w*", "verifier": r".+"}
 _SLOT = re.compile(r"<(\w+)>")
 
 

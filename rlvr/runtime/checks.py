@@ -83,6 +83,15 @@ def _preflight(recipe: Recipe, model_optional: bool) -> tuple[list[str], tuple[s
 
         check_kwargs(resolve_environment(recipe.environment.name), recipe.environment.args, "environment.args")
         lines.append(f"checked: environment {recipe.environment.name} resolves and takes environment.args")
+    if recipe.tools.enabled:  # each tool resolves and has a JSON schema (signature + docstring)
+        from rlvr.config import RecipeError
+        from rlvr.tools.registry import resolve_tools
+
+        try:
+            resolve_tools(recipe.tools.names)
+        except (KeyError, ImportError, AttributeError, TypeError, ValueError, OSError) as e:
+            raise RecipeError(f"tools.names: {str(e).strip(chr(34))}") from None
+        lines.append(f"checked: tools {', '.join(recipe.tools.names)} resolve and have JSON schemas")
     try:
         model = model_context(recipe.model.path)
     except ModelUnavailable as e:

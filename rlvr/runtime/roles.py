@@ -164,10 +164,10 @@ class Roles:
         # submits an update; ahead of ``version``, the engines', while an update runs beside generation)
         self.trainer_version = 0
         self.res = role_resources(r, env)
-        if r.environment.enabled:  # the turn loop's thread and environment workers, in this process
+        if r.environment.enabled or r.tools.enabled:  # the turn loop's thread and environment workers, in this process
             from rlvr.envs.rollout import TurnRollouts
 
-            self.turns = TurnRollouts(r.environment, r.data, r.rollout.max_new_tokens, model_dir)
+            self.turns = TurnRollouts(r.environment, r.data, r.rollout.max_new_tokens, model_dir, r.tools)
         self.ex.reserve(placement_groups(self.res), r.timeouts.startup_s, "timeouts.startup_s")
         self.rendezvous: dict[str, tuple[str, int]] = {}
         self.engines: list[Handle] = [self._spawn_engine(i) for i in range(r.rollout.num_engines)]

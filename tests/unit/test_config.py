@@ -85,7 +85,7 @@ def test_unknown_key_without_near_match_lists_valid_keys(tmp_path):
     assert _msg(ei) == (
         "unknown key 'qqqqqq': valid keys under '(top level)': "
         "run, model, data, rollout, reward, algorithm, trainer, sync, timeouts, metrics, validation, critic, checkpoint, "
-        "judge, environment"
+        "judge, environment, tools"
     )
 
 

@@ -195,6 +195,7 @@ def test_the_catalogue_is_whole_and_has_no_duplicates():
                                        "critic_inner", "train_wait", "refill")}
     for p in patterns:  # each entry's own name (placeholders filled) is described by that entry
         concrete = p.replace("<k>", "4").replace("<n>", "8").replace("<verifier>", "numeric").replace("<role>", "engines")
+        concrete = concrete.replace("<tool>", "calculator").replace("<outcome>", "timeout")
         assert mn.describe(concrete).pattern == p
 
 

@@ -1,0 +1,187 @@
+"""Call formats: how a model writes a tool call in its reply, parsed back into calls.
+
+- ``hermes``: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, one block per call (Qwen2.5, Qwen3,
+  SmolLM3, Hermes and others);
+- ``llama3``: the whole reply is a JSON object ``{"name": ..., "parameters": {...}}`` (Llama-3.1/3.2/3.3's JSON tool
+  calling), optionally after ``<|python_tag|>``; several objects may be separated by ``;``;
+- ``mistral``: ``[TOOL_CALLS]`` then a JSON list ``[{"name": ..., "arguments": {...}}, ...]`` (or the newer
+  ``[TOOL_CALLS]name[ARGS]{...}`` form).
+
+A reply holds calls (each parsed, or the reason it is malformed) or none (a final answer). Parsing never raises:
+model output is untrusted. :func:`detect_format` picks the format from a chat template's source.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Format = Literal["hermes", "llama3", "mistral"]
+FORMATS: tuple[str, ...] = ("hermes", "llama3", "mistral")
+
+
+@dataclass(frozen=True)
+class ParsedCall:
+    """One call found in a reply: ``name`` and ``arguments`` when it parsed (the arguments not yet checked against
+    the tool's schema), else ``error`` says what is wrong with it (``name`` may still be known). ``raw``: its text."""
+
+    name: str | None
+    arguments: Any
+    error: str | None
+    raw: str
+
+
+def _json_error(e: json.JSONDecodeError) -> str:
+    return f"not valid JSON ({e.msg} at character {e.pos})"
+
+
+def _from_object(obj: Any, raw: str, args_keys: tuple[str, ...]) -> ParsedCall:
+    """A call from a decoded ``{"name": ..., "arguments" | "parameters": ...}`` (arguments given as a JSON string
+    are decoded)."""
+    if not isinstance(obj, dict):
+        return ParsedCall(None, None, f"a tool call is a JSON object with \"name\" and \"{args_keys[0]}\", got "
+                                      f"{type(obj).__name__}", raw)
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        return ParsedCall(None, None, f"the tool call has no \"name\" (a string): {raw[:200]}", raw)
+    key = next((k for k in args_keys if k in obj), None)
+    args = obj.get(key, {}) if key else {}
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError as e:
+            return ParsedCall(name, None, f"the \"{key}\" of {name} are a string that is {_json_error(e)}", raw)
+    return ParsedCall(name, args, None, raw)
+
+
+_HERMES = re.compile(r"<tool_call>(.*?)(</tool_call>|\Z)", re.DOTALL)
+
+
+def _hermes(text: str) -> list[ParsedCall]:
+    out = []
+    for m in _HERMES.finditer(text):
+        body, raw = m.group(1).strip(), m.group(0)
+        if not m.group(2):
+            out.append(ParsedCall(None, None, "the <tool_call> block is not closed with </tool_call>", raw))
+            continue
+        try:
+            obj = json.loads(body)
+        except json.JSONDecodeError as e:
+            out.append(ParsedCall(None, None, f"the <tool_call> block is {_json_error(e)}: {body[:200]}", raw))
+            continue
+        out.append(_from_object(obj, raw, ("arguments", "parameters")))
+    return out
+
+
+def _json_objects(text: str, sep: str) -> list[ParsedCall] | str:
+    """Consecutive JSON values in ``text`` separated by whitespace or ``sep``; a string: why it does not parse."""
+    dec, pos, values = json.JSONDecoder(), 0, []
+    while pos < len(text):
+        while pos < len(text) and (text[pos].isspace() or text[pos] == sep):
+            pos += 1
+        if pos >= len(text):
+            break
+        try:
+            obj, end = dec.raw_decode(text, pos)
+        except json.JSONDecodeError as e:
+            return _json_error(e)
+        values.append((obj, text[pos:end]))
+        pos = end
+    return values
+
+
+def _llama3(text: str) -> list[ParsedCall]:
+    body = text.strip()
+    if body.startswith("<|python_tag|>"):
+        body = body[len("<|python_tag|>"):].strip()
+    elif not body.startswith("{"):
+        return []  # prose: a final answer
+    found = _json_objects(body, ";")
+    if isinstance(found, str):
+        return [ParsedCall(None, None, f"the tool call is {found}: {body[:200]}", body)]
+    return [_from_object(obj, raw, ("parameters", "arguments")) for obj, raw in found]
+
+
+_MISTRAL_NAMED = re.compile(r"\s*([A-Za-z_][\w.-]*)\s*(?:\[CALL_ID\]\s*\S+?\s*)?\[ARGS\]")
+
+
+def _mistral(text: str) -> list[ParsedCall]:
+    at = text.find("[TOOL_CALLS]")
+    if at < 0:
+        return []
+    rest = text[at + len("[TOOL_CALLS]"):]
+    out: list[ParsedCall] = []
+    if rest.lstrip().startswith("["):
+        found = _json_objects(rest.lstrip(), ",")
+        if isinstance(found, str):
+            return [ParsedCall(None, None, f"the [TOOL_CALLS] list is {found}: {rest[:200]}", rest)]
+        for value, raw in found[:1]:
+            items = value if isinstance(value, list) else [value]
+            out += [_from_object(obj, json.dumps(obj), ("arguments", "parameters")) for obj in items]
+        return out
+    dec = json.JSONDecoder()
+    while rest.strip():
+        m = _MISTRAL_NAMED.match(rest)
+        if not m:
+            out.append(ParsedCall(None, None, "after [TOOL_CALLS] comes a JSON list of calls or name[ARGS]{...}: "
+                                              f"{rest[:200]}", rest))
+            break
+        try:
+            args, end = dec.raw_decode(rest, m.end())
+        except json.JSONDecodeError as e:
+            out.append(ParsedCall(m.group(1), None, f"the arguments of {m.group(1)} are {_json_error(e)}", rest))
+            break
+        out.append(ParsedCall(m.group(1), args, None, rest[:end]))
+        rest = rest[end:]
+        rest = rest[len("[TOOL_CALLS]"):] if rest.lstrip().startswith("[TOOL_CALLS]") else rest
+    return out
+
+
+_PARSERS = {"hermes": _hermes, "llama3": _llama3, "mistral": _mistral}
+
+
+def parse_calls(text: str, fmt: str) -> list[ParsedCall]:
+    """The calls in a reply written in ``fmt`` (``[]``: none, a final answer). Never raises."""
+    try:
+        return _PARSERS[fmt](text)
+    except RecursionError:  # deeply nested JSON
+        return [ParsedCall(None, None, "the tool call is nested too deeply", text[:200])]
+
+
+def detect_format(chat_template: str | None) -> str | None:
+    """The call format a chat template teaches its model, from its source: ``<tool_call>`` -> hermes,
+    ``[TOOL_CALLS]`` -> mistral, ``<|python_tag|>`` or an ``ipython`` role -> llama3; None when it names none."""
+    src = chat_template or ""
+    if "<tool_call>" in src:
+        return "hermes"
+    if "[TOOL_CALLS]" in src:
+        return "mistral"
+    if "<|python_tag|>" in src or "ipython" in src:
+        return "llama3"
+    return None
+
+
+def template_lists_tools(chat_template: str | None) -> bool:
+    """True when the template renders a ``tools`` variable (so ``apply_chat_template(..., tools=...)`` lists them)."""
+    return bool(re.search(r"\btools\b", chat_template or ""))
+
+
+_HOWTO = {
+    "hermes": 'For each call, reply with a JSON object inside <tool_call></tool_call> tags:\n<tool_call>\n'
+              '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>',
+    "llama3": 'To call a function, reply with only a JSON object: {"name": <function-name>, "parameters": '
+              '<args-json-object>}',
+    "mistral": 'To call functions, reply with [TOOL_CALLS] followed by a JSON list: [TOOL_CALLS][{"name": '
+               '<function-name>, "arguments": <args-json-object>}]',
+}  # fmt: skip
+
+
+def describe_tools(schemas: list[dict[str, Any]], fmt: str) -> str:
+    """A system-prompt text listing the tools and how to call them in ``fmt``: for chat templates that do not render
+    ``tools`` themselves."""
+    listing = "\n".join(json.dumps(s) for s in schemas)
+    return (f"You may call functions to help with the task. The functions, as JSON schemas:\n<tools>\n{listing}\n"
+            f"</tools>\n{_HOWTO[fmt]}\nThe results come back in the next message. When you have the answer, reply "
+            "without a call.")
