@@ -23,7 +23,7 @@ from tests.unit.test_env_turns import ScriptedEngine, _start, ids, renderer  # n
 
 class Counter:
     """The server's environment: counts steps per episode (state keyed by episode_id); "7" wins; "hang" sleeps
-    2 s; "crash" is an HTTP 500; "junk" answers a body that is not JSON."""
+    2 s; "drip" answers a byte every 0.1 s for 3 s; "crash" is an HTTP 500; "junk" answers a body that is not JSON."""
 
     def __init__(self) -> None:
         self.episodes: dict[str, int] = {}
@@ -59,6 +59,18 @@ def make_handler(env: Counter):
                 time.sleep(2.0)
             if msg == "crash":
                 return self._answer(500, b'{"detail": "the environment raised"}')
+            if msg == "drip":  # an answer that keeps coming, a byte every 0.1 s for 3 s
+                self.send_response(200)
+                self.send_header("Content-Length", "30")
+                self.end_headers()
+                try:
+                    for _ in range(30):
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                        time.sleep(0.1)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+                return None
             if msg == "junk":
                 return self._answer(200, b"<html>oops</html>")
             env.episodes[body["episode_id"]] += 1
@@ -130,6 +142,10 @@ def test_failures_raise_with_the_reason_and_never_hang(server):
     t0 = time.monotonic()
     with pytest.raises(OpenEnvError, match=r"POST .*/step: no answer within timeout_s=0.5s"):
         env.step([], reply("hang"))
+    assert time.monotonic() - t0 < 1.5
+    t0 = time.monotonic()  # the deadline is the whole request's, not each read's
+    with pytest.raises(OpenEnvError, match=r"POST .*/step: no answer within timeout_s=0.5s"):
+        env.step([], reply("drip"))
     assert time.monotonic() - t0 < 1.5
     with pytest.raises(OpenEnvError, match=r"HTTP 500 .*the environment raised"):
         env.step([], reply("crash"))
