@@ -99,7 +99,8 @@ def post_json(url: str, body: dict[str, Any], timeout_s: float) -> Any:
 class OpenEnv:
     """The rlvr side of an OpenEnv HTTP server (see the module docstring).
 
-    ``url``: the server's base URL (``http://host:port``); ``timeout_s``: each request's total deadline;
+    ``url``: the server's base URL (``http://host:port``); ``timeout_s``: each request's total deadline (8 s: below
+    the pool's default ``environment.timeout_s`` of 10 s);
     ``action_field``: the action key the reply text goes in; ``action_args``: more action keys, fixed;
     ``observation_field``: the observation key shown to the model (None: the whole observation as JSON);
     ``opening``: ``observation`` (open with the reset observation as a user message) or ``row`` (the row's own
@@ -109,7 +110,7 @@ class OpenEnv:
     Errors: ``ValueError`` for bad arguments; :class:`OpenEnvError` from :func:`post_json` and for an answer that
     lacks ``observation`` or ``done`` or an observation without ``observation_field``."""
 
-    def __init__(self, url: str, timeout_s: float = 30.0, action_field: str = "message",
+    def __init__(self, url: str, timeout_s: float = 8.0, action_field: str = "message",
                  action_args: dict[str, Any] | None = None, observation_field: str | None = None,
                  opening: str = "observation", reset_args: dict[str, Any] | None = None,
                  reward_range: list[float] | None = None) -> None:
