@@ -16,7 +16,8 @@ from typing import Any
 from rlvr.envs.base import ENTRY_POINT_GROUP, BadEnvOutput, check_messages, check_step
 from rlvr.envs.tokens import Message
 
-BUILTINS = {"feedback": "rlvr.envs.builtins:Feedback", "guess": "rlvr.envs.builtins:Guess"}
+BUILTINS = {"feedback": "rlvr.envs.builtins:Feedback", "guess": "rlvr.envs.builtins:Guess",
+            "openenv": "rlvr.envs.openenv:OpenEnv"}
 """Built-in environments by short name."""
 
 
