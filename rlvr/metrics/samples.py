@@ -152,6 +152,7 @@ def print_sample_table(
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=f"samples at step {step}", show_lines=True)
     judged = any(row.get("judge") is not None for row in rows)
@@ -160,7 +161,7 @@ def print_sample_table(
         table.add_column(name, **kw)
     for row in rows:
         reward = row.get("reward")
-        table.add_row(
+        cells = [
             f"{row.get('prompt_index', '')}/{row.get('sample_index', '')}",
             shorten(row.get("prompt"), width),
             shorten(row.get("response"), width),
@@ -169,5 +170,8 @@ def print_sample_table(
             "" if reward is None else f"{float(reward):.4f}",
             shorten(row.get("reason") or "ok", 24),
             *([shorten(row.get("judge"), 24)] if judged else []),
-        )
+        ]
+        # model text is not rich markup: "[assistant 1]" / "[user]" turn marks (and any "[/x]" a model writes)
+        # would be read as style tags and dropped
+        table.add_row(*(Text(c) for c in cells))
     Console(file=file, soft_wrap=False).print(table)

@@ -118,3 +118,8 @@ def test_print_sample_table(monkeypatch):
     out = io.StringIO()
     print_sample_table(7, [], file=out)
     assert out.getvalue() == ""
+    # a trajectory's turn marks and a model's own brackets are text, not rich markup (they were dropped as tags)
+    rows[0]["response"] = "[assistant 1] 8 [user] wrong [assistant 2] [/b] 9"
+    out = io.StringIO()
+    print_sample_table(7, rows, width=60, file=out)
+    assert "[assistant 1] 8 [user] wrong [assistant 2] [/b] 9" in out.getvalue()
