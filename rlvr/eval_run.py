@@ -26,8 +26,9 @@ RUN_KEYS: dict[str, tuple[str, ...]] = {
 """What ``rlvr eval RUN`` takes from the run's recipe (how the run wrote a prompt, read a row of its data and
 scored an answer, its dtype, and its multi-turn environment), each with the flags that override it. The data
 fields apply to the sets that are not presets (a file in the training format needs no ``--question-field``);
-presets keep their own. Sampling, lengths and scoring limits stay the eval defaults, so runs and models compare at the same settings
-(``--recipe RUN/recipe.yaml`` takes those too)."""
+presets keep their own. Sampling, lengths and scoring limits stay the eval defaults, so runs and models compare at
+the same settings (``--recipe RUN/recipe.yaml`` takes those too), except a run with an environment: its
+``rollout.max_new_tokens`` too, a turn's length being part of how its trajectories end (``--max-new-tokens`` wins)."""
 
 
 def run_sections(recipe: Any, base: dict[str, Any]) -> dict[str, Any]:
@@ -41,7 +42,11 @@ def run_sections(recipe: Any, base: dict[str, Any]) -> dict[str, Any]:
 
     # the rule verifiers: a judge verifier asks a role that ``rlvr eval`` does not start
     reward = dataclasses.replace(base["reward"], verifiers=tuple(rule_specs(recipe.reward.verifiers)))
-    return {**base, "prompts": prompts, "reward": reward, "dtype": recipe.model.dtype, "environment": recipe.environment}
+    rollout = base["rollout"]
+    if recipe.environment.enabled:  # a turn's length is part of the run's environment (a cut turn ends it)
+        rollout = dataclasses.replace(rollout, max_new_tokens=recipe.rollout.max_new_tokens)
+    return {**base, "prompts": prompts, "reward": reward, "dtype": recipe.model.dtype, "environment": recipe.environment,
+            "rollout": rollout}
 
 
 def run_of(model: str) -> Any:

@@ -166,8 +166,9 @@ class EvalConfig:
             errs.append("--prompt-template must contain {question}")
         env = self.environment
         if env.enabled and (env.max_turns < 1 or env.max_tokens < ro.max_new_tokens):
-            errs.append(f"--max-turns must be >= 1 and environment.max_tokens ({env.max_tokens}, a trajectory's budget) "
-                        f">= --max-new-tokens ({ro.max_new_tokens}, one turn's)")
+            errs.append(f"--max-turns must be >= 1 and one turn's --max-new-tokens ({ro.max_new_tokens}) at most the "
+                        f"trajectory's budget environment.max_tokens ({env.max_tokens}): lower --max-new-tokens or "
+                        "raise --max-trajectory-tokens")
         if errs:
             raise ValueError("; ".join(errs))
 

@@ -423,6 +423,9 @@ def test_eval_environment_from_flags_a_run_and_a_recipe(tmp_path, caplog):
     with caplog.at_level("INFO", logger="rlvr.eval"):
         cfg = _cfg("--data", "gsm8k", model=str(run))
     assert (cfg.environment.name, cfg.environment.args, cfg.environment.max_turns) == ("guess", {"low": 2, "high": 9}, 5)
+    assert cfg.rollout.max_new_tokens == 8  # the run's turn length (tiny_test.yaml), not eval's 512 (a new user hit
+    # "environment.max_tokens (256) >= --max-new-tokens (512)" evaluating recipes/multiturn_cpu.yaml's run)
+    assert _cfg("--data", "gsm8k", "--max-new-tokens", "4", model=str(run)).rollout.max_new_tokens == 4
     assert "environment='guess'" in caplog.text
     cfg = _cfg("--data", "gsm8k", "--max-turns", "2", model=str(run))
     assert (cfg.environment.args, cfg.environment.max_turns) == ({"low": 2, "high": 9}, 2)
