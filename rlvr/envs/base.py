@@ -9,6 +9,10 @@ row and answers each assistant message:
   (``{"role": "assistant", "content": text}``); the answer is the messages to append (a ``user`` or ``tool``
   message), an optional reward in [0, 1], ``done`` and ``info`` (JSON-able; shown in sample tables).
 
+An environment class may define ``check_args(**args)`` (a staticmethod): rlvr calls it at load (preflight and
+``--dry-run``) with ``environment.args`` after checking them against the constructor, to refuse values it can tell
+are wrong before any worker starts (``feedback`` resolves its verifier name there). It raises with what is wrong.
+
 rlvr runs environments in worker processes with hard time and memory limits (:mod:`rlvr.envs.pool`): a step that
 hangs, crashes or returns something else than an :class:`EnvStep` ends that trajectory with a logged reason, and the
 batch goes on. Between steps the environment object is pickled (its state travels with the trajectory, so any

@@ -38,6 +38,16 @@ class Feedback:
         self._verifier: Any = None
         self.gold = ""
 
+    @staticmethod
+    def check_args(verifier: str = "math", args: dict[str, Any] | None = None, **_: Any) -> None:
+        """Load-time check (:mod:`rlvr.envs.base`): the verifier name resolves and takes ``args``, without building
+        it. Errors: those of :func:`rlvr.reward.base.resolve_verifier` (an unknown name with the nearest) and
+        :func:`rlvr.reward.base.check_verifier_args`."""
+        from rlvr.config import VerifierSpec
+        from rlvr.reward.base import check_verifier_args
+
+        check_verifier_args(VerifierSpec(name=verifier, args=dict(args or {})), "environment.args.args")
+
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_verifier": None}  # rebuilt in the worker (a verifier need not pickle)
 

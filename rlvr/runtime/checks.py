@@ -81,10 +81,19 @@ def _preflight(recipe: Recipe, model_optional: bool) -> tuple[list[str], tuple[s
         from rlvr.envs.runner import resolve_environment
         from rlvr.registry import check_kwargs
 
-        check_kwargs(resolve_environment(recipe.environment.name), recipe.environment.args, "environment.args")
+        env_cls = resolve_environment(recipe.environment.name)
+        check_kwargs(env_cls, recipe.environment.args, "environment.args")
+        own_check = getattr(env_cls, "check_args", None)  # the environment's own load-time check (rlvr.envs.base)
+        if callable(own_check):
+            try:
+                own_check(**recipe.environment.args)
+            except RecipeError:
+                raise
+            except (KeyError, ValueError, TypeError, ImportError, AttributeError, OSError) as e:
+                msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+                raise RecipeError(f"environment.args ({recipe.environment.name}): {msg}") from None
         lines.append(f"checked: environment {recipe.environment.name} resolves and takes environment.args")
     if recipe.tools.enabled:  # each tool resolves and has a JSON schema (signature + docstring)
-        from rlvr.config import RecipeError
         from rlvr.tools.registry import resolve_tools
 
         try:

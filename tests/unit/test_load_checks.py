@@ -108,3 +108,17 @@ def test_a_validation_source_is_checked_only_when_validation_runs():
     preflight(_recipe("validation.source=nope.jsonl"))
     with pytest.raises(FileNotFoundError, match=r"validation.source='nope.jsonl': no such file"):
         preflight(_recipe("validation.source=nope.jsonl", "validation.every_steps=2"))
+
+
+def test_an_environments_own_check_refuses_a_bad_feedback_verifier_at_load():
+    """A new user's `environment.args.verifier=mth` passed --dry-run (feedback builds its verifier in the worker,
+    so every trajectory would have ended as an environment error); the environment's own check_args now refuses it
+    at load with the nearest name, and checks the verifier's args as reward.verifiers' are."""
+    from rlvr.runtime.controller import preflight
+
+    env = ["environment.name=feedback", "environment.max_tokens=64"]
+    preflight(_recipe(*env, "environment.args={verifier: numeric}"))
+    with pytest.raises(RecipeError, match=r"environment.args \(feedback\): unknown verifier 'mth'. Did you mean 'math'"):
+        preflight(_recipe(*env, "environment.args={verifier: mth}"))
+    with pytest.raises(RecipeError, match=r"environment.args.args.*tolerence.*tolerance"):
+        preflight(_recipe(*env, "environment.args={verifier: numeric, args: {tolerence: 0.1}}"))
