@@ -25,15 +25,20 @@ HERE = "tests.unit.test_env_turns"
 
 def ids(text: str) -> list[int]:
     """Hand tokenisation: one id per character, the two ChatML markers as one id each."""
+    return hand_ids(text, VOCAB, ("<|im_start|>", "<|im_end|>"))
+
+
+def hand_ids(text: str, vocab: dict[str, int], specials) -> list[int]:
+    """``text`` as ids of a character-level ``vocab``: each of ``specials`` one id, every other character one id."""
     out, i = [], 0
     while i < len(text):
-        for special in ("<|im_start|>", "<|im_end|>"):
+        for special in specials:
             if text.startswith(special, i):
-                out.append(VOCAB[special])
+                out.append(vocab[special])
                 i += len(special)
                 break
         else:
-            out.append(VOCAB[text[i]])
+            out.append(vocab[text[i]])
             i += 1
     return out
 

@@ -70,18 +70,11 @@ VOCAB = {t: i for i, t in enumerate(SPECIALS + CHARS)}
 
 
 def ids(text: str) -> list[int]:
-    """Hand tokenisation: each special marker one id, every other character one id."""
-    out, i = [], 0
-    while i < len(text):
-        for special in SPECIALS:
-            if text.startswith(special, i):
-                out.append(VOCAB[special])
-                i += len(special)
-                break
-        else:
-            out.append(VOCAB[text[i]])
-            i += 1
-    return out
+    """Hand tokenisation: each special marker one id, every other character one id
+    (:func:`tests.unit.test_env_turns.hand_ids` on this vocabulary)."""
+    from tests.unit.test_env_turns import hand_ids
+
+    return hand_ids(text, VOCAB, SPECIALS)
 
 
 def tokenizer(template: str, bos: str, eos: str):
