@@ -11,7 +11,7 @@ import logging
 import sys
 from typing import Any
 
-from rlvr.config import EnvironmentConfig, ModelConfig, RecipeError, VerifierSpec
+from rlvr.config import EnvironmentConfig, ModelConfig, RecipeError, ToolsConfig, VerifierSpec
 from rlvr.evaluate import EVAL_PROMPTS, EVAL_REWARD, EVAL_ROLLOUT, PRESETS, EvalConfig, evaluate
 
 log = logging.getLogger("rlvr.eval")
@@ -122,6 +122,10 @@ def add_eval_parser(sub: Any) -> None:
     p.add_argument("--max-turns", type=int, default=None, help="assistant turns per trajectory at most (default 4)")
     p.add_argument("--max-trajectory-tokens", type=int, default=None,
                    help="a trajectory's token budget after its prompt (environment.max_tokens, default 1024)")
+    p.add_argument("--tools", default=None, metavar="NAMES",
+                   help="tools the model may call, comma-separated (calculator, python, module:func, file.py:func): "
+                   "trajectories whose replies without a call are the final answers; a run's or --recipe's tools "
+                   "are taken without it ('none' drops them)")
     p.set_defaults(fn=cmd_eval)
 
 
@@ -150,7 +154,7 @@ def recipe_sections(recipe: Any) -> dict[str, Any]:
     rollout = dataclasses.replace(recipe.rollout, samples_per_prompt=recipe.validation.samples,
                                   temperature=recipe.validation.temperature, num_engines=1)  # fmt: skip
     return {"prompts": data, "rollout": rollout, "reward": recipe.reward, "seed": recipe.run.seed,
-            "dtype": recipe.model.dtype, "environment": recipe.environment}  # fmt: skip
+            "dtype": recipe.model.dtype, "environment": recipe.environment, "tools": recipe.tools}  # fmt: skip
 
 
 def config_from_args(args: argparse.Namespace) -> EvalConfig:
@@ -164,7 +168,7 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
 
     vargs, eargs = _json_object(args.verifier_args, "--verifier-args"), _json_object(args.env_args, "--env-args")
     base: dict[str, Any] = {"prompts": EVAL_PROMPTS, "rollout": EVAL_ROLLOUT, "reward": EVAL_REWARD, "seed": 0,
-                            "dtype": "auto", "environment": EnvironmentConfig()}  # fmt: skip
+                            "dtype": "auto", "environment": EnvironmentConfig(), "tools": ToolsConfig()}  # fmt: skip
     run, model = run_of(args.model), args.model
     if run is not None:
         model = str(run.model_dir)
@@ -205,13 +209,17 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         eargs = {}  # another environment: the recipe's arguments were its own
     environment = dataclasses.replace(environment, **_given(
         name=args.environment, args=eargs, max_turns=args.max_turns, max_tokens=args.max_trajectory_tokens))  # fmt: skip
-    if not environment.enabled and (eargs is not None or args.max_turns is not None
-                                     or args.max_trajectory_tokens is not None):
-        raise ValueError("--env-args, --max-turns and --max-trajectory-tokens need --environment NAME (or a run or "
-                         "--recipe with an environment section)")
+    tools = base["tools"]
+    if args.tools is not None:
+        names = tuple(n.strip() for n in args.tools.split(",") if n.strip() and n.strip() != "none")
+        tools = dataclasses.replace(tools, names=names)
+    if not environment.enabled and not tools.enabled and (eargs is not None or args.max_turns is not None
+                                                          or args.max_trajectory_tokens is not None):
+        raise ValueError("--env-args, --max-turns and --max-trajectory-tokens need --environment NAME or --tools (or "
+                         "a run or --recipe with an environment or tools section)")
     return EvalConfig(
         model=ModelConfig(path=model, dtype=args.dtype or base["dtype"]), data=tuple(args.data),
-        prompts=prompts, rollout=rollout, reward=reward, environment=environment, seed=args.seed if args.seed is not None else base["seed"],
+        prompts=prompts, rollout=rollout, reward=reward, environment=environment, tools=tools, seed=args.seed if args.seed is not None else base["seed"],
         output=args.output, **_given(batch_prompts=args.batch_prompts, bootstrap_resamples=args.bootstrap_resamples),
         fit_new_tokens=args.max_new_tokens is None and args.recipe is None,
     )  # fmt: skip
@@ -240,10 +248,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     console.print(results_table(results))
     for name, d in results["datasets"].items():
         st = d["stats"]
-        if "turns_mean" in st:  # trajectories (--environment)
+        if "turns_mean" in st:  # trajectories (--environment, --tools)
+            tools = (f"; tool calls per trajectory {st['tool_calls_mean']:.2f}, trajectories calling a tool "
+                     f"{st['tool_use_frac']:.3f}") if results["settings"]["tools"]["names"] else ""
             console.print(f"{name}: {st['turns_mean']:.2f} turns per trajectory; solved at turn 1 "
-                          f"{st['solved_turn_1_frac']:.3f}, after it {st['solved_after_turn_1_frac']:.3f}; ended: "
-                          + ", ".join(f"{k} {v}" for k, v in st["end_reasons"].items()))
+                          f"{st['solved_turn_1_frac']:.3f}, after it {st['solved_after_turn_1_frac']:.3f}{tools}; "
+                          "ended: " + ", ".join(f"{k} {v}" for k, v in st["end_reasons"].items()))
     t = results["timing"]
     console.print(f"engine start {t['engine_start_s']:.1f} s; generation {t['generate_s']:.1f} s "
                   f"({t['tokens_per_s']:.0f} tokens/s); scoring {t['score_s']:.1f} s; "

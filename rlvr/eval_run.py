@@ -22,12 +22,13 @@ RUN_KEYS: dict[str, tuple[str, ...]] = {
     "reward.verifiers": ("--verifier", "--verifier-args"),
     "model.dtype": ("--dtype",),
     "environment": ("--environment", "--env-args", "--max-turns", "--max-trajectory-tokens"),
+    "tools": ("--tools",),
 }
 """What ``rlvr eval RUN`` takes from the run's recipe (how the run wrote a prompt, read a row of its data and
-scored an answer, its dtype, and its multi-turn environment), each with the flags that override it. The data
+scored an answer, its dtype, its multi-turn environment and its tools), each with the flags that override it. The data
 fields apply to the sets that are not presets (a file in the training format needs no ``--question-field``);
 presets keep their own. Sampling, lengths and scoring limits stay the eval defaults, so runs and models compare at
-the same settings (``--recipe RUN/recipe.yaml`` takes those too), except a run with an environment: its
+the same settings (``--recipe RUN/recipe.yaml`` takes those too), except a run with an environment or tools: its
 ``rollout.max_new_tokens`` too, a turn's length being part of how its trajectories end (``--max-new-tokens`` wins)."""
 
 
@@ -43,10 +44,10 @@ def run_sections(recipe: Any, base: dict[str, Any]) -> dict[str, Any]:
     # the rule verifiers: a judge verifier asks a role that ``rlvr eval`` does not start
     reward = dataclasses.replace(base["reward"], verifiers=tuple(rule_specs(recipe.reward.verifiers)))
     rollout = base["rollout"]
-    if recipe.environment.enabled:  # a turn's length is part of the run's environment (a cut turn ends it)
+    if recipe.environment.enabled or recipe.tools.enabled:  # a turn's length is part of the run's environment (a cut turn ends it)
         rollout = dataclasses.replace(rollout, max_new_tokens=recipe.rollout.max_new_tokens)
     return {**base, "prompts": prompts, "reward": reward, "dtype": recipe.model.dtype, "environment": recipe.environment,
-            "rollout": rollout}
+            "tools": recipe.tools, "rollout": rollout}
 
 
 def run_of(model: str) -> Any:
@@ -73,6 +74,7 @@ def log_run(model: str, run: Any, recipe: Any, args: argparse.Namespace) -> None
               "data.chat_template": recipe.data.chat_template, "data.question": recipe.data.question,
               "data.answer": recipe.data.answer, "data.answer_format": recipe.data.answer_format,
               "model.dtype": recipe.model.dtype, "environment": recipe.environment.name,
+              "tools": list(recipe.tools.names),
               "reward.verifiers": [v.name for v in recipe.reward.verifiers]}  # fmt: skip
     dest = {"--no-chat-template": "chat_template"}
     flags = [f for k in RUN_KEYS for f in RUN_KEYS[k] if getattr(args, dest.get(f, f[2:].replace("-", "_"))) is not None]

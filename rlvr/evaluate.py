@@ -49,7 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
-from rlvr.config import DataConfig, EnvironmentConfig, ModelConfig, RewardConfig, RolloutConfig, VerifierSpec, plain
+from rlvr.config import (DataConfig, EnvironmentConfig, ModelConfig, RewardConfig, RolloutConfig, ToolsConfig,
+                         VerifierSpec, plain)
 from rlvr.metrics.intervals import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CONFIDENCE, bootstrap_ci
 from rlvr.models.context import context_limit, token_budgets
 from rlvr.runtime.validation import mean_over_problems, problem_metrics, problem_outcomes
@@ -118,7 +119,9 @@ class EvalConfig:
     - ``reward``: the first verifier scores the sets that are not presets (presets: ``math``); ``num_workers``
       scoring processes, ``timeout_s`` per sample, ``memory_mb`` per worker;
     - ``environment``: multi-turn trajectories instead of single answers when it names one (``enabled``): its
-      ``max_turns``, ``max_tokens`` (the trajectory's budget after the prompt), ``args`` and limits, as in training.
+      ``max_turns``, ``max_tokens`` (the trajectory's budget after the prompt), ``args`` and limits, as in training;
+    - ``tools``: the tools the model may call (:mod:`rlvr.tools`), as in training; tools alone make trajectories
+      too (a reply without a call is the final answer), within ``environment.max_turns`` and ``max_tokens``.
     """
 
     model: ModelConfig
@@ -127,6 +130,7 @@ class EvalConfig:
     rollout: RolloutConfig = field(default_factory=lambda: EVAL_ROLLOUT)
     reward: RewardConfig = field(default_factory=lambda: EVAL_REWARD)
     environment: EnvironmentConfig = field(default_factory=EnvironmentConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
     seed: int = 0
     """Engine seed (vLLM: the engine's sampler; HF: torch). Same seed, engine and machine: same samples."""
     output: str | None = None
@@ -137,6 +141,11 @@ class EvalConfig:
     fit_new_tokens: bool = False
     """Lower ``rollout.max_new_tokens`` to fit the model's context (:func:`token_budgets`) instead of refusing a
     value that does not fit. ``rlvr eval`` sets it when neither ``--max-new-tokens`` nor ``--recipe`` gives one."""
+
+    @property
+    def multi_turn(self) -> bool:
+        """Trajectories (an environment, tools, or both) rather than single answers."""
+        return self.environment.enabled or self.tools.enabled
 
     @property
     def n(self) -> int:
@@ -165,7 +174,7 @@ class EvalConfig:
         if "{question}" not in pr.prompt_template:
             errs.append("--prompt-template must contain {question}")
         env = self.environment
-        if env.enabled and (env.max_turns < 1 or env.max_tokens < ro.max_new_tokens):
+        if self.multi_turn and (env.max_turns < 1 or env.max_tokens < ro.max_new_tokens):
             errs.append(f"--max-turns must be >= 1 and one turn's --max-new-tokens ({ro.max_new_tokens}) at most the "
                         f"trajectory's budget environment.max_tokens ({env.max_tokens}): lower --max-new-tokens or "
                         "raise --max-trajectory-tokens")
@@ -296,8 +305,9 @@ def sample_stats(completions: list[Completion], scored: list, key: str) -> dict[
     verifier), ``length_mean`` (generated tokens: a trajectory's sampled ones), ``truncated_frac`` (stopped by
     ``--max-new-tokens``), ``no_answer_frac``, ``timeout_frac``, and ``reasons`` (reason kind -> samples;
     ``correct`` for full marks). Trajectories (``--environment``) add ``turns_mean`` (assistant turns),
-    ``solved_turn_1_frac`` / ``solved_after_turn_1_frac`` (correct, with one turn / more than one) and
-    ``end_reasons`` (why each ended -> trajectories)."""
+    ``solved_turn_1_frac`` / ``solved_after_turn_1_frac`` (correct, with one turn / more than one),
+    ``end_reasons`` (why each ended -> trajectories), ``tool_calls_mean`` (``tool`` messages per trajectory: calls
+    answered, malformed ones included) and ``tool_use_frac`` (trajectories with at least one)."""
     from rlvr.verify_cli import reason_key
 
     b = len(scored)
@@ -317,6 +327,9 @@ def sample_stats(completions: list[Completion], scored: list, key: str) -> dict[
         stats["solved_turn_1_frac"] = sum(r and c.turns == 1 for c, r in zip(completions, right)) / b
         stats["solved_after_turn_1_frac"] = sum(r and c.turns > 1 for c, r in zip(completions, right)) / b
         stats["end_reasons"] = dict(Counter(str(c.end_reason) for c in completions).most_common())
+        calls = [sum(m.get("role") == "tool" for m in (c.messages or [])[c.opening_messages:]) for c in completions]
+        stats["tool_calls_mean"] = sum(calls) / b
+        stats["tool_use_frac"] = sum(n > 0 for n in calls) / b
     return stats
 
 
@@ -500,11 +513,15 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
         from rlvr.registry import check_kwargs
 
         check_kwargs(resolve_environment(cfg.environment.name), cfg.environment.args, "--env-args (environment.args)")
+    if cfg.tools.enabled:  # and a tool that does not resolve or has no schema
+        from rlvr.tools.registry import resolve_tools
+
+        resolve_tools(cfg.tools.names)
     model_dir = resolve_model(cfg.model.path)
     tok = AutoTokenizer.from_pretrained(model_dir)
     ctx = context_limit(model_dir)
     env = cfg.environment
-    if env.enabled:  # a trajectory's whole budget after its prompt must fit beside the prompt
+    if cfg.multi_turn:  # a trajectory's whole budget after its prompt must fit beside the prompt
         prompt_limit, _ = token_budgets(ctx, cfg.prompts.max_prompt_tokens, env.max_tokens, False)
         new_tokens = cfg.rollout.max_new_tokens
     else:
@@ -515,7 +532,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
                  "%d tokens (--max-new-tokens to choose)", new_tokens, cfg.rollout.max_new_tokens, ctx, prompt_limit)
         cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, max_new_tokens=new_tokens))
     loaded = [load_set(es, cfg, tok, prompt_limit) for es in sets]
-    after_prompt = env.max_tokens if env.enabled else new_tokens
+    after_prompt = env.max_tokens if cfg.multi_turn else new_tokens
     max_model_len = max(len(p.prompt_ids) for ls in loaded for p in ls.prompts) + after_prompt
     out_dir = make_output_dir(cfg)
     files = {"results": str(out_dir / "results.json"), "samples": str(out_dir / "samples.jsonl")}
@@ -526,10 +543,10 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     pools: dict[str, Any] = {}
     turns = None
     try:
-        if env.enabled:  # the turn loop and the environment workers, as in training (rlvr.envs.rollout)
+        if cfg.multi_turn:  # the turn loop, environment and tool workers, as in training (rlvr.envs.rollout)
             from rlvr.envs.rollout import TurnRollouts
 
-            turns = TurnRollouts(env, cfg.prompts, new_tokens, model_dir)
+            turns = TurnRollouts(env, cfg.prompts, new_tokens, model_dir, tools=cfg.tools)
         with open(files["samples"], "w", encoding="utf-8") as out:
             for ls in loaded:
                 key = json.dumps([ls.spec.verifier, ls.spec.verifier_args], sort_keys=True)

@@ -71,6 +71,9 @@ class Completion:
     """Assistant turns in the trajectory (1: a single-turn sample)."""
     messages: list[dict[str, Any]] | None = None
     """The trajectory's whole conversation (chat messages), for sample tables; None for a single-turn sample."""
+    opening_messages: int = 0
+    """How many of ``messages`` are the opening (the prompt's conversation, few-shot turns included); the rest are
+    the trajectory's own turns and the environment's and tools' answers."""
     turn_rewards: list[float | None] | None = None
     """The environment's reward after each assistant turn (None where it gave none); None without an environment."""
     end_reason: str | None = None

@@ -70,7 +70,7 @@ class Trajectory:
 
     ``turn_rewards``: the environment's reward per assistant turn (None where it gave none); ``versions``: the
     policy version of each turn's sampler; ``end``: why it ended (see the module docstring); ``broken``: how many
-    turns broke the template's prefix property.
+    turns broke the template's prefix property; ``opening``: how many of ``messages`` are the opening.
     """
 
     start: Prompt
@@ -86,6 +86,7 @@ class Trajectory:
     last_finish: str = "stop"
     broken: int = 0
     info: list[dict] = field(default_factory=list)
+    opening: int = 0
 
     @property
     def used(self) -> int:
@@ -102,6 +103,7 @@ class Trajectory:
             token_ids=list(s.ids), logprobs=list(s.logprobs), text=self.last_text, finish_reason=self.last_finish,
             policy_version=min(self.versions) if self.versions else 0, loss_mask=list(s.mask), turns=self.turns,
             messages=[dict(m) for m in self.messages], turn_rewards=list(self.turn_rewards), end_reason=self.end,
+            opening_messages=self.opening,
         )  # fmt: skip
 
 
@@ -157,7 +159,7 @@ def run_turns(starts: list[Prompt], openings: list[list[Message]], g: int, gener
         elif opening:  # the environment's own opening replaces the row's
             t.messages = [dict(m) for m in opening]
             t.seq = Segment(prompt_ids=renderer.opening_ids(opening))
-        t.state = state
+        t.state, t.opening = state, len(t.messages)
     round_ = 0
     while True:
         live = [t for t in trajs if t.end is None]

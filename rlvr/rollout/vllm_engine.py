@@ -23,6 +23,34 @@ def _on_gpu() -> bool:
     return torch.cuda.is_available()
 
 
+class _ThreadMatch:
+    """Gives each thread that runs the model in this process the OpenMP thread count of the one that built the
+    engine. A CPU engine at ``tensor_parallel_size`` 1 runs its model in the calling thread; vLLM's CPU attention
+    sizes its scheduler metadata by ``omp_get_max_threads()`` and checks it against the count in the kernel, and in
+    a thread other than the constructing one the two differed until torch's first parallel op set that thread's count
+    (a thread of the turn loop, e.g. ``rlvr eval --environment``, failed its first call with ``Check failed:
+    input->metadata->thread_num == thread_num (2 vs. 1)``). ``off``: nothing to do (a GPU, or worker processes)."""
+
+    def __init__(self, off: bool) -> None:
+        import threading
+
+        import torch
+
+        self.off, self.threads, self.ready = off, torch.get_num_threads(), {threading.get_ident()}
+
+    def here(self) -> None:
+        """Match the calling thread (once per thread). vLLM's CPU worker replaces ``torch.set_num_threads`` by a
+        no-op after binding its threads; torch's own binding is what sets this thread's OpenMP count."""
+        import threading
+
+        if self.off or threading.get_ident() in self.ready:
+            return
+        import torch
+
+        torch._C.set_num_threads(self.threads)  # the binding itself: vLLM patched the module attribute
+        self.ready.add(threading.get_ident())
+
+
 def cpu_bind(tensor_parallel_size: int, threads: int, cores: list[int] | None = None) -> str:
     """``VLLM_CPU_OMP_THREADS_BIND`` for ``tensor_parallel_size`` CPU workers of ``threads`` threads each: worker j
     gets the next ``threads`` of this process's allowed cores (wrapping round when there are fewer), workers
@@ -137,6 +165,7 @@ class VLLMEngine:
         self.model_dir = model_dir
         self.tensor_parallel_size = tp
         self.policy_version = 0
+        self._omp = _ThreadMatch(gpu or tp > 1)
         self.start_s = time.perf_counter() - t0
         log.info("vLLM engine up in %.1fs (%s, %s)", self.start_s, model_dir, dtype)
 
@@ -164,6 +193,7 @@ class VLLMEngine:
         for p, sp in zip(prompts, per_prompt):
             if sp is not params:
                 sp.max_tokens = p.max_new_tokens
+        self._omp.here()
         outs = self.llm.generate(
             [{"prompt_token_ids": p.prompt_ids} for p in prompts], per_prompt, use_tqdm=False
         )
@@ -191,6 +221,7 @@ class VLLMEngine:
         from vllm import SamplingParams
 
         params = SamplingParams(max_tokens=1, temperature=temperature, prompt_logprobs=0)
+        self._omp.here()
         outs = self.llm.generate([{"prompt_token_ids": s} for s in sequences], params, use_tqdm=False)
         res = []
         for seq, out in zip(sequences, outs):
@@ -210,6 +241,7 @@ class VLLMEngine:
         from vllm import SamplingParams
 
         params = SamplingParams(n=1, max_tokens=n_tokens, temperature=0.0, logprobs=0, ignore_eos=True)
+        self._omp.here()
         (out,) = self.llm.generate([{"prompt_token_ids": list(prompt_ids)}], params, use_tqdm=False)
         o = out.outputs[0]
         ids = list(o.token_ids)

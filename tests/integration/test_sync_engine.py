@@ -174,7 +174,17 @@ def test_hf_engine_probe_agrees_with_vllm(tied_tiny):
 
     prompt = probe_prompt(tied_tiny, 150)
     hf_ids, hf_lps = HFEngine(tied_tiny, dtype="float32", max_model_len=160).probe_logprobs(prompt, 8)
-    vl_ids, vl_lps = VLLMEngine(tied_tiny, dtype="float32", max_model_len=160).probe_logprobs(prompt, 8)
+    vllm = VLLMEngine(tied_tiny, dtype="float32", max_model_len=160, threads=1)
+    vl_ids, vl_lps = vllm.probe_logprobs(prompt, 8)
     assert len(hf_lps) == len(vl_lps) == 149 + 8
     assert hf_ids == vl_ids
     assert probe_gap(hf_lps, vl_lps) < 1e-4
+    # The same engine called from another thread (the turn loop's, in rlvr eval and the local executor): its first
+    # call failed in vLLM's CPU attention ("thread_num (2 vs. 1)") when that thread's OpenMP count was not matched.
+    import threading
+
+    got: list = []
+    worker = threading.Thread(target=lambda: got.append(vllm.probe_logprobs(prompt, 8)))
+    worker.start()
+    worker.join(120)
+    assert got and got[0][0] == vl_ids and probe_gap(got[0][1], vl_lps) < 1e-6

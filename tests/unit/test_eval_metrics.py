@@ -431,3 +431,41 @@ def test_eval_environment_from_flags_a_run_and_a_recipe(tmp_path, caplog):
     assert (cfg.environment.args, cfg.environment.max_turns) == ({"low": 2, "high": 9}, 2)
     cfg = _cfg("--data", "gsm8k", "--environment", "feedback", model=str(run))  # the run's guess args do not apply
     assert (cfg.environment.name, cfg.environment.args) == ("feedback", {})
+
+
+def test_eval_tools_from_flags_a_run_and_none(tmp_path):
+    """Tool use in rlvr eval (issue 26): --tools names them (trajectories without an environment), a run's tools
+    section is taken (with its turn length), 'none' drops them, and the trajectory flags are allowed with tools."""
+    cfg = _cfg("--data", "gsm8k", "--tools", "calculator, python", "--max-turns", "3", "--max-new-tokens", "64",
+               "--max-trajectory-tokens", "300")  # fmt: skip
+    assert (cfg.tools.names, cfg.multi_turn, cfg.environment.enabled) == (("calculator", "python"), True, False)
+    assert (cfg.environment.max_turns, cfg.environment.max_tokens) == (3, 300)
+    cfg.check()
+    assert not _cfg("--data", "gsm8k").multi_turn
+    with pytest.raises(ValueError, match="environment.max_tokens"):  # 512 new tokens > the 300-token trajectory
+        _cfg("--data", "gsm8k", "--tools", "calculator", "--max-trajectory-tokens", "300").check()
+
+    run, _ = _run_folder(tmp_path, "tools=[calculator]")
+    cfg = _cfg("--data", "gsm8k", model=str(run))
+    assert (cfg.tools.names, cfg.rollout.max_new_tokens) == (("calculator",), 8)  # tiny_test.yaml's turn length
+    assert _cfg("--data", "gsm8k", "--tools", "none", model=str(run)).tools.names == ()
+
+
+def test_sample_stats_count_the_trajectorys_own_tool_calls():
+    """tool_calls_mean / tool_use_frac count the tool messages after the opening: a few-shot opening's own tool
+    message is not a call (by hand: trajectories with 0 + 2 + 1 calls of their own -> mean 1.0, use 2/3)."""
+    from rlvr.evaluate import sample_stats
+    from rlvr.types import Completion, VerifyResult
+
+    shot = [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "<tool_call>..."},
+            {"role": "tool", "content": "2"}, {"role": "assistant", "content": "2"}, {"role": "user", "content": "q"}]
+    a, t = {"role": "assistant", "content": "x"}, {"role": "tool", "content": "r"}
+    convs = [shot + [a], shot + [a, t, t, a], shot + [a, t, a]]
+    comps = [Completion(prompt_index=0, sample_index=i, prompt_ids=[1], token_ids=[2], logprobs=[0.0], text="x",
+                        finish_reason="stop", policy_version=0, turns=1 + (i > 0), messages=m, end_reason="done",
+                        opening_messages=len(shot)) for i, m in enumerate(convs)]  # fmt: skip
+    scored = [type("S", (), {"results": {"v": VerifyResult(score=s, reason="r")}})() for s in (1.0, 0.0, 1.0)]
+    st = sample_stats(comps, scored, "v")
+    assert (st["tool_calls_mean"], st["tool_use_frac"]) == (1.0, pytest.approx(2 / 3))
+    assert (st["turns_mean"], st["solved_turn_1_frac"], st["solved_after_turn_1_frac"]) == (
+        pytest.approx(5 / 3), pytest.approx(1 / 3), pytest.approx(1 / 3))
