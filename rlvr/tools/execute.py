@@ -7,6 +7,11 @@ Each call runs in a worker with ``timeout_s`` wall-clock seconds (past it the wo
 something that is not text becomes an error message for the model and a counted failure; the batch goes on. The
 calls given to one :meth:`ToolPool.run` run in parallel, one per worker.
 
+Stateful tools (:mod:`rlvr.tools.registry`): a call carries its instance's pickle; the worker unpickles it, runs
+the method and pickles it back with the result (an instance that no longer pickles makes the call an error naming
+its class). :meth:`ToolPool.create` builds instances and :meth:`ToolPool.close_instances` calls their ``close()``,
+each in a worker with the same limits.
+
 Network: each worker leaves the network (a network namespace of its own, when it may: running as root) and installs
 an audit hook refusing internet sockets (``AF_INET``/``AF_INET6``) and name lookups, so a tool that tries the
 network fails with ``PermissionError``/``OSError``. The ``python`` tool runs code in the ``code`` verifier's

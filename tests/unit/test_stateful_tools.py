@@ -9,6 +9,7 @@ and see which state was closed. Every value below is worked out by hand."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import textwrap
 
 import pytest
@@ -362,3 +363,28 @@ def test_the_system_listing_for_a_template_without_tools():
         {"role": "system", "content": "Be brief.\n\n" + text}, {"role": "user", "content": "q"}]
     assert listing.opening([{"role": "user", "content": "q"}]) == [{"role": "system", "content": text},
                                                                   {"role": "user", "content": "q"}]
+
+
+def test_load_prompts_counts_the_tools_as_the_first_turn_renders_them():
+    """The run's own prompt load (rlvr.runtime.checks.load_prompts) filters by the prompt a trajectory with tools
+    starts from: the ids equal the renderer's rendering of ToolRunner.reset's opening (QWEN lists the tools itself;
+    the bare template gets them as a system message)."""
+    from rlvr.config import ToolsConfig
+    from rlvr.envs.rollout import list_tools
+    from rlvr.recipe import load_recipe
+    from rlvr.runtime.checks import load_prompts
+    from rlvr.tools.runner import ToolRunner
+
+    tiny = Path(__file__).resolve().parents[2] / "recipes" / "tiny_test.yaml"
+    bare = "{%- for m in messages %}{{- m.role + ': ' + m.content + '\\n' }}{%- endfor %}"
+    for template in (QWEN, bare):
+        tok = tokenizer(template, "<s>", "<|im_end|>")
+        plain, _ = load_prompts(load_recipe(tiny, ["data.max_prompt_tokens=2000"]), tok, None)
+        recipe = load_recipe(tiny, ["data.max_prompt_tokens=2000", "tools.names=[calculator]"])
+        prompts, _ = load_prompts(recipe, tok, None)
+        renderer = ChatRenderer(tok)
+        listing = list_tools(ToolsConfig(names=("calculator",)), renderer)
+        runner = ToolRunner(listing.tools, ToolSettings(fmt=listing.fmt, system=listing.system), pool=None)
+        (_, opening), = runner.reset([{"opening": [{"role": "user", "content": prompts[0].question}]}])
+        assert prompts[0].prompt_ids == renderer.opening_ids(opening)
+        assert len(prompts[0].prompt_ids) > len(plain[0].prompt_ids) + 100  # the calculator's schema and how-to
