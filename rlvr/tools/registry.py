@@ -98,7 +98,7 @@ def _schema(fn: Any, target: str) -> dict[str, Any]:
 
     try:
         return get_json_schema(fn)
-    except Exception as e:  # noqa: BLE001 - transformers raises its own DocstringParsingException / TypeHintParsingException
+    except Exception as e:  # noqa: BLE001 - transformers: DocstringParsingException, TypeHintParsingException
         raise ValueError(f"tool {target!r}: no JSON schema from its signature and docstring ({e}); a tool needs a "
                          "type hint on every parameter and a Google-style docstring with an 'Args:' entry for each"
                          ) from None

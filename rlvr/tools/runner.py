@@ -161,11 +161,12 @@ class ToolRunner:
         created, then the calls run in waves, a wave holding at most one call per instance."""
         out: dict[tuple[int, int], tuple[str, str]] = {}
         todo = [(i, k) for i, plan in enumerate(plans) for k, (_, error) in enumerate(plan) if error is None]
-        need = list(dict.fromkeys((i, self.tools[plans[i][k][0].name].target) for i, k in todo
-                                  if self.tools[plans[i][k][0].name].stateful and
-                                  self.tools[plans[i][k][0].name].target not in instances[i]))  # fmt: skip
+        targets = {(i, k): self.tools[plans[i][k][0].name] for i, k in todo}
+        need = list(dict.fromkeys((i, tool.target) for (i, _), tool in targets.items()
+                                  if tool.stateful and tool.target not in instances[i]))  # fmt: skip
+        created = self.pool.create([self.classes[t] for _, t in need]) if need else []
         failed: dict[tuple[int, str], str] = {}
-        for (i, target), (blob, why) in zip(need, self.pool.create([self.classes[t] for _, t in need]) if need else []):
+        for (i, target), (blob, why) in zip(need, created):
             owner = self.classes[target].owner
             if blob is not None:
                 instances[i][target] = blob
@@ -176,7 +177,7 @@ class ToolRunner:
         while todo:
             wave, later, busy = [], [], set()
             for i, k in todo:
-                tool = self.tools[plans[i][k][0].name]
+                tool = targets[(i, k)]
                 if tool.stateful and (i, tool.target) in failed:
                     out[(i, k)] = (f"error: {tool.name} could not start: {failed[(i, tool.target)]}", "error")
                     self.stats[f"{tool.name}/error"] += 1
