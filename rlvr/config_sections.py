@@ -232,8 +232,10 @@ class ToolsConfig:
     SHORTHAND = "names"
 
     names: tuple[str, ...] = ()
-    """The tools: built-ins (``calculator``, ``python``), ``package.module:func`` or ``path/file.py:func`` (a typed
-    function with a Google-style docstring: its JSON schema comes from both)."""
+    """The tools: built-ins (``calculator``, ``python``; stateful: ``python_session``, ``files``),
+    ``package.module:name`` or ``path/file.py:name``: a typed function with a Google-style docstring (its JSON
+    schema comes from both), or a class (a stateful tool, one instance per trajectory: its public methods are the
+    tools, :mod:`rlvr.tools.registry`)."""
     format: Literal["auto", "hermes", "llama3", "mistral"] = "auto"
     """How the model writes calls: ``hermes`` (``<tool_call>{json}</tool_call>``: Qwen2.5/Qwen3/SmolLM3), ``llama3``
     (a JSON object), ``mistral`` (``[TOOL_CALLS][...]``); ``auto``: from the chat template (hermes if it names

@@ -387,7 +387,7 @@ def opening_messages(question: str, cfg: DataConfig) -> list[dict[str, str]]:
 
 
 def build_prompts(rows: list[dict[str, Any]], tokenizer: Any, cfg: DataConfig,
-                  context: tuple[int, int] | None = None) -> tuple[list[Prompt], int]:
+                  context: tuple[int, int] | None = None, tools: Any = None) -> tuple[list[Prompt], int]:
     """Template and tokenize ``rows`` (from :func:`load_rows`); drop prompts over ``cfg.max_prompt_tokens``.
     A row with its own ``messages`` (:func:`row_messages`) is rendered from them as is (the chat template with the
     generation prompt; no ``system_prompt`` or ``prompt_template`` added); its question is its last user message.
@@ -398,6 +398,10 @@ def build_prompts(rows: list[dict[str, Any]], tokenizer: Any, cfg: DataConfig,
     ``add_special_tokens=False``, since the template already holds BOS (no doubled BOS); raw text gets the
     tokenizer's special tokens (its BOS) added. ``context``: (the model's context, ``rollout.max_new_tokens``)
     when known, so that the advice for prompts that are all too long stays within what the context holds.
+    ``tools``: the recipe's tools listing (:class:`rlvr.tools.formats.ToolListing`), or None: with it each chat
+    prompt is rendered as a trajectory's first prompt carries it (the template's ``tools=`` rendering, or the
+    listing's system message: :meth:`rlvr.tools.runner.ToolRunner.reset`), so ``max_prompt_tokens`` counts the
+    tool schemas too.
 
     Errors: ``ValueError`` when no rows are given, the tokenizer lacks a needed chat template, or every
     prompt is too long (the message gives the shortest length to set, or, where the context cannot hold it beside
@@ -405,9 +409,15 @@ def build_prompts(rows: list[dict[str, Any]], tokenizer: Any, cfg: DataConfig,
     """
     if not rows:
         raise ValueError("no rows to build prompts from; check data.source and data.limit")
-    texts = [render_prompt(r["question"], tokenizer, cfg) if row_messages(r["row"]) is None
-             else tokenizer.apply_chat_template(row_messages(r["row"]), tokenize=False, add_generation_prompt=True)
-             for r in rows]  # a row's own messages are its opening, used as is (no system prompt or template added)
+    if tools is not None and cfg.chat_template:  # the opening as the tool environment renders it
+        texts = [tokenizer.apply_chat_template(tools.opening(row_messages(r["row"]) or opening_messages(r["question"],
+                                                                                                     cfg)),
+                                               tokenize=False, add_generation_prompt=True, **tools.template_kwargs())
+                 for r in rows]  # fmt: skip
+    else:
+        texts = [render_prompt(r["question"], tokenizer, cfg) if row_messages(r["row"]) is None
+                 else tokenizer.apply_chat_template(row_messages(r["row"]), tokenize=False, add_generation_prompt=True)
+                 for r in rows]  # a row's own messages are its opening, used as is (no system prompt or template added)
     ids = tokenizer(texts, add_special_tokens=not cfg.chat_template)["input_ids"]
     prompts = [
         Prompt(index=i, text=text, prompt_ids=list(pid), gold=r["gold"], row=r["row"], question=r["question"])

@@ -52,7 +52,10 @@ class TurnRollouts:
         self.env, self.data, self.tools = env, data, tools if tools is not None and tools.enabled else None
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.renderer = ChatRenderer(tokenizer)
-        why = check_template(self.renderer)
+        listing = None
+        if self.tools is not None:  # the tools listed first: the probe renders what every prompt will carry
+            listing = list_tools(self.tools, self.renderer)
+        why = check_template(self.renderer, listing.system if listing is not None else None)
         if why:
             raise ValueError(f"the chat template of {model_dir} cannot carry a multi-turn trajectory token for token: "
                              f"{why}; use a model whose template extends the conversation (environment.name)")
@@ -62,8 +65,8 @@ class TurnRollouts:
                                      end_on_length=e.end_on_length)  # fmt: skip
         self.pool: Any = EnvPool(e.num_workers, e.timeout_s, e.memory_mb) if e.enabled else None
         self.tool_runner = None
-        if self.tools is not None:
-            self.tool_runner = tool_runner(self.tools, self.renderer, self.pool)
+        if self.tools is not None and listing is not None:
+            self.tool_runner = tool_runner(self.tools, listing, self.pool)
             self.pool = self.tool_runner
         self._thread = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlvr-turns")
 
@@ -108,28 +111,28 @@ class TurnRollouts:
             self.pool.close()
 
 
-def tool_runner(tools: ToolsConfig, renderer: ChatRenderer, inner: Any) -> Any:
+def list_tools(tools: ToolsConfig, renderer: ChatRenderer) -> Any:
+    """The recipe's tools resolved and listed for the model (:func:`rlvr.tools.formats.tool_listing`): the call
+    format (``tools.format``, else the template's, else hermes), and the template's ``tools=`` rendering (set in
+    ``renderer.template_kwargs`` here, so every later rendering carries it) or, for a template without one, the
+    system text :class:`~rlvr.tools.runner.ToolRunner` adds to each opening."""
+    from rlvr.tools.formats import tool_listing
+
+    listing = tool_listing(tools.names, tools.format, renderer.tokenizer.chat_template)
+    renderer.template_kwargs.update(listing.template_kwargs())
+    return listing
+
+
+def tool_runner(tools: ToolsConfig, listing: Any, inner: Any) -> Any:
     """The recipe's tool environment (:class:`rlvr.tools.runner.ToolRunner`) around ``inner`` (the environment pool,
-    or None): the tools resolved, the call format chosen (``tools.format``, else the template's, else hermes), and
-    the tools listed by the template's ``tools=`` rendering (the renderer carries the schemas) or, for a template
-    without one, by a system message."""
+    or None), for the tools ``listing`` (:func:`list_tools`) lists, on a new tool pool."""
     from rlvr.tools.execute import ToolPool
-    from rlvr.tools.formats import describe_tools, detect_format, template_lists_tools
-    from rlvr.tools.registry import resolve_tools
     from rlvr.tools.runner import ToolRunner, ToolSettings
 
-    resolved = resolve_tools(tools.names)
-    template = renderer.tokenizer.chat_template
-    fmt = tools.format if tools.format != "auto" else detect_format(template) or "hermes"
-    schemas = [t.schema for t in resolved]
-    system = None
-    if template_lists_tools(template):
-        renderer.template_kwargs["tools"] = schemas
-    else:
-        system = describe_tools(schemas, fmt)
-    pool = ToolPool(resolved, tools.num_workers, tools.timeout_s, tools.max_output_chars, tools.memory_mb)
-    return ToolRunner(resolved, ToolSettings(fmt=fmt, max_calls_per_turn=tools.max_calls_per_turn, system=system),
-                      pool, inner)  # fmt: skip
+    pool = ToolPool(listing.tools, tools.num_workers, tools.timeout_s, tools.max_output_chars, tools.memory_mb)
+    settings = ToolSettings(fmt=listing.fmt, max_calls_per_turn=tools.max_calls_per_turn, system=listing.system,
+                            call_ids=listing.call_ids)  # fmt: skip
+    return ToolRunner(listing.tools, settings, pool, inner)
 
 
 def tool_metrics(before: dict[str, float], after: dict[str, float], total_s: float) -> dict[str, float]:
@@ -167,6 +170,15 @@ class _Timer:
             return self.runner.step(items)
         finally:
             self.seconds += time.perf_counter() - t
+
+    def release(self, states: list[Any]) -> None:
+        release = getattr(self.runner, "release", None)
+        if callable(release):
+            t = time.perf_counter()
+            try:
+                release(states)
+            finally:
+                self.seconds += time.perf_counter() - t
 
 
 def trajectory_rewards(completions: list[Completion], scored: list[Any], env: Any) -> list[Any]:

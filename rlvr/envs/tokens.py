@@ -108,10 +108,13 @@ PROBE_REPLY = "<think>\nFirst, 2 + 2 = 4.\n</think>\n\nThe answer is 4."
 reasoning (Qwen3-style) show it on the next turn."""
 
 
-def check_template(renderer: ChatRenderer) -> str | None:
+def check_template(renderer: ChatRenderer, system: str | None = None) -> str | None:
     """None when the chat template extends a conversation through one assistant turn with reasoning and one user
     turn (the prefix property, :meth:`ChatRenderer.between`); else the reason. Multi-turn recipes are refused at
-    load with it (``rlvr.runtime.checks``), naming the template's model."""
-    history = [{"role": "user", "content": "What is 2 + 2?"}]
+    load with it (``rlvr.runtime.checks``), naming the template's model. The probe renders with the renderer's
+    ``template_kwargs`` (a recipe's ``tools=``: set them first) and, when given, starts with the ``system`` message
+    (the tools' listing for a template that does not render ``tools``)."""
+    history = ([{"role": "system", "content": system}] if system else []) + \
+        [{"role": "user", "content": "What is 2 + 2?"}]
     b = renderer.between(history, PROBE_REPLY, True, [{"role": "user", "content": "Are you sure?"}])
     return None if b.prefix_ok else b.reason

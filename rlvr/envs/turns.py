@@ -14,7 +14,9 @@ longer; a trajectory that ends leaves the next round smaller.
 A trajectory ends when the environment says ``done``, at ``max_turns`` assistant turns, when a turn is cut at the
 token limit (``length``), when the next turn would not fit the trajectory's token budget (``budget``), or when its
 environment fails (``env: <reason>``: a timeout, a crash, bad output), or when the template breaks the prefix
-property (``prefix_broken``); the batch goes on either way.
+property (``prefix_broken``); the batch goes on either way. A runner with a ``release`` method (the tool
+environment's stateful tools) is given each trajectory's state once, in the round it ends, and every trajectory
+not yet released when the loop stops, raising or not.
 """
 
 from __future__ import annotations
@@ -86,6 +88,8 @@ class Trajectory:
     last_finish: str = "stop"
     broken: int = 0
     info: list[dict] = field(default_factory=list)
+    released: bool = False
+    """Its state was handed to the runner's ``release`` (once, when it ended)."""
     opening: int = 0
 
     @property
@@ -109,7 +113,12 @@ class Trajectory:
 
 class EnvRunner(Protocol):
     """Runs environments somewhere (worker processes, or in-process for tests). Each call takes a batch and returns
-    one outcome per item, in order: ``(state, value)`` or ``(None, "reason")`` for a failure."""
+    one outcome per item, in order: ``(state, value)`` or ``(None, "reason")`` for a failure.
+
+    Optional: ``release(states: list) -> None``, called by :func:`run_turns` with the last state of trajectories
+    that ended (each trajectory once, whatever ended it: ``done``, ``max_turns``, ``length``, ``budget``, an
+    environment failure, ``prefix_broken``, or the turn loop raising), to free what they hold (stateful tools:
+    :meth:`rlvr.tools.runner.ToolRunner.release`). It should not raise. Runners without it hold nothing to free."""
 
     def reset(self, rows: list[dict[str, Any]]) -> list[tuple[Any, Any]]: ...
 
@@ -152,27 +161,44 @@ def run_turns(starts: list[Prompt], openings: list[list[Message]], g: int, gener
             trajs.append(Trajectory(start=p, sample_index=j, messages=[dict(m) for m in openings[i]],
                                     seq=Segment(prompt_ids=list(p.prompt_ids))))  # fmt: skip
     counters = {"turns": 0.0, "env_failures": 0.0, "prefix_breaks": 0.0, "obs_tokens_cut": 0.0}
-    for t, (state, opening) in zip(trajs, runner.reset([env_rows[i] for i in range(len(starts)) for _ in range(g)])):
-        if state is None:
-            t.end = f"env: {opening}"
-            counters["env_failures"] += 1
-        elif opening:  # the environment's own opening replaces the row's
-            t.messages = [dict(m) for m in opening]
-            t.seq = Segment(prompt_ids=renderer.opening_ids(opening))
-        t.state, t.opening = state, len(t.messages)
-    round_ = 0
-    while True:
-        live = [t for t in trajs if t.end is None]
-        if not live:
-            break
-        _sample_round(live, generate, settings, sampling, round_)
-        counters["turns"] += len(live)
-        asking = [t for t in live if t.end is None]
-        outcomes = runner.step([(t.state, t.messages[:-1], t.messages[-1]) for t in asking])
-        for t, (state, step) in zip(asking, outcomes):
-            _answer(t, state, step, renderer, settings, counters)
-        round_ += 1
+    try:
+        for t, (state, opening) in zip(trajs, runner.reset([env_rows[i] for i in range(len(starts))
+                                                            for _ in range(g)])):  # fmt: skip
+            if state is None:
+                t.end = f"env: {opening}"
+                counters["env_failures"] += 1
+            elif opening:  # the environment's own opening replaces the row's
+                t.messages = [dict(m) for m in opening]
+                t.seq = Segment(prompt_ids=renderer.opening_ids(opening))
+            t.state, t.opening = state, len(t.messages)
+        round_ = 0
+        while True:
+            live = [t for t in trajs if t.end is None]
+            if not live:
+                break
+            _sample_round(live, generate, settings, sampling, round_)
+            counters["turns"] += len(live)
+            asking = [t for t in live if t.end is None]
+            outcomes = runner.step([(t.state, t.messages[:-1], t.messages[-1]) for t in asking])
+            for t, (state, step) in zip(asking, outcomes):
+                _answer(t, state, step, renderer, settings, counters)
+            _release(runner, [t for t in live if t.end is not None])
+            round_ += 1
+    finally:
+        _release(runner, trajs)
     return trajs, counters
+
+
+def _release(runner: EnvRunner, trajs: list[Trajectory]) -> None:
+    """Hand the states of ``trajs`` not yet released to the runner's optional ``release`` (each trajectory once;
+    those without a state, whose reset failed, are only marked)."""
+    todo = [t for t in trajs if not t.released]
+    for t in todo:
+        t.released = True
+    release = getattr(runner, "release", None)
+    states = [t.state for t in todo if t.state is not None]
+    if callable(release) and states:
+        release(states)
 
 
 def _sample_round(live: list[Trajectory], generate: Generate, settings: TurnSettings, sampling: SamplingConfig,

@@ -106,7 +106,9 @@ def reward_score(verifier: str) -> str:
 
 def tool_outcome(tool: str, outcome: str) -> str:
     """``tools/<tool>/<outcome>``: one tool's calls in the step's rollout that ended ``ok``, ``error`` (it raised or
-    returned something that is not text), ``timeout`` or ``crashed`` (:mod:`rlvr.tools.execute`)."""
+    returned something that is not text), ``timeout`` or ``crashed`` (:mod:`rlvr.tools.execute`); for a stateful
+    tool class (``<tool>`` its class name) its instances ``created``, ``create_error``, ``closed``, ``close_error``
+    (:mod:`rlvr.tools.runner`)."""
     return _name(NS_TOOLS, f"{tool}/{outcome}")
 
 
@@ -348,7 +350,9 @@ _ENTRIES: tuple[Metric, ...] = (
     _M(TOOLS_MALFORMED_FRAC, "fraction", "tool calls answered with an error before running (bad JSON, unknown tool, "
                                          "arguments off the schema, over tools.max_calls_per_turn)"),
     _M(TOOLS_TIME_FRAC, "fraction", "share of the turn loop's time spent running tool calls"),
-    _M(TOOL_OUTCOME, "calls", "one tool's calls that ended ok, error, timeout or crashed (rlvr.tools.execute)"),
+    _M(TOOL_OUTCOME, "calls", "one tool's calls that ended ok, error, timeout or crashed (rlvr.tools.execute); a "
+                              "stateful tool class's instances created, create_error, closed, close_error "
+                              "(rlvr.tools.runner)"),
     _M(DYNAMIC_SAMPLING_ROUNDS, "count", "extra generation rounds of DAPO dynamic sampling this step"),
     _M(DYNAMIC_SAMPLING_SHORTFALL, "count", "groups short of P informative ones after the last round"),
     _M(DYNAMIC_SAMPLING_INFORMATIVE_FRAC, "fraction", "informative groups (0 < correct < G) among all generated"),

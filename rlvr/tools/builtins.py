@@ -1,5 +1,8 @@
 """Built-in tools: ``calculator`` (exact arithmetic, parsed with :mod:`ast`, never ``eval``) and ``python`` (code run
-in the sandbox of the ``code`` verifier, :mod:`rlvr_verifiers._sandbox`: namespaces, resource limits, no network).
+in the sandbox of the ``code`` verifier, :mod:`rlvr_verifiers._sandbox`: namespaces, resource limits, no network);
+two stateful ones (:mod:`rlvr.tools.registry`: one instance per trajectory): ``python_session``
+(:class:`PythonSession`, an interpreter session whose variables persist between calls) and ``files``
+(:class:`Files`, a small in-memory file system).
 
 Their docstrings are what the model reads (the chat template lists them through their JSON schemas).
 """
@@ -68,8 +71,25 @@ MEMORY_MB = 512
 MAX_OUTPUT_BYTES = 1 << 16
 
 _WRAP = """import sys, traceback
+class _Null:
+    def write(self, s):
+        return len(s)
+    def flush(self):
+        pass
+_g = {"__name__": "__main__"}
+for _i, _cell in enumerate(sys.argv_cells):  # earlier cells of a session, replayed silently
+    _out, _err = sys.stdout, sys.stderr
+    sys.stdout = sys.stderr = _Null()
+    try:
+        exec(compile(_cell, "<earlier call %d>" % (_i + 1), "exec"), _g)
+    except BaseException as _e:
+        sys.stdout, sys.stderr = _out, _err
+        print("error: replaying earlier call %d of this session failed: %s" % (_i + 1, "".join(
+            traceback.format_exception_only(type(_e), _e)).strip()), file=sys.stderr)
+        raise SystemExit(3)
+    sys.stdout, sys.stderr = _out, _err
 try:
-    exec(compile(sys.argv_code, "<code>", "exec"), {"__name__": "__main__"})
+    exec(compile(sys.argv_code, "<code>", "exec"), _g)
 except BaseException as _e:
     _tb = traceback.extract_tb(_e.__traceback__)
     _line = next((f.lineno for f in reversed(_tb) if f.filename == "<code>"), None)
@@ -80,6 +100,24 @@ except BaseException as _e:
 """
 
 
+def _run_code(code: str, earlier: list[str]) -> tuple[str, bool]:
+    """Run ``code`` in a fresh sandboxed interpreter after the ``earlier`` programs (run first, in order, in the
+    same namespace, their output discarded). Returns (what the model is shown: the output, and an ``error:`` line
+    for a timeout, memory, output or crash limit; True when ``code`` ran to its end without an error)."""
+    from rlvr_verifiers._sandbox import Limits, run_python
+
+    program = "import sys\nsys.argv_cells = " + repr(list(earlier)) + "\nsys.argv_code = " + repr(code) + "\n" + _WRAP
+    result = run_python(program, "", None, Limits(timeout_s=TIMEOUT_S, memory_mb=MEMORY_MB,
+                                                  max_output_bytes=MAX_OUTPUT_BYTES))
+    out = result.output.decode("utf-8", "replace")
+    if result.status == "ok":
+        return out, True
+    status = {"timeout": f"timed out after {TIMEOUT_S:g} s", "memory": f"out of memory ({MEMORY_MB} MiB)",
+              "output_limit": f"output over {MAX_OUTPUT_BYTES} bytes", "crashed": "the interpreter crashed"}.get(
+        result.status, "")  # fmt: skip
+    return out + (f"\nerror: {status}" if status else ""), False
+
+
 def python(code: str) -> str:
     """Run Python code in a fresh sandboxed interpreter (standard library only, no network, no files kept) and return
     what it prints. Errors are returned as their line and message. Use print() to see values.
@@ -87,15 +125,82 @@ def python(code: str) -> str:
     Args:
         code: The Python program to run, e.g. "print(sum(range(1, 101)))".
     """
-    from rlvr_verifiers._sandbox import Limits, run_python
+    return _run_code(code, [])[0]
 
-    program = "import sys\nsys.argv_code = " + repr(code) + "\n" + _WRAP
-    result = run_python(program, "", None, Limits(timeout_s=TIMEOUT_S, memory_mb=MEMORY_MB,
-                                                  max_output_bytes=MAX_OUTPUT_BYTES))
-    out = result.output.decode("utf-8", "replace")
-    if result.status == "ok":
+
+MAX_SESSION_CALLS = 50
+"""The most successful calls a :class:`PythonSession` keeps (each later call replays them all)."""
+
+
+class PythonSession:
+    """A Python interpreter session for one trajectory (built-in ``python_session``): variables, functions and
+    imports persist between its calls.
+
+    State: the list of earlier successful calls' code (:attr:`cells`). The sandbox keeps no process between calls,
+    so each call starts a fresh interpreter (as :func:`python` does), replays the earlier cells silently (their
+    output discarded; their time counts against this call's limit) and runs the new code, showing only its output.
+    Replaying is exact for deterministic code; code that reads the clock, draws unseeded random numbers or depends
+    on files from the sandbox's (deleted) folder gives new values when it is replayed. A call that fails (raises,
+    times out, runs out of memory) is not kept. Nothing to release: no ``close``."""
+
+    def __init__(self) -> None:
+        self.cells: list[str] = []
+
+    def python(self, code: str) -> str:
+        """Run Python code in this conversation's interpreter session and return what it prints. Variables, functions
+        and imports defined by your earlier successful calls are still there (a call that raised an error is
+        discarded). Standard library only, no network. Errors are returned as their line and message. Use print()
+        to see values.
+
+        Args:
+            code: The Python code to run, e.g. "x = 21" then, in a later call, "print(x * 2)".
+        """
+        if len(self.cells) >= MAX_SESSION_CALLS:
+            return f"error: this session holds at most {MAX_SESSION_CALLS} calls; nothing was run"
+        out, ok = _run_code(code, self.cells)
+        if ok:
+            self.cells.append(code)
         return out
-    status = {"timeout": f"timed out after {TIMEOUT_S:g} s", "memory": f"out of memory ({MEMORY_MB} MiB)",
-              "output_limit": f"output over {MAX_OUTPUT_BYTES} bytes", "crashed": "the interpreter crashed"}.get(
-        result.status, "")  # fmt: skip
-    return out + (f"\nerror: {status}" if status else "")
+
+
+MAX_FILE_BYTES = 1 << 20
+"""The most bytes (UTF-8) the files of one :class:`Files` hold together."""
+
+
+class Files:
+    """A small in-memory file system for one trajectory (built-in ``files``): text files by path, kept between calls
+    (:attr:`files`), at most :data:`MAX_FILE_BYTES` in all. No directories: a path is a name (``notes/a.txt`` is
+    one name). Nothing to release: no ``close``."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, str] = {}
+
+    def write_file(self, path: str, content: str) -> str:
+        """Write a text file, replacing it if it exists. The files last for this conversation only.
+
+        Args:
+            path: The file's name, e.g. "notes.txt".
+            content: The whole text of the file.
+        """
+        if not path.strip():
+            raise ValueError("the path is empty")
+        size = sum(len(v.encode()) for k, v in self.files.items() if k != path) + len(content.encode())
+        if size > MAX_FILE_BYTES:
+            raise ValueError(f"the files would hold {size} bytes, over the {MAX_FILE_BYTES}-byte limit; nothing was "
+                             "written")
+        self.files[path] = content
+        return f"wrote {len(content)} characters to {path}"
+
+    def read_file(self, path: str) -> str:
+        """Return the text of a file written earlier.
+
+        Args:
+            path: The file's name, e.g. "notes.txt".
+        """
+        if path not in self.files:
+            raise FileNotFoundError(f"no file {path!r}; the files: {', '.join(sorted(self.files)) or 'none'}")
+        return self.files[path]
+
+    def list_files(self) -> str:
+        """List the files written so far, one name per line with its size in characters."""
+        return "\n".join(f"{k} ({len(v)} characters)" for k, v in sorted(self.files.items())) or "no files"

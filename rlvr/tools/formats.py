@@ -25,12 +25,14 @@ FORMATS: tuple[str, ...] = ("hermes", "llama3", "mistral")
 @dataclass(frozen=True)
 class ParsedCall:
     """One call found in a reply: ``name`` and ``arguments`` when it parsed (the arguments not yet checked against
-    the tool's schema), else ``error`` says what is wrong with it (``name`` may still be known). ``raw``: its text."""
+    the tool's schema), else ``error`` says what is wrong with it (``name`` may still be known). ``raw``: its text;
+    ``id``: the id the model gave the call (Mistral's ``"id"`` / ``[CALL_ID]``), None when it gave none."""
 
     name: str | None
     arguments: Any
     error: str | None
     raw: str
+    id: str | None = None
 
 
 def _json_error(e: json.JSONDecodeError) -> str:
@@ -53,7 +55,8 @@ def _from_object(obj: Any, raw: str, args_keys: tuple[str, ...]) -> ParsedCall:
             args = json.loads(args) if args.strip() else {}
         except json.JSONDecodeError as e:
             return ParsedCall(name, None, f"the \"{key}\" of {name} are a string that is {_json_error(e)}", raw)
-    return ParsedCall(name, args, None, raw)
+    given = obj.get("id")
+    return ParsedCall(name, args, None, raw, given if isinstance(given, str) and given else None)
 
 
 _HERMES = re.compile(r"<tool_call>(.*?)(</tool_call>|\Z)", re.DOTALL)
@@ -104,7 +107,7 @@ def _llama3(text: str) -> list[ParsedCall]:
     return [_from_object(obj, raw, ("parameters", "arguments")) for obj, raw in found]
 
 
-_MISTRAL_NAMED = re.compile(r"\s*([A-Za-z_][\w.-]*)\s*(?:\[CALL_ID\]\s*\S+?\s*)?\[ARGS\]")
+_MISTRAL_NAMED = re.compile(r"\s*([A-Za-z_][\w.-]*)\s*(?:\[CALL_ID\]\s*(\S+?)\s*)?\[ARGS\]")
 
 
 def _mistral(text: str) -> list[ParsedCall]:
@@ -133,7 +136,7 @@ def _mistral(text: str) -> list[ParsedCall]:
         except json.JSONDecodeError as e:
             out.append(ParsedCall(m.group(1), None, f"the arguments of {m.group(1)} are {_json_error(e)}", rest))
             break
-        out.append(ParsedCall(m.group(1), args, None, rest[:end]))
+        out.append(ParsedCall(m.group(1), args, None, rest[:end], m.group(2)))
         rest = rest[end:]
         rest = rest[len("[TOOL_CALLS]"):] if rest.lstrip().startswith("[TOOL_CALLS]") else rest
     return out
@@ -185,3 +188,55 @@ def describe_tools(schemas: list[dict[str, Any]], fmt: str) -> str:
     return (f"You may call functions to help with the task. The functions, as JSON schemas:\n<tools>\n{listing}\n"
             f"</tools>\n{_HOWTO[fmt]}\nThe results come back in the next message. When you have the answer, reply "
             "without a call.")
+
+
+def with_system(messages: list[dict[str, Any]], system: str | None) -> list[dict[str, Any]]:
+    """``messages`` with ``system`` (the tools' listing, :func:`describe_tools`) appended to their system message,
+    or as a new first system message; unchanged when ``system`` is None. The first prompt of a trajectory with tools
+    (:meth:`rlvr.tools.runner.ToolRunner.reset`) and the load-time length check (:func:`rlvr.data.build_prompts`)
+    both build it here."""
+    if not system:
+        return messages
+    msgs = [dict(m) for m in messages]
+    if msgs and msgs[0]["role"] == "system":
+        msgs[0] = {**msgs[0], "content": msgs[0]["content"] + "\n\n" + system}
+    else:
+        msgs.insert(0, {"role": "system", "content": system})
+    return msgs
+
+
+@dataclass(frozen=True)
+class ToolListing:
+    """How a recipe's tools reach the model: ``tools`` (resolved, :class:`rlvr.tools.registry.Tool`), ``fmt`` (the
+    call format), ``template_tools`` (the schemas the chat template renders as ``tools=``; None when it renders
+    none) or ``system`` (the system text listing them, for a template that does not; None otherwise), and
+    ``call_ids`` (the template reads a ``tool_call_id`` on tool messages)."""
+
+    tools: list[Any]
+    fmt: str
+    template_tools: list[dict[str, Any]] | None
+    system: str | None
+    call_ids: bool
+
+    def template_kwargs(self) -> dict[str, Any]:
+        """The ``apply_chat_template`` keyword arguments that list the tools (``{"tools": [...]}`` or ``{}``)."""
+        return {"tools": self.template_tools} if self.template_tools is not None else {}
+
+    def opening(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The opening conversation as the first prompt carries it (:func:`with_system`)."""
+        return with_system(messages, self.system)
+
+
+def tool_listing(names: tuple[str, ...] | list[str], fmt: str, chat_template: str | None) -> ToolListing:
+    """The listing of the tools ``names`` for a model whose chat template is ``chat_template``: the call format
+    ``fmt`` (``auto``: the template's, else hermes), the template's own ``tools=`` rendering when it has one, else a
+    system message. Errors: those of :func:`rlvr.tools.registry.resolve_tools`."""
+    from rlvr.tools.registry import resolve_tools
+
+    resolved = resolve_tools(names)
+    chosen = fmt if fmt != "auto" else detect_format(chat_template) or "hermes"
+    schemas = [t.schema for t in resolved]
+    listed = template_lists_tools(chat_template)
+    return ToolListing(tools=resolved, fmt=chosen, template_tools=schemas if listed else None,
+                       system=None if listed else describe_tools(schemas, chosen),
+                       call_ids="tool_call_id" in (chat_template or ""))  # fmt: skip

@@ -4,39 +4,62 @@ A tool is a typed Python function with a Google-style docstring; its JSON schema
 the model, and what each call's arguments are checked against) comes from ``transformers.utils.get_json_schema``:
 the signature gives the parameters' types and which are required, the docstring's ``Args:`` their descriptions.
 
-Names resolve as verifiers and environments do: a built-in short name (:data:`BUILTINS`), ``package.module:func``
-or ``path/to/file.py:func``. The name the model calls is the function's own ``__name__`` (the schema's ``name``).
+A **stateful tool** (an interpreter session, a file system) is a class instead: each of its public methods (a name
+without a leading ``_``, other than ``close``), typed and documented the same way, is a tool the model calls by the
+method's name (the schema of the bound method: ``self`` is not a parameter). ``__init__(self)`` takes no arguments
+and creates one trajectory's state; an optional ``close(self)`` releases it. rlvr creates the instance at the
+trajectory's first call of one of its methods and keeps it, pickled, with the trajectory between calls (so its
+attributes must pickle); it calls ``close()`` once when the trajectory ends, however it ends
+(:mod:`rlvr.tools.runner`).
+
+Names resolve as verifiers and environments do: a built-in short name (:data:`BUILTINS`), ``package.module:name``
+or ``path/to/file.py:name``. The name the model calls is the function's (or method's) own ``__name__`` (the
+schema's ``name``).
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
+import types
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-BUILTINS = {"calculator": "rlvr.tools.builtins:calculator", "python": "rlvr.tools.builtins:python"}
+BUILTINS = {"calculator": "rlvr.tools.builtins:calculator", "python": "rlvr.tools.builtins:python",
+            "python_session": "rlvr.tools.builtins:PythonSession", "files": "rlvr.tools.builtins:Files"}
 """Built-in tools by short name."""
 
 
 @dataclass(frozen=True)
 class Tool:
     """A resolved tool: ``target`` (the recipe's name for it, resolvable in any process), ``name`` (what the model
-    calls), ``schema`` (the OpenAI-style ``{"type": "function", "function": {...}}`` the template lists)."""
+    calls), ``schema`` (the OpenAI-style ``{"type": "function", "function": {...}}`` the template lists).
+
+    For a method of a stateful tool class: ``method`` (its name; None for a function), ``owner`` (the class's
+    ``__name__``, for counters and messages) and ``closes`` (the class has ``close()``)."""
 
     target: str
     name: str
     schema: dict[str, Any]
+    method: str | None = None
+    owner: str = ""
+    closes: bool = False
+
+    @property
+    def stateful(self) -> bool:
+        return self.method is not None
 
     @property
     def parameters(self) -> dict[str, Any]:
         return self.schema["function"].get("parameters") or {"type": "object", "properties": {}}
 
 
-def resolve_function(target: str) -> Callable[..., Any]:
-    """The function a tool name points at (see the module docstring).
+def resolve_target(target: str) -> Any:
+    """The function or stateful tool class a tool name points at (see the module docstring).
 
     Errors: ``KeyError`` for an unknown short name (naming the nearest built-in), ``FileNotFoundError``/
-    ``ImportError``/``AttributeError`` for a target that does not resolve, ``TypeError`` when it is not a function."""
+    ``ImportError``/``AttributeError`` for a target that does not resolve, ``TypeError`` when it is neither a
+    function nor a class."""
     import difflib
 
     from rlvr.reward.base import _load_file, is_file_target
@@ -47,36 +70,76 @@ def resolve_function(target: str) -> Callable[..., Any]:
         near = difflib.get_close_matches(target, sorted(BUILTINS), n=1, cutoff=0.3)
         hint = f" Did you mean {near[0]!r}?" if near else ""
         raise KeyError(f"unknown tool {target!r}.{hint} Built-in: {', '.join(sorted(BUILTINS))}; or give "
-                       "'package.module:func' or 'path/to/file.py:func'.")
+                       "'package.module:name' or 'path/to/file.py:name'.")
     module_name, _, attr = target.rpartition(":")
     module = _load_file(module_name) if is_file_target(target) else importlib.import_module(module_name)
     if not hasattr(module, attr):
         raise AttributeError(f"tool {target!r}: {module_name} has no attribute {attr!r}")
-    fn = getattr(module, attr)
-    if not callable(fn) or isinstance(fn, type):
-        raise TypeError(f"tool {target!r} is not a function (a tool is a typed function with a docstring)")
-    return fn
+    obj = getattr(module, attr)
+    if not inspect.isclass(obj) and not callable(obj):
+        raise TypeError(f"tool {target!r} is not a function or a class (a tool is a typed function with a docstring, "
+                        "or a class whose public methods are)")
+    return obj
 
 
-def resolve_tool(target: str) -> Tool:
-    """:class:`Tool` for a name. Errors: those of :func:`resolve_function`; ``ValueError`` when the function's
-    schema cannot be built (a parameter without a type hint, or missing from the docstring's ``Args:``), with
-    transformers' reason."""
+def public_methods(cls: type) -> list[str]:
+    """A stateful tool class's tools: its public methods (no leading ``_``, not ``close``; inherited ones included,
+    ``object``'s not), in definition order."""
+    names: dict[str, None] = {}
+    for klass in reversed(cls.__mro__[:-1]):
+        for name, value in vars(klass).items():
+            if inspect.isfunction(value) and not name.startswith("_") and name != "close":
+                names[name] = None
+    return list(names)
+
+
+def _schema(fn: Any, target: str) -> dict[str, Any]:
     from transformers.utils import get_json_schema
 
-    fn = resolve_function(target)
     try:
-        schema = get_json_schema(fn)
-    except Exception as e:  # noqa: BLE001 - transformers raises its own DocstringParsingException / TypeHintParsingException
+        return get_json_schema(fn)
+    except Exception as e:  # noqa: BLE001 - transformers: DocstringParsingException, TypeHintParsingException
         raise ValueError(f"tool {target!r}: no JSON schema from its signature and docstring ({e}); a tool needs a "
                          "type hint on every parameter and a Google-style docstring with an 'Args:' entry for each"
                          ) from None
-    return Tool(target=target, name=schema["function"]["name"], schema=schema)
+
+
+def resolve_tool(target: str) -> list[Tool]:
+    """The :class:`Tool` s a name gives: one for a function, one per public method for a class
+    (:func:`public_methods`).
+
+    Errors: those of :func:`resolve_target`; ``ValueError`` when a schema cannot be built (a parameter without a
+    type hint, or missing from the docstring's ``Args:``), with transformers' reason; ``TypeError`` for a class
+    whose ``__init__`` needs arguments, or that has no public method."""
+    obj = resolve_target(target)
+    if not inspect.isclass(obj):
+        schema = _schema(obj, target)
+        return [Tool(target=target, name=schema["function"]["name"], schema=schema)]
+    try:
+        needs = [p.name for p in inspect.signature(obj).parameters.values()
+                 if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    except (TypeError, ValueError):
+        needs = []
+    if needs:
+        raise TypeError(f"tool {target!r}: {obj.__name__}.__init__ needs the arguments {', '.join(needs)}; a stateful "
+                        "tool class is built with no arguments, once per trajectory (give them defaults)")
+    methods = public_methods(obj)
+    if not methods:
+        raise TypeError(f"tool {target!r}: the class {obj.__name__} has no public method (a stateful tool's tools are "
+                        "its methods without a leading '_')")
+    closes = callable(getattr(obj, "close", None))
+    out = []
+    for m in methods:  # the schema of the bound method: `self` is not a parameter
+        schema = _schema(types.MethodType(getattr(obj, m), object()), f"{target}.{m}")
+        out.append(Tool(target=target, name=schema["function"]["name"], schema=schema, method=m, owner=obj.__name__,
+                        closes=closes))  # fmt: skip
+    return out
 
 
 def resolve_tools(targets: tuple[str, ...] | list[str]) -> list[Tool]:
-    """Each name resolved; ``ValueError`` when two resolve to the same called name."""
-    tools = [resolve_tool(t) for t in targets]
+    """Each name resolved (a class gives one tool per public method); ``ValueError`` when two resolve to the same
+    called name."""
+    tools = [tool for t in targets for tool in resolve_tool(t)]
     seen: dict[str, str] = {}
     for t in tools:
         if t.name in seen:

@@ -214,20 +214,22 @@ def test_the_recipe_section_and_the_rollout_metrics():
 def test_a_template_without_tools_gets_them_in_a_system_message(tools):
     from transformers import AutoTokenizer
 
-    from rlvr.envs.rollout import tool_runner
+    from rlvr.envs.rollout import list_tools, tool_runner
     from rlvr.models import resolve_model
     from rlvr.tools.formats import describe_tools
+    from rlvr.tools.runner import ToolState
 
     from rlvr.config import ToolsConfig
 
     r = ChatRenderer(AutoTokenizer.from_pretrained(resolve_model("tiny-random")))
-    runner = tool_runner(ToolsConfig(names=("calculator",), num_workers=1), r, None)
+    cfg = ToolsConfig(names=("calculator",), num_workers=1)
+    runner = tool_runner(cfg, list_tools(cfg, r), None)
     try:
         assert "tools" not in r.template_kwargs and runner.settings.fmt == "hermes"
         conv = [{"role": "user", "content": "2+2"}]
         (state, opening), = runner.reset([{"opening": conv}])
         text = describe_tools([tools[0].schema], "hermes")
-        assert state == "tools" and opening == [{"role": "system", "content": text}] + conv
+        assert state == ToolState("tools", {}) and opening == [{"role": "system", "content": text}] + conv
         # a reply without a call ends the trajectory (no environment)
         (_, step), = runner.step([(state, conv, {"role": "assistant", "content": "4"})])
         assert step.done and step.messages == []

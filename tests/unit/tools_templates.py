@@ -6,7 +6,9 @@ of three tool-calling families, so every id of a tool trajectory can be worked o
 - ``LLAMA``: Llama-3.1's layout, shortened (tools listed in the first user message, tool results under the
   ``ipython`` header, ``<|eot_id|>`` ends a turn);
 - ``MISTRAL``: Mistral v3's layout, shortened (``[AVAILABLE_TOOLS]`` before the last user message,
-  ``[TOOL_RESULTS]``, no generation prompt).
+  ``[TOOL_RESULTS]``, no generation prompt);
+- ``MISTRAL_IDS``: ``MISTRAL`` with v3's tool results: ``{"content": ..., "call_id": ...}``, refusing a tool message
+  without a 9-character ``tool_call_id`` (as the published v3 template does).
 """
 
 import string
@@ -61,6 +63,14 @@ MISTRAL = (
     "{%- elif message.role == 'assistant' %}{{- message.content + eos_token }}{%- endif %}"
     "{%- endfor %}"
 )
+
+MISTRAL_IDS = MISTRAL.replace(
+    "{{- '[TOOL_RESULTS]' + message.content + '[/TOOL_RESULTS]' }}",
+    "{%- if message.tool_call_id is not defined or message.tool_call_id|length != 9 %}"
+    "{{- raise_exception('Tool call IDs should be alphanumeric strings with length 9!') }}{%- endif %}"
+    "{{- '[TOOL_RESULTS]{\"content\": ' + message.content|string + ', \"call_id\": \"' + message.tool_call_id + "
+    "'\"}[/TOOL_RESULTS]' }}")
+assert MISTRAL_IDS != MISTRAL
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|start_header_id|>",
             "<|end_header_id|>", "<|eot_id|>", "<|python_tag|>", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]",
