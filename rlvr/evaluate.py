@@ -269,8 +269,13 @@ def load_set(es: EvalSet, cfg: EvalConfig, tokenizer: Any, prompt_limit: int) ->
     for i, r in enumerate(rows):
         r["file_row"] = i
     kept, report = check_golds(rows, [es.verifier_spec], "drop", deadline_key=None)
+    listing = None
+    if cfg.tools.enabled and dc.chat_template:  # the first prompt carries the tools listing: count it (and size the
+        from rlvr.tools.formats import tool_listing  # engine's context by it)
+
+        listing = tool_listing(cfg.tools.names, cfg.tools.format, getattr(tokenizer, "chat_template", None))
     try:
-        prompts, too_long = build_prompts(kept, tokenizer, dc)
+        prompts, too_long = build_prompts(kept, tokenizer, dc, tools=listing)
     except ValueError as e:
         why = (f"; the limit {prompt_limit} is the model's context minus {cfg.rollout.max_new_tokens} new tokens: "
                "lower --max-new-tokens" if prompt_limit < cfg.prompts.max_prompt_tokens else "")

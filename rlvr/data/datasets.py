@@ -433,18 +433,20 @@ def build_prompts(rows: list[dict[str, Any]], tokenizer: Any, cfg: DataConfig,
     if not prompts:
         shortest = min(len(p) for p in ids)
         head = f"all {len(rows)} prompts are longer than data.max_prompt_tokens={cfg.max_prompt_tokens}; "
-        raise ValueError(head + _too_long_fix(shortest, context))
+        raise ValueError(head + _too_long_fix(shortest, context, tools is not None))
     return prompts, dropped
 
 
-def _too_long_fix(shortest: int, context: tuple[int, int] | None) -> str:
+def _too_long_fix(shortest: int, context: tuple[int, int] | None, tools: bool = False) -> str:
     """The fix for prompts that are all too long: raise ``data.max_prompt_tokens`` to the shortest prompt where
-    the model's context holds it beside the response; else lower ``rollout.max_new_tokens`` or shorten prompts."""
+    the model's context holds it beside the response; else lower ``rollout.max_new_tokens`` or shorten prompts
+    (``tools``: the prompts carry the tools listing, named among what to shorten)."""
     if context is None:
         return f"set data.max_prompt_tokens >= {shortest}"
     ctx, new = context
     room = ctx - new
-    shorten = "shorten the prompts (data.prompt_template, data.system_prompt, the questions)"
+    listing = ", the tools listing (fewer tools in tools.names, shorter docstrings)" if tools else ""
+    shorten = f"shorten the prompts (data.prompt_template, data.system_prompt, the questions{listing})"
     if shortest <= room:
         return (f"set data.max_prompt_tokens >= {shortest} (at most {room}: the model's {ctx}-token context less "
                 f"rollout.max_new_tokens={new})")

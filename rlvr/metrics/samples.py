@@ -87,7 +87,7 @@ def sample_rows(
                 "sample_index": c.sample_index,
                 "prompt": p.question or p.text,
                 "gold": p.gold,
-                "response": c.text if c.messages is None else conversation_text(c.messages),
+                "response": c.text if c.messages is None else conversation_text(c.messages, c.opening_messages),
                 "parsed": res.parsed,
                 "score": float(res.score),
                 "reward": float(s.reward),
@@ -99,11 +99,12 @@ def sample_rows(
     return rows
 
 
-def conversation_text(messages: Sequence[dict[str, Any]]) -> str:
-    """A trajectory's conversation as text for a sample table: every message after the opening (the system and
-    first user messages, shown in the table's prompt column), each headed by its role, assistant turns numbered:
+def conversation_text(messages: Sequence[dict[str, Any]], opening: int = 0) -> str:
+    """A trajectory's conversation as text for a sample table: every message after the opening (its first
+    ``opening`` messages, :attr:`rlvr.types.Completion.opening_messages`, e.g. few-shot turns; 0: up to the first
+    user message), each headed by its role, assistant turns numbered:
     ``[assistant 1] 8 / [user] higher / [assistant 2] 12``."""
-    start = next((i + 1 for i, m in enumerate(messages) if m.get("role") == "user"), 0)
+    start = opening or next((i + 1 for i, m in enumerate(messages) if m.get("role") == "user"), 0)
     parts, turn = [], 0
     for m in messages[start:]:
         role = m.get("role", "?")

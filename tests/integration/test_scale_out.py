@@ -23,7 +23,7 @@ from rlvr.recipe import load_recipe
 from rlvr.runtime.environ import clean_env
 from rlvr.runtime.executors import RoleError, free_port
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.integration  # not slow: the two-node and tensor-parallel path runs in CI (issue 23)
 REPO = Path(__file__).resolve().parents[2]
 TINY = str(REPO / "recipes" / "tiny_test.yaml")
 BIN = Path(sys.executable).parent

@@ -285,6 +285,12 @@ def test_the_sample_table_shows_the_conversation_with_turns_marked():
             {"role": "assistant", "content": "8"}, {"role": "user", "content": "higher"},
             {"role": "assistant", "content": "11"}]
     assert conversation_text(msgs) == "[assistant 1] 8 / [user] higher / [assistant 2] 11"
+    # a few-shot opening (its own user, assistant and tool turns) is not the trajectory's: only what follows it
+    shot = [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "<call>"},
+            {"role": "tool", "content": "2"}, {"role": "assistant", "content": "2"}, {"role": "user", "content": "q"}]
+    own = [{"role": "assistant", "content": "<call 2>"}, {"role": "tool", "content": "5"},
+           {"role": "assistant", "content": "5"}]
+    assert conversation_text(shot + own, len(shot)) == "[assistant 1] <call 2> / [tool] 5 / [assistant 2] 5"
 
 
 def test_a_row_with_messages_opens_with_them_as_is(renderer):

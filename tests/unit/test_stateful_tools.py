@@ -350,6 +350,8 @@ def test_the_prompt_length_check_counts_the_tools_listing():
             build_prompts(rows, tok, cfg, tools=listing)
         (p,), _ = build_prompts(rows, tok, DataConfig(source="x", max_prompt_tokens=len(with_tools)), tools=listing)
         assert p.prompt_ids == with_tools  # the first prompt a trajectory with tools starts from
+        with pytest.raises(ValueError, match=r"the questions, the tools listing \(fewer tools in tools.names"):
+            build_prompts(rows, tok, cfg, context=(len(with_tools) - 1, 8), tools=listing)  # no room: the fix names it
 
 
 def test_the_system_listing_for_a_template_without_tools():
