@@ -1,4 +1,4 @@
-"""Tool use through the real loop (issue 26): recipes/tools_cpu.yaml's model, data and tool, made small (2 prompts x 4
+"""Tool use through the real loop (issue 26): recipes/tools_cpu.yaml's model, data and tool, made small (1 prompt x 4
 samples, 2 steps), under Ray and under the local executor. The embedded SmolLM2-135M-Instruct with the data's two
 worked examples calls the calculator in most trajectories (measured: 60% of 128 with rlvr eval --tools), so the
 calls here are the model's own: parsed, run in the tool pool, answered with the product, trained on.
@@ -9,6 +9,7 @@ its 512-token context (the load check refuses it, counting the listing)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -22,10 +23,10 @@ RECIPE = str(REPO / "recipes" / "tools_cpu.yaml")
 
 def _small(tmp_path: Path, executor: str) -> list[str]:
     return [f"run.executor={executor}", f"run.name={executor}", f"run.output_dir={tmp_path}", "run.steps=2",
-            "run.save_final=false", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=4",
-            "rollout.max_new_tokens=48", "trainer.micro_batch_size=4", "trainer.lr=1e-5", "metrics.samples_every=1",
+            "run.save_final=false", "rollout.prompts_per_step=1", "rollout.samples_per_prompt=4",
+            "rollout.max_new_tokens=40", "trainer.micro_batch_size=4", "trainer.lr=1e-5", "metrics.samples_every=1",
             "checkpoint.every_steps=0", "tools.num_workers=1", "reward.num_workers=1",
-            "environment.max_tokens=160", "rollout.kv_cache_gib=0.5"]  # fmt: skip
+            "environment.max_tokens=128", "rollout.kv_cache_gib=0.5"]  # fmt: skip
 
 
 def _check(run_dir: Path) -> None:
@@ -34,19 +35,20 @@ def _check(run_dir: Path) -> None:
     assert [r["step"] for r in rows] == [1, 2]
     calls = sum(r["tools/calls_per_traj"] for r in rows)
     ok = sum(r.get("tools/calculator/ok", 0.0) for r in rows)
-    assert calls > 0 and ok > 0, rows  # the model's own calls were run (16 trajectories, ~60% call)
-    assert all(0.0 < r["tools/time_frac"] < 1.0 and r["sync/probe_gap_mean"] < 2e-2 for r in rows)
+    assert calls > 0 and ok > 0, rows  # the model's own calls were run (8 trajectories, ~60% call)
+    assert all(0.0 < r["tools/time_frac"] < 1.0 for r in rows), rows  # (each sync was probed by the run itself)
     assert max(r["rollout/turns_mean"] for r in rows) > 1.0  # a call's result came back and the model went on
     samples = [json.loads(x) for x in Path(run_dir, "samples.jsonl").read_text().splitlines()]
-    shown = [s["response"] for s in samples if "[tool]" in s["response"]]
-    assert shown, [s["response"] for s in samples]
-    # a call that ran shows the calculator's value: the product of the question's numbers, worked out here
-    for s in samples:
-        if "[tool]" in s["response"] and "error" not in s["response"].split("[tool]", 1)[1].split("[", 1)[0]:
-            got = s["response"].split("[tool]", 1)[1].split("[", 1)[0].strip()
-            assert got.lstrip("-").isdigit(), s["response"]
+    assert any("[tool]" in s["response"] for s in samples), [s["response"] for s in samples]
+    # each well-formed call of "A * B" shown is answered with the product, worked out here
+    pattern = re.compile(r'"name": "calculator", "arguments": \{"expression": "(\d+) \* (\d+)"\}\}\s*</tool_call> / '
+                         r'\[tool\] (\S+)')
+    found = [m.groups() for s in samples for m in pattern.finditer(s["response"])]
+    assert found, [s["response"] for s in samples]
+    assert all(int(a) * int(b) == int(got) for a, b, got in found), found
 
 
+@pytest.mark.slow  # ~2 min alone; the multi-turn loop under Ray is test_multiturn's, the tools the same code
 def test_tools_recipe_two_steps_under_ray(tmp_path):
     from rlvr.runtime.controller import train
 
