@@ -390,3 +390,24 @@ def test_load_prompts_counts_the_tools_as_the_first_turn_renders_them():
         (_, opening), = runner.reset([{"opening": [{"role": "user", "content": prompts[0].question}]}])
         assert prompts[0].prompt_ids == renderer.opening_ids(opening)
         assert len(prompts[0].prompt_ids) > len(plain[0].prompt_ids) + 100  # the calculator's schema and how-to
+
+
+def test_eval_counts_the_tools_listing_in_its_prompts(tmp_path):
+    """rlvr eval --tools: a set's prompts are the first prompts its trajectories carry, listing included (the engine's
+    context is sized from them: without it a few-shot opening plus the listing overran vLLM's max_model_len)."""
+    from rlvr.config import ModelConfig, ToolsConfig
+    from rlvr.evaluate import EvalConfig, EvalSet, load_set
+    from rlvr.tools.formats import tool_listing
+
+    data = tmp_path / "q.jsonl"
+    opening = [{"role": "user", "content": "2+3?"}]  # the row's own opening: rendered as is
+    data.write_text(json.dumps({"question": "2+3?", "answer": "5", "messages": opening}) + "\n")
+    tok = tokenizer(QWEN, "<s>", "<|im_end|>")
+    es = EvalSet(name="q", source=str(data))
+    listing = tool_listing(["calculator"], "auto", QWEN)
+    want = ChatRenderer(tok, listing.template_kwargs()).opening_ids(listing.opening(opening))
+    plain = ChatRenderer(tok).opening_ids(opening)
+    base = EvalConfig(model=ModelConfig(path="m"), data=(str(data),))
+    with_tools = EvalConfig(model=ModelConfig(path="m"), data=(str(data),), tools=ToolsConfig(names=("calculator",)))
+    assert load_set(es, base, tok, 4096).prompts[0].prompt_ids == plain
+    assert load_set(es, with_tools, tok, 4096).prompts[0].prompt_ids == want and len(want) > len(plain) + 100
