@@ -172,13 +172,14 @@ def load_prompts(recipe: Recipe, tokenizer: Any, ctx: int | None) -> tuple[list[
     """
     from rlvr.data import build_prompts, load_rows
     from rlvr.reward.golds import check_golds
+    from rlvr.tools.formats import recipe_tool_listing
 
     r = recipe
     check_context(r, ctx)
     rows = load_rows(r.data, r.run.seed)
     kept, report = check_golds(rows, r.reward.verifiers, r.data.bad_gold, r.timeouts.gold_check_s)
     context = (ctx, r.response_budget[1]) if ctx is not None else None
-    prompts, dropped = build_prompts(kept, tokenizer, r.data, context, tool_listing_of(r, tokenizer))
+    prompts, dropped = build_prompts(kept, tokenizer, r.data, context, recipe_tool_listing(r, tokenizer))
     log.info("%d prompts (%d dropped as longer than %d tokens)", len(prompts), dropped, r.data.max_prompt_tokens)
     if len(prompts) < r.rollout.prompts_per_step:
         raise RecipeError(_too_few(r, len(prompts), len(rows), len(report.bad), dropped, ctx))
@@ -186,20 +187,6 @@ def load_prompts(recipe: Recipe, tokenizer: Any, ctx: int | None) -> tuple[list[
     line = (f"checked: data {r.data.source}: {len(rows)} rows, golds usable {report.kept}/{report.total} (verifier "
             f"{report.verifier}{unchecked}), {len(prompts)} prompts ({dropped} over {r.data.max_prompt_tokens} tokens)")
     return prompts, line
-
-
-def tool_listing_of(recipe: Recipe, tokenizer: Any) -> Any:
-    """The recipe's tools listing for ``tokenizer``'s chat template (:func:`rlvr.tools.formats.tool_listing`), so
-    that prompt lengths count the tool schemas the first prompt carries; None without tools (or without a chat
-    template). Errors: :class:`~rlvr.config.RecipeError` naming ``tools.names`` when a tool does not resolve."""
-    if not recipe.tools.enabled or not recipe.data.chat_template:
-        return None
-    from rlvr.tools.formats import tool_listing
-
-    try:
-        return tool_listing(recipe.tools.names, recipe.tools.format, getattr(tokenizer, "chat_template", None))
-    except (KeyError, ImportError, AttributeError, TypeError, ValueError, OSError) as e:
-        raise RecipeError(f"tools.names: {str(e).strip(chr(34))}") from None
 
 
 def _too_few(r: Recipe, prompts: int, rows: int, bad: int, too_long: int, ctx: int | None) -> str:

@@ -60,9 +60,9 @@ def validation_prompts(recipe: Recipe, tokenizer: Any) -> list[Prompt]:
     )
     rows = load_rows(data, recipe.run.seed)
     rows, _ = check_golds(rows, recipe.reward.verifiers, recipe.data.bad_gold, recipe.timeouts.gold_check_s)
-    from rlvr.runtime.checks import tool_listing_of
+    from rlvr.tools.formats import recipe_tool_listing
 
-    prompts, _ = build_prompts(rows, tokenizer, data, tools=tool_listing_of(recipe, tokenizer))
+    prompts, _ = build_prompts(rows, tokenizer, data, tools=recipe_tool_listing(recipe, tokenizer))
     return prompts
 
 
