@@ -100,6 +100,7 @@ def _check(name: str, fp32: dict, bf16: dict, low: str = "bfloat16") -> None:
     assert 0.75 < bf16["gain"] / fp32["gain"] < 1.33, (bf16, fp32)
 
 
+@pytest.mark.slow  # ~45 s; the engine test below runs the torch backend's bf16 update in CI
 def test_torch_backend_bf16_and_fp16_keep_small_updates():
     """fp16 autocast with a GradScaler (measured: carried 0.998, gain 0.999x fp32)."""
     fp32 = _train("torch", "float32", 0)
@@ -107,6 +108,7 @@ def test_torch_backend_bf16_and_fp16_keep_small_updates():
     _check("torch", fp32, _train("torch", "float16", 0), low="float16")
 
 
+@pytest.mark.slow  # ~85 s
 @pytest.mark.timeout(600)
 def test_deepspeed_bf16_keeps_small_updates():
     """ZeRO-2 (the default) and ZeRO-3 in bf16, each against ZeRO-2 in fp32; and ZeRO-3 in fp32 takes ZeRO-2's
