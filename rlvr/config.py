@@ -316,8 +316,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
-    """Set ``a.b.c = value`` in the raw recipe tree. A :class:`Spec` field takes a name (replacing the whole entry,
-    its settings back to defaults) or, one level down, one of its entry's settings (``algorithm.advantage.k=8``:
+    """Set ``a.b.c = value`` in the raw recipe tree. A section with a shorthand given a list (``tools=[a, b]``)
+    sets its shorthand key only, keeping the recipe's other settings of it. A :class:`Spec` field takes a name
+    (replacing the whole entry, its settings back to defaults) or, one level down, one of its entry's settings (``algorithm.advantage.k=8``:
     a bare name in the tree becomes ``{name: ..., k: 8}``; the field is checked when the recipe is resolved)."""
     cls: Any = Recipe
     node = tree
@@ -327,6 +328,10 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
         if ftypes is not None and part not in ftypes:
             raise _unknown_key(".".join(parts[:i]) + ("." if i else ""), part, list(ftypes))
         if i == len(parts) - 1:
+            shorthand = getattr(ftypes[part], "SHORTHAND", None) if ftypes is not None else None
+            if shorthand and isinstance(value, (list, tuple, str)) and isinstance(node.get(part), dict):
+                node[part] = {**node[part], shorthand: value}  # tools=[a, b]: the names, the section's settings kept
+                return
             node[part] = value
             return
         owner, cls = cls, (ftypes[part] if ftypes is not None else Any)

@@ -387,7 +387,7 @@ def opening_messages(question: str, cfg: DataConfig) -> list[dict[str, str]]:
 
 
 def build_prompts(rows: list[dict[str, Any]], tokenizer: Any, cfg: DataConfig,
-                  context: tuple[int, int] | None = None, tools: Any = None) -> tuple[list[Prompt], int]:
+                  context: tuple | None = None, tools: Any = None) -> tuple[list[Prompt], int]:
     """Template and tokenize ``rows`` (from :func:`load_rows`); drop prompts over ``cfg.max_prompt_tokens``.
     A row with its own ``messages`` (:func:`row_messages`) is rendered from them as is (the chat template with the
     generation prompt; no ``system_prompt`` or ``prompt_template`` added); its question is its last user message.
@@ -396,8 +396,8 @@ def build_prompts(rows: list[dict[str, Any]], tokenizer: Any, cfg: DataConfig,
     ``max_prompt_tokens``, and ``index`` = the row's position in ``rows``; ``dropped`` counts the rows with
     L > ``max_prompt_tokens`` (also logged). With a chat template the text is tokenized with
     ``add_special_tokens=False``, since the template already holds BOS (no doubled BOS); raw text gets the
-    tokenizer's special tokens (its BOS) added. ``context``: (the model's context, ``rollout.max_new_tokens``)
-    when known, so that the advice for prompts that are all too long stays within what the context holds.
+    tokenizer's special tokens (its BOS) added. ``context``: (the model's context, the tokens after a prompt[,
+    their recipe key]) when known, so that the advice for prompts that are all too long stays within what the context holds.
     ``tools``: the recipe's tools listing (:class:`rlvr.tools.formats.ToolListing`), or None: with it each chat
     prompt is rendered as a trajectory's first prompt carries it (the template's ``tools=`` rendering, or the
     listing's system message: :meth:`rlvr.tools.runner.ToolRunner.reset`), so ``max_prompt_tokens`` counts the
@@ -415,6 +415,11 @@ def build_prompts(rows: list[dict[str, Any]], tokenizer: Any, cfg: DataConfig,
                                                tokenize=False, add_generation_prompt=True, **tools.template_kwargs())
                  for r in rows]  # fmt: skip
     else:
+        shown = sum(any(m["role"] == "tool" for m in row_messages(r["row"]) or []) for r in rows)
+        if shown:  # worked tool calls in the openings, and no tool to answer the model's own
+            log.warning("%d of %d rows open with tool messages (worked tool calls) but no tools are given (recipe "
+                        "tools:, rlvr eval --tools): the model's calls will go unanswered and its reply be scored "
+                        "as it stands", shown, len(rows))
         texts = [render_prompt(r["question"], tokenizer, cfg) if row_messages(r["row"]) is None
                  else tokenizer.apply_chat_template(row_messages(r["row"]), tokenize=False, add_generation_prompt=True)
                  for r in rows]  # a row's own messages are its opening, used as is (no system prompt or template added)
@@ -437,22 +442,24 @@ def build_prompts(rows: list[dict[str, Any]], tokenizer: Any, cfg: DataConfig,
     return prompts, dropped
 
 
-def _too_long_fix(shortest: int, context: tuple[int, int] | None, tools: bool = False) -> str:
+def _too_long_fix(shortest: int, context: tuple | None, tools: bool = False) -> str:
     """The fix for prompts that are all too long: raise ``data.max_prompt_tokens`` to the shortest prompt where
-    the model's context holds it beside the response; else lower ``rollout.max_new_tokens`` or shorten prompts
-    (``tools``: the prompts carry the tools listing, named among what to shorten)."""
+    the model's context holds it beside the response; else lower what follows the prompt or shorten prompts
+    (``tools``: the prompts carry the tools listing, named among what to shorten). ``context``: (the model's
+    context, the tokens after a prompt[, their recipe key: ``rollout.max_new_tokens`` when not given])."""
     if context is None:
         return f"set data.max_prompt_tokens >= {shortest}"
-    ctx, new = context
+    ctx, new, *rest = context
+    key = rest[0] if rest else "rollout.max_new_tokens"
     room = ctx - new
     listing = ", the tools listing (fewer tools in tools.names, shorter docstrings)" if tools else ""
     shorten = f"shorten the prompts (data.prompt_template, data.system_prompt, the questions{listing})"
     if shortest <= room:
         return (f"set data.max_prompt_tokens >= {shortest} (at most {room}: the model's {ctx}-token context less "
-                f"rollout.max_new_tokens={new})")
+                f"{key}={new})")
     if shortest < ctx:
         return (f"the shortest ({shortest} tokens) fits the model's {ctx}-token context beside at most "
-                f"{ctx - shortest} new tokens, not rollout.max_new_tokens={new}: lower rollout.max_new_tokens to "
+                f"{ctx - shortest} new tokens, not {key}={new}: lower {key} to "
                 f"{ctx - shortest} or less and set data.max_prompt_tokens >= {shortest}, or {shorten}")
     return (f"the shortest ({shortest} tokens) leaves no room for a response in the model's {ctx}-token context: "
             f"{shorten}, or use a model with a longer context")

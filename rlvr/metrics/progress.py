@@ -1,7 +1,9 @@
 """Console progress of a training run: a live ``rich`` bar on a terminal, one plain line per step otherwise.
 
 Headline metrics shown (names from :mod:`rlvr.metrics.names`): ``reward/mean`` (reward), ``passk/<k>`` for the
-largest k present (fraction of prompts), and ``timing/step_s`` (seconds, shown as ``step_s``).
+largest k present (fraction of prompts), in a multi-turn run ``rollout/turns_mean`` (``turns``) and with tools
+``tools/calls_per_traj`` and ``tools/malformed_frac`` (``tool_calls``, ``malformed``), and ``timing/step_s``
+(seconds, shown as ``step_s``).
 The ETA is (steps left) x (mean seconds per step since :meth:`Progress.start_clock`, called when the steps begin:
 the start-up, the roles' and the first validation's, is not a step's), so a resumed run (``start_step``) is not
 credited with the steps of the earlier run either.
@@ -34,6 +36,11 @@ def headline(metrics: Mapping[str, Any]) -> str:
     if ks:
         name = mn.passk(max(ks))
         parts.append(f"{name}={_fmt(metrics[name], '.4f')}")
+    if mn.ROLLOUT_TURNS_MEAN in metrics:  # multi-turn: turns per trajectory, and tool calls where tools are given
+        parts.append(f"turns={_fmt(metrics[mn.ROLLOUT_TURNS_MEAN], '.2f')}")
+    if mn.TOOLS_CALLS_PER_TRAJ in metrics:
+        parts.append(f"tool_calls={_fmt(metrics[mn.TOOLS_CALLS_PER_TRAJ], '.2f')} "
+                     f"malformed={_fmt(metrics.get(mn.TOOLS_MALFORMED_FRAC, 0.0), '.2f')}")
     if mn.TIMING_STEP_S in metrics:
         parts.append(f"step_s={_fmt(metrics[mn.TIMING_STEP_S], '.1f')}")
         step = to_float(metrics[mn.TIMING_STEP_S])

@@ -41,6 +41,8 @@ from rlvr.tools.registry import Tool, check_arguments
 
 log = logging.getLogger("rlvr")
 
+OUTCOMES = ("ok", "error", "timeout", "crashed")
+"""A call's outcomes, each counted per tool (``tools/<tool>/<outcome>``)."""
 NO_ENVIRONMENT = "tools"
 """The inner state of a trajectory whose recipe has tools and no environment (a reply without calls ends it)."""
 
@@ -94,6 +96,9 @@ class ToolRunner:
         self.classes = {t.target: t for t in tools if t.stateful}  # one Tool per stateful class, by target
         self.settings, self.pool, self.inner = settings, pool, inner
         self.stats: collections.Counter[str] = collections.Counter()
+        for name in self.tools:  # every tool's outcomes from the first step on (a metric key that appears later
+            for outcome in OUTCOMES:  # reads as a missing value in a step's table)
+                self.stats[f"{name}/{outcome}"] = 0
         self.seconds = 0.0
 
     def reset(self, rows: list[dict[str, Any]]) -> list[tuple[Any, Any]]:

@@ -343,6 +343,11 @@ def test_all_too_long_advice_stays_within_the_context(tok):
                               "shorten the prompts (data.prompt_template, data.system_prompt, the questions), or use "
                               "a model with a longer context")
     assert advice(None) == "set data.max_prompt_tokens >= 7"  # context unknown: as before
+    # a multi-turn run: what follows the prompt is environment.max_tokens, named as such (a new user was told
+    # "rollout.max_new_tokens=256" of a recipe whose rollout.max_new_tokens was 64)
+    assert advice((16, 4, "environment.max_tokens")) == ("set data.max_prompt_tokens >= 7 (at most 12: the model's "
+                                                         "16-token context less environment.max_tokens=4)")
+    assert "lower environment.max_tokens to 9 or less" in advice((16, 12, "environment.max_tokens"))
 
 
 def test_no_chat_template_is_a_clear_error(tok):
@@ -408,3 +413,19 @@ def test_generated_holdout_split_and_load_rows():
         generated_rows(GeneratedTaskConfig(size=10, holdout=10), 0)
     with pytest.raises(ValueError, match="choose from"):
         generated_rows(GeneratedTaskConfig(ops=("divide",)), 0)
+
+
+def test_openings_with_tool_turns_and_no_tools_are_warned(tok, caplog):
+    """A row opening with worked tool calls (recipes/tools_cpu.yaml's data) used without tools: the model writes calls
+    nobody answers (a new user's `rlvr eval ... --tools none` scored 0 with no word why); one warning with the
+    count. Rows without tool turns: no warning."""
+    shot = [{"role": "user", "content": "2*3?"}, {"role": "assistant", "content": "<tool_call>...</tool_call>"},
+            {"role": "tool", "content": "6"}, {"role": "assistant", "content": "6"}, {"role": "user", "content": "q"}]
+    rows = [{"question": "q", "gold": "1", "row": {"messages": shot}}, *_rows("What is 7 plus 5?")]
+    with caplog.at_level("WARNING", logger="rlvr.data.datasets"):
+        build_prompts(rows, tok, DataConfig(source="x"))
+    assert "1 of 2 rows open with tool messages" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="rlvr.data.datasets"):
+        build_prompts(_rows("What is 7 plus 5?"), tok, DataConfig(source="x"))
+    assert "tool messages" not in caplog.text

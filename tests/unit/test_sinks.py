@@ -56,6 +56,11 @@ def test_headline_picks_largest_passk():
     # idle shares: 6.2 of 10 s for the engines, 0.4 for the trainer
     idle = headline({"timing/step_s": 10.0, "roles/engines_idle_s": 6.2, "roles/trainer_idle_s": 0.4})
     assert idle == "step_s=10.0 idle engines=62% trainer=4%"
+    # multi-turn with tools: turns per trajectory, tool calls and the malformed share (a new user had to open
+    # metrics.jsonl to follow tool use)
+    tools = headline({"reward/mean": 0.5, "rollout/turns_mean": 1.97, "tools/calls_per_traj": 0.969,
+                      "tools/malformed_frac": 0.0645, "timing/step_s": 98.0})
+    assert tools == "reward/mean=0.5000 turns=1.97 tool_calls=0.97 malformed=0.06 step_s=98.0"
 
 
 def test_progress_plain_lines_with_eta():

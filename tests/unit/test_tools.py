@@ -209,6 +209,18 @@ def test_the_recipe_section_and_the_rollout_metrics():
     assert m[mn.TOOLS_CALLS_PER_TRAJ] == 1.5 and m[mn.TOOLS_MALFORMED_FRAC] == pytest.approx(1 / 3)
     assert m[mn.TOOLS_TIME_FRAC] == 0.25 and m["tools/add/ok"] == 3.0 and m["tools/add/timeout"] == 1.0
     assert mn.describe("tools/add/timeout").pattern == mn.TOOL_OUTCOME
+    # every tool's outcomes are counted from the start (0 until one happens: the keys do not appear later)
+    from rlvr.tools.runner import ToolRunner, ToolSettings
+
+    counters = ToolRunner(resolve_tools(["calculator"]), ToolSettings(fmt="hermes"), pool=None).counters()
+    assert {k: v for k, v in counters.items() if k.startswith("calculator/")} == {
+        "calculator/ok": 0.0, "calculator/error": 0.0, "calculator/timeout": 0.0, "calculator/crashed": 0.0}
+    # a recipe's list override sets the names and keeps the section's other settings
+    from rlvr.recipe import load_recipe
+
+    r = load_recipe("recipes/tools_cpu.yaml", ["tools=[python]"])
+    assert (r.tools.names, r.tools.format, r.tools.timeout_s) == (("python",), "hermes", 5.0)
+    assert load_recipe("recipes/tiny_test.yaml", ["tools=[python]"]).tools.names == ("python",)
 
 
 def test_a_template_without_tools_gets_them_in_a_system_message(tools):
