@@ -124,6 +124,7 @@ def test_deepspeed_bf16_keeps_small_updates():
     _check("deepspeed ZeRO-3", fp32, bf16_z3)
 
 
+@pytest.mark.slow  # ~43 s; a bf16 engine after a sync runs in CI in test_sync_readback (bfloat16) and test_tools_loop (dtype auto)
 def test_the_engine_samples_the_small_update_in_bf16(tmp_path):
     """The engine's side: a bf16 vLLM engine, after the sync, scores the batch with the update's gain (its own
     prompt logprobs, bf16 kernels) as the fp32 trainer's weights do -- within 0.75-1.33x; the trainer here is the

@@ -31,6 +31,7 @@ def _bench():
     return module
 
 
+@pytest.mark.slow  # ~45 s: all 164 problems; the code verifier's unit tests run in CI
 def test_humaneval_canonical_pass_and_broken_fail():
     bench = _bench()
     start = time.monotonic()

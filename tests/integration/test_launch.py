@@ -660,6 +660,7 @@ def _wait_job(url: str, job_id: str, until: tuple[str, ...], timeout_s: float) -
     return status
 
 
+@pytest.mark.slow  # ~21 s
 def test_job_stop_wait_comes_from_the_runtime_env(ray_head, tmp_path):
     """`ray job stop` gives the driver RAY_JOB_STOP_WAIT_TIME_S between SIGTERM and SIGKILL when the job's runtime
     env sets it (the manifest's env_vars; submit.sh sets the same): a driver that needs 6 s after SIGTERM finishes
