@@ -100,7 +100,7 @@ def _check(name: str, fp32: dict, bf16: dict, low: str = "bfloat16") -> None:
     assert 0.75 < bf16["gain"] / fp32["gain"] < 1.33, (bf16, fp32)
 
 
-@pytest.mark.slow  # ~45 s; the engine test below runs the torch backend's bf16 update in CI
+@pytest.mark.slow  # ~45 s (the three bf16-update tests run with ./scripts/test.sh --all)
 def test_torch_backend_bf16_and_fp16_keep_small_updates():
     """fp16 autocast with a GradScaler (measured: carried 0.998, gain 0.999x fp32)."""
     fp32 = _train("torch", "float32", 0)
