@@ -3,8 +3,8 @@
 # tests (~80 s of one core) run beside the integration tests (one torch thread per process, in file order, one at a
 # time: two integration files at once interfere through in-process vLLM engines and Ray clusters).
 # Tests marked `slow` (over ~30 s each, or a long family such as every method recipe's two steps; see
-# pyproject.toml's markers) are left out unless the first argument is --all: the whole suite takes ~30 min on 2
-# cores, this one ~15. Extra arguments go to both pytest runs. Exit status: 0 when both pass.
+# pyproject.toml's markers) are left out unless the first argument is --all: the whole suite takes ~22 min on 2
+# cores, this one ~14. Extra arguments go to both pytest runs. Exit status: 0 when both pass.
 #
 #   ./scripts/test.sh            # what CI runs: everything not marked slow
 #   ./scripts/test.sh --all      # every test (before a release, or after touching what a slow test guards)
