@@ -48,9 +48,15 @@ def default_chunk_tokens(vocab: int) -> int:
     return max(1, CHUNK_BYTES // (4 * max(1, vocab)))
 
 
+def _work_dtype(dtype):
+    """float32, or float64 for float64 logits (gradcheck, exact references)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def _scaled(x: Tensor, temperature: float) -> Tensor:
-    """Logits [C, V] of one chunk -> float32 logits / temperature."""
-    return x.float() if temperature == 1.0 else x.float() / temperature
+    """Logits [C, V] of one chunk -> float32 (float64 for float64) logits / temperature."""
+    z = x.to(_work_dtype(x.dtype))
+    return z if temperature == 1.0 else z / temperature
 
 
 def _finite(x: Tensor) -> Tensor:
@@ -70,10 +76,10 @@ def _function():
     class ChunkedLogprobsEntropy(torch.autograd.Function):
         @staticmethod
         def forward(ctx, logits, targets, temperature, chunk, need_lp, need_ent, ent_grad):
-            n = logits.shape[0]
-            lp = torch.empty(n if need_lp else 0, dtype=torch.float32, device=logits.device)
-            ent = torch.empty(n if need_ent else 0, dtype=torch.float32, device=logits.device)
-            lse_all = torch.empty(n, dtype=torch.float32, device=logits.device)
+            n, like = logits.shape[0], dict(dtype=_work_dtype(logits.dtype), device=logits.device)
+            lp = torch.empty(n if need_lp else 0, **like)
+            ent = torch.empty(n if need_ent else 0, **like)
+            lse_all = torch.empty(n, **like)
             for a in range(0, n, chunk):
                 b = min(a + chunk, n)
                 z = _scaled(logits[a:b], temperature)
@@ -132,7 +138,8 @@ def logprobs_and_entropy(logits: Tensor, targets: Tensor | None, temperature: fl
     """Per-row logprob of ``targets`` and entropy (nats) of ``softmax(logits / temperature)``, chunked over rows.
 
     logits: [N, V] (any float dtype, the output layer's result); targets: [N] integer ids, or None (no logprobs)
-    -> (logprobs [N] float32 or None, entropy [N] float32 or None (``need_entropy`` False)). The transform and
+    -> (logprobs [N] float32 or None, entropy [N] float32 or None (``need_entropy`` False)); float64 logits
+    give float64 results. The transform and
     the ``-inf`` handling are :func:`token_logprobs`'s and :func:`entropy_from_logits`'s (case R1: logits
     [2, 1, 0], temperature 0.5, token 0 -> -0.1429). Works on ``chunk_tokens`` rows at a time (None:
     :func:`default_chunk_tokens`) in float32; backward recomputes each chunk's softmax and writes the gradient
