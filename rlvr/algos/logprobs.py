@@ -133,8 +133,10 @@ def _function():
     return _FUNCTION
 
 
-def logprobs_and_entropy(logits: Tensor, targets: Tensor | None, temperature: float, need_entropy: bool = False,
-                         entropy_grad: bool = True, chunk_tokens: int | None = None) -> tuple[Tensor | None, Tensor | None]:
+def logprobs_and_entropy(
+    logits: Tensor, targets: Tensor | None, temperature: float, need_entropy: bool = False, entropy_grad: bool = True,
+    chunk_tokens: int | None = None,
+) -> tuple[Tensor | None, Tensor | None]:
     """Per-row logprob of ``targets`` and entropy (nats) of ``softmax(logits / temperature)``, chunked over rows.
 
     logits: [N, V] (any float dtype, the output layer's result); targets: [N] integer ids, or None (no logprobs)
