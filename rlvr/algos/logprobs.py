@@ -53,15 +53,21 @@ def _work_dtype(dtype):
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _scaled(x: Tensor, temperature: float) -> Tensor:
-    """Logits [C, V] of one chunk -> float32 (float64 for float64) logits / temperature."""
-    z = x.to(_work_dtype(x.dtype))
-    return z if temperature == 1.0 else z / temperature
+def _scaled(x: Tensor, temperature: float, fresh: bool = False) -> Tensor:
+    """Logits [C, V] of one chunk -> float32 (float64 for float64) logits / temperature, as one new tensor (the
+    logits themselves when they are float32 at temperature 1, unless ``fresh``: then a copy, safe to change)."""
+    wd = _work_dtype(x.dtype)
+    if x.dtype == wd:
+        if temperature != 1.0:
+            return x / temperature
+        return x.clone() if fresh else x
+    z = x.to(wd)
+    return z if temperature == 1.0 else z.div_(temperature)
 
 
-def _finite(x: Tensor) -> Tensor:
-    """``x`` with non-finite entries (the ``-inf`` of banned tokens) replaced by 0."""
-    return torch.where(torch.isfinite(x), x, 0.0)
+def _finite_(x: Tensor) -> Tensor:
+    """``x`` with its non-finite entries (the ``-inf`` of banned tokens; NaN) set to 0, in place."""
+    return x.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
 
 
 _FUNCTION = None
@@ -82,15 +88,22 @@ def _function():
             lse_all = torch.empty(n, **like)
             for a in range(0, n, chunk):
                 b = min(a + chunk, n)
-                z = _scaled(logits[a:b], temperature)
+                x = logits[a:b]
+                z = _scaled(x, temperature)  # x itself (fp32 logits, T = 1) or a new tensor
                 lse = torch.logsumexp(z, dim=-1)
                 lse_all[a:b] = lse
                 if need_lp:
                     lp[a:b] = z.gather(-1, targets[a:b, None]).squeeze(-1) - lse
                 if need_ent:
-                    z = z - lse[:, None]  # log p; -sum p log p has no cancellation of two large terms (lse - sum p z)
-                    ent[a:b] = -(torch.exp(z) * _finite(z)).sum(dim=-1)
-                del z
+                    # -sum p log p: no cancellation of two large terms as in lse - sum p z; at most two [C, V] alive
+                    logp = z - lse[:, None] if z is x else z.sub_(lse[:, None])
+                    del z
+                    p = torch.exp(logp)
+                    ent[a:b] = -p.mul_(_finite_(logp)).sum(dim=-1)
+                    del logp, p
+                else:
+                    del z
+                del x
             ctx.temperature, ctx.chunk, ctx.need_lp, ctx.ent_grad = temperature, chunk, need_lp, need_ent and ent_grad
             ctx.save_for_backward(logits, targets, lse_all, ent)
             if not ctx.ent_grad:
@@ -111,22 +124,25 @@ def _function():
             grad = torch.empty_like(logits)
             for a in range(0, n, ctx.chunk):
                 b = min(a + ctx.chunk, n)
-                logp = _scaled(logits[a:b], t) - lse_all[a:b, None]  # log softmax(z), recomputed
+                # in place where it can be: at most two [C, V] float32 tensors alive (log p and p), reused as dL/dz
+                logp = _scaled(logits[a:b], t, fresh=True).sub_(lse_all[a:b, None])  # log softmax(z), recomputed
                 p = torch.exp(logp)
-                gz = torch.zeros_like(p)
                 if g_ent is not None:
                     # H = -sum_v p_v log p_v, d log p_v / dz_j = [v = j] - p_j, sum_v p_v = 1
                     #   =>  dH/dz_j = -p_j log p_j - p_j + p_j sum_v p_v (log p_v + 1) = -p_j (log p_j + H)
-                    gz -= g_ent[a:b, None] * p * (_finite(logp) + ent[a:b, None])
+                    gz = _finite_(logp).add_(ent[a:b, None]).mul_(p).mul_(-g_ent[a:b, None])  # logp's buffer
+                    if g_lp is not None:
+                        gz.addcmul_(p, g_lp[a:b, None], value=-1.0)
+                else:
+                    gz = p.mul_(-g_lp[a:b, None])  # p's buffer
+                del logp, p
                 if g_lp is not None:
                     # lp = z[target] - lse  =>  d lp / dz = onehot(target) - p
-                    g = g_lp[a:b, None]
-                    gz -= g * p
-                    gz.scatter_add_(-1, targets[a:b, None], g)
+                    gz.scatter_add_(-1, targets[a:b, None], g_lp[a:b, None])
                 if t != 1.0:
-                    gz /= t
+                    gz.div_(t)
                 grad[a:b] = gz
-                del logp, p, gz
+                del gz
             return grad, None, None, None, None, None, None
 
     _FUNCTION = ChunkedLogprobsEntropy

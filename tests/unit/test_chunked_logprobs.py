@@ -186,3 +186,15 @@ def test_saves_only_the_logits_and_per_row_values():
     assert big == []
     plain = saved(lambda: _plain(x.float(), ids, 0.7))
     assert len(plain) >= 3  # the check can see them
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_logits_left_unchanged(dtype, temperature):
+    """The in-place work of each chunk never writes into the caller's logits (fp32 at T = 1 is worked on directly)."""
+    x, ids, _, _ = _inputs(dtype)
+    before = x.clone()
+    xg = x.requires_grad_(True)
+    lp, ent = logprobs_and_entropy(xg, ids, temperature, need_entropy=True, chunk_tokens=3)
+    (lp.sum() + ent.sum()).backward()
+    assert torch.equal(xg.detach(), before)
