@@ -198,3 +198,11 @@ def test_logits_left_unchanged(dtype, temperature):
     lp, ent = logprobs_and_entropy(xg, ids, temperature, need_entropy=True, chunk_tokens=3)
     (lp.sum() + ent.sum()).backward()
     assert torch.equal(xg.detach(), before)
+
+
+def test_no_tokens():
+    """A micro-batch without response tokens: empty results and an empty gradient of the logits' dtype."""
+    x = torch.zeros(0, 5, dtype=torch.bfloat16, requires_grad=True)
+    lp, ent = logprobs_and_entropy(x, torch.zeros(0, dtype=torch.long), 0.7, need_entropy=True)
+    (lp.sum() + ent.sum()).backward()
+    assert lp.shape == ent.shape == (0,) and x.grad.shape == (0, 5) and x.grad.dtype == torch.bfloat16
