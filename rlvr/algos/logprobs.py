@@ -8,11 +8,11 @@ report logprobs of the same transform (no top-p/top-k renormalisation, case R2).
 
 Memory (issue 27): everything goes through :func:`logprobs_and_entropy`, a ``torch.autograd.Function`` that works
 on ``chunk_tokens`` rows of the [N, V] logits at a time in float32 and keeps for backward only the logits themselves
-(already alive: the output layer's result), the targets and two floats per row (logsumexp, and sum softmax * z for
-the entropy); backward recomputes each chunk's softmax. So beside the logits at most one chunk's float32 work is
-alive, in forward and backward alike, plus the [N, V] gradient in the logits' dtype. The plain autograd version
-kept several [N, V] float32 tensors (the fp32 copy, the log-softmax / softmax, the masked logits): at N = 4096 and
-V = 151936 each is 2.5 GB (benchmarks/logprob_memory.py).
+(already alive: the output layer's result), the targets and two floats per row (the logsumexp and the entropy);
+backward recomputes each chunk's softmax. So beside the logits at most one chunk's float32 work is alive (two
+[chunk, V] tensors, with transients while a chunk is cast), in forward and backward alike, plus the [N, V] gradient
+in the logits' dtype. The plain autograd version kept several [N, V] float32 tensors (the fp32 copies, the
+log-softmax / softmax, the masked logits): at N = 4096 and V = 151936 each is 2.5 GB (benchmarks/logprob_memory.py).
 """
 
 from __future__ import annotations
@@ -157,9 +157,9 @@ def logprobs_and_entropy(
 
     logits: [N, V] (any float dtype, the output layer's result); targets: [N] integer ids, or None (no logprobs)
     -> (logprobs [N] float32 or None, entropy [N] float32 or None (``need_entropy`` False)); float64 logits
-    give float64 results. The transform and
-    the ``-inf`` handling are :func:`token_logprobs`'s and :func:`entropy_from_logits`'s (case R1: logits
-    [2, 1, 0], temperature 0.5, token 0 -> -0.1429). Works on ``chunk_tokens`` rows at a time (None:
+    give float64 results. The transform and the ``-inf`` handling are :func:`token_logprobs`'s and
+    :func:`entropy_from_logits`'s (case R1: logits [2, 1, 0], temperature 0.5, token 0 -> -0.1429; a banned
+    token gets no gradient). Works on ``chunk_tokens`` rows at a time (None:
     :func:`default_chunk_tokens`) in float32; backward recomputes each chunk's softmax and writes the gradient
     into a tensor of the logits' dtype, so beside the logits at most one chunk's float32 work is alive.
     ``entropy_grad`` False: the entropy carries no gradient (no graph), whatever the logprobs do.
@@ -198,7 +198,7 @@ def _flat_blocks(logits: Tensor) -> list[Tensor]:
 def token_logprobs(logits: Tensor, token_ids: Tensor, temperature: float, chunk_tokens: int | None = None) -> Tensor:
     """``log_softmax(logits / temperature)[b, t, token_ids[b, t]]`` in nats.
 
-    logits: [B, T, V] (any float dtype); token_ids: [B, T] integer -> [B, T] float32.
+    logits: [B, T, V] (any float dtype); token_ids: [B, T] integer -> [B, T] float32 (float64 for float64 logits).
     Computed as ``z[token] - logsumexp(z)`` in float32, ``chunk_tokens`` positions at a time
     (:func:`logprobs_and_entropy`), without materialising the [B, T, V] log-softmax, with or without grad.
     Case R1: logits [2, 1, 0], temperature 0.5, token 0 -> -0.1429.
@@ -212,8 +212,7 @@ def token_logprobs(logits: Tensor, token_ids: Tensor, temperature: float, chunk_
     if logits.shape[0] == 0:
         return logits.new_zeros(token_ids.shape, dtype=torch.float32)
     blocks = _flat_blocks(logits)
-    ids = token_ids.reshape(-1) if len(blocks) == 1 else token_ids.unbind(0)
-    ids = [ids] if len(blocks) == 1 else ids
+    ids = [token_ids.reshape(-1)] if len(blocks) == 1 else token_ids.unbind(0)
     out = [logprobs_and_entropy(x, i, temperature, chunk_tokens=chunk_tokens)[0] for x, i in zip(blocks, ids)]
     return torch.cat(out).view(token_ids.shape)
 
