@@ -14,8 +14,8 @@ loss like the trainer's (``-(lp * adv).mean() - 0.01 * entropy.mean()``) backpro
 runs in a fresh subprocess; its peak is ``ru_maxrss`` after forward + backward minus ``ru_maxrss`` once the logits
 (and the other inputs) are allocated, so it counts what the computation adds: the logits' gradient ([N, V] in the
 logits' dtype, both variants) and the rest (with glibc's mmap threshold fixed at 128 KiB, so that freed blocks
-go back to the system and the high-water mark follows live memory). Times: the median of ``--repeats`` forward and backward passes (after
-the peak run, in the same process).
+go back to the system and the high-water mark follows live memory). Times: the median of ``--repeats`` forward and
+backward passes (the first is the peak run; the rest in the same process).
 
     .venv/bin/python benchmarks/logprob_memory.py                       # N=4096, V=151936, bf16: ~20 GB for plain
     .venv/bin/python benchmarks/logprob_memory.py --n 256 --v 4096      # seconds
