@@ -206,3 +206,64 @@ def test_no_tokens():
     lp, ent = logprobs_and_entropy(x, torch.zeros(0, dtype=torch.long), 0.7, need_entropy=True)
     (lp.sum() + ent.sum()).backward()
     assert lp.shape == ent.shape == (0,) and x.grad.shape == (0, 5) and x.grad.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("amp", [None, torch.bfloat16])
+@pytest.mark.parametrize("entropy_grad", [False, True])
+def test_policy_forward_equals_the_plain_path(amp, entropy_grad):
+    """PolicyWorker._forward on a tiny random llama (the lean head): logprobs, entropy and the parameters' gradient
+    of a loss on both equal the plain path on the same logits (fp32 copy, log_softmax, softmax entropy); the
+    entropy has no graph without ``entropy_grad``. Under bf16 autocast the logits are bf16, as on bf16 machines."""
+    import types
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from rlvr.train.batch import TrainBatch
+    from rlvr.train.policy import PolicyWorker
+
+    torch.manual_seed(0)
+    cfg = AutoConfig.for_model("llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                               num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                               max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    model = AutoModelForCausalLM.from_config(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.5)
+    ids = torch.randint(3, 64, (2, 9), generator=torch.Generator().manual_seed(0))
+    am = torch.ones_like(ids)
+    am[1, 6:] = 0
+    loss_mask = torch.zeros(2, 8)
+    loss_mask[0, 3:8] = 1.0
+    loss_mask[1, 2:5] = 1.0
+    mb = TrainBatch(input_ids=ids, attention_mask=am, loss_mask=loss_mask, rollout_logprobs=torch.zeros(2, 8),
+                    advantages=torch.zeros(2), max_new_tokens=8)
+    cast = (lambda: torch.autocast("cpu", dtype=amp)) if amp else (lambda: torch.autocast("cpu", enabled=False))
+    worker = types.SimpleNamespace(device=torch.device("cpu"), temperature=0.7, ds=False, _autocast=cast)
+    w = torch.randn(2, 8, generator=torch.Generator().manual_seed(1)) * loss_mask
+
+    def loss_of(lp, ent):
+        return (lp * w).sum() + ((ent * w.flip(0)).sum() if ent.requires_grad else 0.0)
+
+    model.zero_grad()
+    lp, ent = PolicyWorker._forward(worker, model, mb, need_entropy=True, entropy_grad=entropy_grad)
+    assert lp.requires_grad and ent.requires_grad == entropy_grad and (entropy_grad or ent.grad_fn is None)
+    loss_of(lp, ent).backward()
+    ours = [p.grad.clone() for p in model.parameters()]
+
+    model.zero_grad()
+    with cast():
+        hidden = model.model(input_ids=ids, attention_mask=am).last_hidden_state[:, :-1]
+        logits = model.lm_head(hidden[loss_mask.bool()])  # [N, V]
+    assert logits.dtype == (amp or torch.float32)
+    z = logits.float() / 0.7
+    lp_ref = torch.zeros(2, 8).masked_scatter(
+        loss_mask.bool(), torch.log_softmax(z, -1).gather(-1, ids[:, 1:][loss_mask.bool()][:, None]).squeeze(-1))
+    zc = z if entropy_grad else z.detach()
+    ent_flat = torch.logsumexp(zc, -1) - (torch.softmax(zc, -1) * zc).sum(-1)
+    ent_ref = torch.zeros(2, 8).masked_scatter(loss_mask.bool(), ent_flat)
+    loss_of(lp_ref, ent_ref).backward()
+    tol = 1e-5 if amp is None else 2e-2
+    assert torch.allclose(lp, lp_ref, atol=1e-5) and torch.allclose(ent, ent_ref, atol=1e-4)
+    for g, p in zip(ours, model.parameters()):
+        assert torch.allclose(g, p.grad, atol=tol, rtol=tol)
