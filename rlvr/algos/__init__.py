@@ -15,7 +15,7 @@ import pkgutil
 from rlvr.algos.advantages import ADVANTAGES
 from rlvr.algos.gae import CRITIC_ADVANTAGES
 from rlvr.algos.kl import KL_ESTIMATORS
-from rlvr.algos.logprobs import entropy_from_logits, masked_mean, response_mask, token_logprobs
+from rlvr.algos.logprobs import entropy_from_logits, logprobs_and_entropy, masked_mean, response_mask, token_logprobs
 from rlvr.algos.losses import LOSS_AGGREGATIONS, POLICY_LOSSES
 
 
@@ -48,6 +48,7 @@ __all__ = [
     "LOSS_AGGREGATIONS",
     "POLICY_LOSSES",
     "entropy_from_logits",
+    "logprobs_and_entropy",
     "masked_mean",
     "response_mask",
     "token_logprobs",

@@ -28,7 +28,7 @@ import torch
 
 from rlvr.algos.kl import dph_forward_kl, dph_js
 from rlvr.algos.objective import dph_term, micro_batch_loss
-from rlvr.algos.logprobs import entropy_from_logits, token_logprobs
+from rlvr.algos.logprobs import logprobs_and_entropy
 from rlvr.config import Recipe
 from rlvr.hardware import bind_cpus
 from rlvr.metrics import names as mn
@@ -264,14 +264,15 @@ class PolicyWorker:
             else:
                 logits = model(input_ids=ids, attention_mask=am).logits[:, :-1][mask]  # [N, V]
         temperature = self.temperature if temperature is None else temperature
-        lp_flat = token_logprobs(logits.float()[None], targets[None], temperature)[0]  # [N]
+        # in fp32 chunks of rows, one pass for both; backward recomputes each chunk's softmax, so beside the [N, V]
+        # logits no [N, V] fp32 tensor is kept (issue 27: 2.5 GB each at N = 4096, V = 152k); the entropy carries a
+        # gradient only when entropy_grad
+        lp_flat, ent_flat = logprobs_and_entropy(logits, targets, temperature, need_entropy=need_entropy,
+                                                 entropy_grad=entropy_grad)  # [N], [N] or None
         lp = torch.zeros(mask.shape, dtype=lp_flat.dtype, device=self.device).masked_scatter(mask, lp_flat)
         ent = None
         if need_entropy:
-            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-                src = logits.float() if entropy_grad else logits.detach().float()
-                ent_flat = entropy_from_logits(src[None], temperature)[0]
-                ent = torch.zeros(mask.shape, dtype=ent_flat.dtype, device=self.device).masked_scatter(mask, ent_flat)
+            ent = torch.zeros(mask.shape, dtype=ent_flat.dtype, device=self.device).masked_scatter(mask, ent_flat)
         return lp, ent
 
     @torch.no_grad()
