@@ -9,7 +9,7 @@
 #   ./scripts/test.sh            # what CI runs: everything not marked slow
 #   ./scripts/test.sh --all      # every test (before a release, or after touching what a slow test guards)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 py=.venv/bin/python
 select=(-m "not slow")
 if [ "${1:-}" = "--all" ]; then
