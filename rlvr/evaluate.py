@@ -269,11 +269,10 @@ def load_set(es: EvalSet, cfg: EvalConfig, tokenizer: Any, prompt_limit: int) ->
     for i, r in enumerate(rows):
         r["file_row"] = i
     kept, report = check_golds(rows, [es.verifier_spec], "drop", deadline_key=None)
-    listing = None
-    if cfg.tools.enabled and dc.chat_template:  # the first prompt carries the tools listing: count it (and size the
-        from rlvr.tools.formats import tool_listing  # engine's context by it)
+    from rlvr.tools.formats import recipe_tool_listing
 
-        listing = tool_listing(cfg.tools.names, cfg.tools.format, getattr(tokenizer, "chat_template", None))
+    listing = recipe_tool_listing(cfg.tools, dc, tokenizer)  # the first prompt carries it: counted, and it sizes
+    # the engine's context
     try:
         prompts, too_long = build_prompts(kept, tokenizer, dc, tools=listing)
     except ValueError as e:

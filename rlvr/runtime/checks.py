@@ -179,7 +179,7 @@ def load_prompts(recipe: Recipe, tokenizer: Any, ctx: int | None) -> tuple[list[
     rows = load_rows(r.data, r.run.seed)
     kept, report = check_golds(rows, r.reward.verifiers, r.data.bad_gold, r.timeouts.gold_check_s)
     context = (ctx, r.response_budget[1], r.response_budget[0]) if ctx is not None else None
-    prompts, dropped = build_prompts(kept, tokenizer, r.data, context, recipe_tool_listing(r, tokenizer))
+    prompts, dropped = build_prompts(kept, tokenizer, r.data, context, recipe_tool_listing(r.tools, r.data, tokenizer))
     log.info("%d prompts (%d dropped as longer than %d tokens)", len(prompts), dropped, r.data.max_prompt_tokens)
     if len(prompts) < r.rollout.prompts_per_step:
         raise RecipeError(_too_few(r, len(prompts), len(rows), len(report.bad), dropped, ctx))

@@ -62,7 +62,7 @@ def validation_prompts(recipe: Recipe, tokenizer: Any) -> list[Prompt]:
     rows, _ = check_golds(rows, recipe.reward.verifiers, recipe.data.bad_gold, recipe.timeouts.gold_check_s)
     from rlvr.tools.formats import recipe_tool_listing
 
-    prompts, _ = build_prompts(rows, tokenizer, data, tools=recipe_tool_listing(recipe, tokenizer))
+    prompts, _ = build_prompts(rows, tokenizer, data, tools=recipe_tool_listing(recipe.tools, recipe.data, tokenizer))
     return prompts
 
 

@@ -174,6 +174,10 @@ def _handler(targets: tuple[str, ...], timeout_s: float, max_output_chars: int) 
     return handle
 
 
+OUTCOMES = ("ok", "error", "timeout", "crashed")
+"""A call's outcomes (:attr:`ToolResult.status`), each counted per tool (``tools/<tool>/<outcome>``)."""
+
+
 @dataclass(frozen=True)
 class ToolResult:
     """One call's outcome: ``status`` ``ok``, ``error`` (the tool raised or returned garbage), ``timeout`` or

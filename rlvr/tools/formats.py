@@ -242,15 +242,16 @@ def tool_listing(names: tuple[str, ...] | list[str], fmt: str, chat_template: st
                        call_ids="tool_call_id" in (chat_template or ""))  # fmt: skip
 
 
-def recipe_tool_listing(recipe: Any, tokenizer: Any) -> ToolListing | None:
-    """A recipe's tools listing for ``tokenizer``'s chat template (:func:`tool_listing`), so that prompt lengths
-    count the tool schemas the first prompt carries; None without tools (or without a chat template). Errors:
-    :class:`~rlvr.config.RecipeError` naming ``tools.names`` when a tool does not resolve."""
-    if not recipe.tools.enabled or not recipe.data.chat_template:
+def recipe_tool_listing(tools: Any, data: Any, tokenizer: Any) -> ToolListing | None:
+    """The listing of a ``tools`` section (:class:`~rlvr.config.ToolsConfig`) for ``tokenizer``'s chat template
+    (:func:`tool_listing`), so that prompt lengths count the tool schemas the first prompt carries (training, its
+    validation, ``rlvr eval``); None without tools or when ``data`` (:class:`~rlvr.config.DataConfig`) renders no
+    chat template. Errors: :class:`~rlvr.config.RecipeError` naming ``tools.names`` when a tool does not resolve."""
+    if not tools.enabled or not data.chat_template:
         return None
     from rlvr.config import RecipeError
 
     try:
-        return tool_listing(recipe.tools.names, recipe.tools.format, getattr(tokenizer, "chat_template", None))
+        return tool_listing(tools.names, tools.format, getattr(tokenizer, "chat_template", None))
     except (KeyError, ImportError, AttributeError, TypeError, ValueError, OSError) as e:
         raise RecipeError(f"tools.names: {str(e).strip(chr(34))}") from None

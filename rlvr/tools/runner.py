@@ -36,13 +36,12 @@ from typing import Any
 
 from rlvr.envs.base import EnvStep
 from rlvr.envs.tokens import Message
+from rlvr.tools.execute import OUTCOMES
 from rlvr.tools.formats import ParsedCall, parse_calls
 from rlvr.tools.registry import Tool, check_arguments
 
 log = logging.getLogger("rlvr")
 
-OUTCOMES = ("ok", "error", "timeout", "crashed")
-"""A call's outcomes, each counted per tool (``tools/<tool>/<outcome>``)."""
 NO_ENVIRONMENT = "tools"
 """The inner state of a trajectory whose recipe has tools and no environment (a reply without calls ends it)."""
 
