@@ -161,6 +161,8 @@ def main() -> None:
         mp.spawn(_role, args=(free_port(), world, specs_t, run, out), nprocs=2, join=True)
         out = dict(out)
     send, recv = out["sender"], out["engine"]
+    if os.environ.get("RLVR_BENCH_RAW"):
+        print("raw sender", [(b, p) for b, p, _, _ in send], "engine", [(b, p) for b, p, _, _ in recv])
     for (_, _, _, c), (_, _, _, sums) in zip(send, recv):
         assert all(checksums_match(c, s) for s in sums), "checksum mismatch"
     mb = 1e6

@@ -10,7 +10,7 @@ import torch
 
 from rlvr.hardware import bind_cpus
 from rlvr.rollout.base import checkpoint_shapes, set_threads
-from rlvr.sync.weights import DTYPES, WeightSpec, create_group, receive_into
+from rlvr.sync.weights import DTYPES, Received, WeightSpec, create_group, receive_stream
 from rlvr.types import Completion, Prompt, SamplingConfig
 
 
@@ -117,12 +117,12 @@ class HFEngine:
     @torch.no_grad()
     def receive_weights(self, specs: list[tuple[str, tuple[int, ...], str]], version: int, bucket_mb: float = 0.0) -> float:
         wspecs = [WeightSpec(n, tuple(s), d) for n, s, d in specs]
-        named, total = receive_into(self._pg, wspecs, self.device, self._timeout, bucket_mb)
         params = dict(self.model.named_parameters())
-        for n, t in named:
-            params[n].copy_(t)
+        got = Received()
+        for n, t in receive_stream(self._pg, wspecs, self.device, self._timeout, bucket_mb, got):
+            params[n].copy_(t)  # loaded as its bucket arrives: no second copy of the model
         self.policy_version = version
-        return total
+        return got.checksum
 
     def loaded_blocks(self, names: list[str], dtype: str) -> list[list[tuple]]:
         """The read-back of the checkpoint tensors ``names`` from the model's parameters (one worker):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.sync.weights import WeightSpec, create_group, receive_into
+from rlvr.sync.weights import Received, WeightSpec, WeightSyncError, create_group, drain, receive_stream
 
 
 def refresh_tied_layers(model: torch.nn.Module) -> list[str]:
@@ -83,16 +83,24 @@ class WeightSyncExtension:
 
     def rlvr_receive(self, specs: list[tuple[str, tuple[int, ...], str]], bucket_mb: float = 0.0) -> float:
         """Receive one full set of weights (packed as the sender packs them: ``bucket_mb``, 0 = one broadcast per
-        tensor) and load it. Returns the checksum of what was received."""
+        tensor) and load it as it arrives: vLLM's ``reload_weights`` consumes :func:`receive_stream` lazily and its
+        layer-wise reload buffers a layer's tensors only until the layer is complete (the sender sends layer by
+        layer), so this worker holds a few buckets beyond its weights, never the whole model; under tensor
+        parallelism each loaded tensor is cut to this worker's shard and the full one dropped.
+        Returns the checksum of what was received.
+        Errors: :class:`WeightSyncError` when the transfer fails, or the loader stopped before the last tensor."""
         wspecs = [WeightSpec(n, tuple(s), d) for n, s, d in specs]
         device = self.device if hasattr(self, "device") else torch.device("cpu")
-        named, total = receive_into(self._rlvr_pg, wspecs, device, self._rlvr_timeout, bucket_mb)
         model_dtype = next(self.model_runner.get_model().parameters()).dtype
-        named = [(n, t.to(model_dtype)) for n, t in named]
-        self.reload_weights(weights_iterator=named, is_checkpoint_format=True)
+        got = Received()
+        stream = receive_stream(self._rlvr_pg, wspecs, device, self._rlvr_timeout, bucket_mb, got)
+        self.reload_weights(weights_iterator=((n, t.to(model_dtype)) for n, t in stream), is_checkpoint_format=True)
+        left = drain(stream)  # the loader should have taken all; the sender's broadcasts must be answered anyway
+        if left:
+            raise WeightSyncError(f"the engine's loader stopped after {got.count - left} of {len(wspecs)} tensors")
         with torch.no_grad():
             refresh_tied_layers(self.model_runner.get_model())  # a tied head follows its embedding (module doc)
-        return total
+        return got.checksum
 
     def rlvr_readback(self, names: list[str], dtype: str) -> list[tuple]:
         """This worker's read-back of what it loaded (:func:`rlvr.sync.readback.vllm_blocks`): blocks of the

@@ -9,16 +9,20 @@ Protocol of one sync (``version`` v):
 1. The controller obtains the trainer's :class:`WeightSpec` list (names, shapes, dtypes: no tensors) and checks it
    against each engine's expected spec (:func:`check_specs`) *before* any tensor moves: a reload that fails midway
    kills a vLLM engine.
-2. The trainer calls :meth:`WeightSender.send`; each engine worker calls :func:`receive_into` with the same specs
-   and the same ``bucket_mb`` (``sync.bucket_mb``). The tensors travel by ``broadcast`` from rank 0, packed in send
-   order into flat buckets of at most ``bucket_mb`` MB (:func:`plan_buckets`, which both sides derive from the
-   specs), one broadcast per bucket; ``bucket_mb = 0``: one broadcast per tensor. Two broadcasts are kept in flight
+2. The trainer calls :meth:`WeightSender.send`; each engine worker iterates :func:`receive_stream` with the same
+   specs and the same ``bucket_mb`` (``sync.bucket_mb``), loading each tensor as its bucket arrives. The tensors
+   travel by ``broadcast`` from rank 0, packed in send order into flat buckets of at most ``bucket_mb`` MB
+   (:func:`plan_buckets`, which both sides derive from the specs), one broadcast per bucket; ``bucket_mb = 0``: one broadcast per tensor. Two broadcasts are kept in flight
    (:data:`IN_FLIGHT`). On CPU (gloo), 16 MB buckets were 1.2-1.4x faster than one broadcast per tensor (1.4-2.0x
    than the per-tensor path with one broadcast in flight, as before packing) and 1.3-1.5x faster than a single
    broadcast of the whole model, whose fresh 0.27 GB receive buffer pays its page faults during the receive
    (``benchmarks/sync_bandwidth.py``; numbers in ``SyncConfig.bucket_mb``).
-3. Both sides compute a float64 checksum of what they sent/received (per tensor: the same value whatever the
-   bucketing); the controller compares them.
+   Both sides stream: the sender drops each tensor once it is packed or sent, the engine loads each bucket while
+   the next ones travel (a tensor-parallel worker keeps only its shard), so neither holds a second copy of the
+   model (``benchmarks/sync_memory.py`` measures the peaks). A transfer that fails midway leaves an engine
+   partly loaded: the sync raises and the run stops there, as it would have (the engine cannot serve either way).
+3. Both sides compute a float64 checksum of what they sent/received, running, per tensor (the same value whatever
+   the bucketing); the controller compares them.
 4. Each engine worker reads back a sample of what it *loaded* and the controller compares it exactly with the
    same sample of the sent tensors (:mod:`rlvr.sync.readback`).
 
@@ -180,9 +184,20 @@ def _broadcast(pg, t: torch.Tensor, what: str, timeout_s: float) -> None:
     _wait(_post(pg, t, what, timeout_s), what, timeout_s)
 
 
+CHECKSUM_CHUNK = 1 << 20
+"""Elements per float64 partial sum of a checksum term (8 MB): a whole-tensor ``double()`` copy of Qwen2.5-0.5B's
+embedding is 1.09 GB, the largest transient of a sync. Measured on CPU (151936 x 896 bf16, 1 thread): 1M-element
+chunks took 39-89 ms and 0-51 MB above steady state against 566-824 ms and 1089 MB for ``t.double().sum()``;
+4M and 16M chunks 570-720 ms (buffers that large come fresh from the OS each time)."""
+
+
 def _checksum_term(i: int, t: torch.Tensor) -> float:
-    """One tensor's share of a sync checksum: float64 sum weighted by its position (catches swaps cheaply)."""
-    return float(t.detach().double().sum()) * (1.0 + (i % 7) * 1e-3)
+    """One tensor's share of a sync checksum: float64 sum weighted by its position (catches swaps cheaply), summed
+    in chunks of :data:`CHECKSUM_CHUNK` elements (no float64 copy of the whole tensor)."""
+    acc = 0.0
+    for c in t.detach().reshape(-1).split(CHECKSUM_CHUNK):
+        acc += float(c.double().sum())
+    return acc * (1.0 + (i % 7) * 1e-3)
 
 
 def bucket_bytes_of(bucket_mb: float) -> int:
@@ -256,21 +271,32 @@ class WeightSender:
              sample: bool = True) -> dict[str, float]:
         """Broadcast every tensor, in order, packed into buckets of at most ``bucket_mb`` MB (1e6 bytes; 0: one
         broadcast per tensor; layout: :func:`plan_buckets`, which the receivers apply to the same specs).
-        Returns ``{"bytes", "seconds", "checksum", "buckets", "samples"}`` (seconds: wall time of the transfer;
-        checksum: per tensor, whatever the bucketing; samples: name -> :func:`trainer_sample` of the tensor as sent,
-        which the engines' read-back is compared with; empty with ``sample=False``, when nothing reads it back).
+
+        Streaming: ``named`` is consumed one tensor at a time, and a tensor is dropped once it is packed into a
+        staging buffer (or, travelling alone, once its broadcast completes): the sender holds at most the open
+        bucket's tensors and :data:`IN_FLIGHT` posted buckets beyond its own weights, never the whole model (under
+        ZeRO-3 each tensor is a gathered copy). Its checksum term and read-back sample are taken as it arrives.
+
+        Returns ``{"bytes", "seconds", "checksum", "buckets", "samples"}`` (seconds: wall time of the transfer,
+        less the time spent on checksums and samples; checksum: per tensor, whatever the bucketing; samples: name
+        -> :func:`trainer_sample` of the tensor as sent, which the engines' read-back is compared with; empty with
+        ``sample=False``, when nothing reads it back).
         Errors: :class:`WeightSyncError` when a broadcast fails or takes over ``timeout_s``."""
         bucket_bytes = bucket_bytes_of(bucket_mb)
         t0 = time.perf_counter()
-        nbytes, sent, names = 0, [], []
-        inflight: list[tuple[object, str]] = []  # posted broadcasts, oldest first
+        aside = 0.0  # seconds spent on checksums and samples, off the transfer's clock
+        nbytes, total, count = 0, 0.0, 0
+        samples: dict[str, torch.Tensor] = {}
+        # posted broadcasts, oldest first: (work, what, the tensor posted: kept alive until its broadcast completes)
+        inflight: list[tuple[object, str, torch.Tensor]] = []
         bucket: list[tuple[str, torch.Tensor]] = []
         bucket_dtype, bucket_nbytes, n_buckets = "", 0, 0
 
         def flush() -> None:
             nonlocal n_buckets
             while len(inflight) >= IN_FLIGHT:  # frees the staging slot this bucket reuses
-                _wait(*inflight.pop(0), self.timeout_s)
+                work, what, _ = inflight.pop(0)
+                _wait(work, what, self.timeout_s)
             if len(bucket) == 1:
                 what, flat = bucket[0][0], bucket[0][1]  # alone: sent as it is, no copy
             else:
@@ -278,9 +304,9 @@ class WeightSender:
                 buf = self._buffer(bucket_bytes, bucket[0][1].dtype, n_buckets % IN_FLIGHT)
                 flat = buf[: sum(t.numel() for _, t in bucket)]
                 torch.cat([t.reshape(-1) for _, t in bucket], out=flat)
-            inflight.append((_post(self.pg, flat, what, self.timeout_s), what))
+            inflight.append((_post(self.pg, flat, what, self.timeout_s), what, flat))
             n_buckets += 1
-            bucket.clear()
+            bucket.clear()  # the packed tensors are free now; a lone one lives in `inflight` until sent
 
         for name, t in named:
             t = t.detach().to(self.device).contiguous()
@@ -289,53 +315,108 @@ class WeightSender:
                 flush()
             if not bucket:
                 bucket_dtype, bucket_nbytes = s.dtype, 0
+            ta = time.perf_counter()
+            total += _checksum_term(count, t)
+            if sample:
+                samples[name] = trainer_sample(name, t)
+            aside += time.perf_counter() - ta
             bucket.append((name, t))
             bucket_nbytes += s.nbytes
             nbytes += s.nbytes
-            sent.append(t)
-            names.append(name)
+            count += 1
+            del t  # the bucket holds it until packed
         if bucket:
             flush()
         while inflight:
-            _wait(*inflight.pop(0), self.timeout_s)
+            work, what, _ = inflight.pop(0)
+            _wait(work, what, self.timeout_s)
         if self.device.type == "cuda":
             torch.cuda.synchronize()
-        seconds = time.perf_counter() - t0  # the transfer alone; the checksum and samples below are off its clock
-        total = sum(_checksum_term(i, t) for i, t in enumerate(sent))
-        samples = {n: trainer_sample(n, t) for n, t in zip(names, sent)} if sample else {}
+        seconds = time.perf_counter() - t0 - aside
         return {"bytes": float(nbytes), "seconds": seconds, "checksum": total, "buckets": float(n_buckets),
                 "samples": samples}
+
+
+def _empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A receive buffer (one bucket, or one tensor travelling alone); tests count the live ones through it."""
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+class Received:
+    """What :func:`receive_stream` has received so far: the running checksum and the tensor count."""
+
+    def __init__(self) -> None:
+        self.checksum = 0.0
+        self.count = 0
+
+
+def receive_stream(
+    pg, specs: list[WeightSpec], device: torch.device, timeout_s: float, bucket_mb: float, got: Received
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Engine side: receive every tensor of ``specs`` from rank 0, in the sender's buckets (``bucket_mb`` must be
+    the sender's; :func:`plan_buckets`), yielding each ``(name, tensor)`` as soon as its bucket has arrived, so the
+    consumer loads it while the next buckets travel. A tensor that travelled in a bucket is a view into that
+    bucket's flat buffer; a bucket's memory is freed once the consumer drops its views. At most :data:`IN_FLIGHT`
+    buckets are posted beyond the one being yielded: the receiver never holds the whole model.
+
+    ``got`` accumulates the checksum (per tensor, as :meth:`WeightSender.send` computes it) and the count of
+    tensors yielded; both are final only once the generator is exhausted, which the caller must do (a consumer that
+    stops early would leave the sender's broadcasts unanswered: :func:`drain`).
+    Errors: :class:`WeightSyncError` (failure, or over ``timeout_s``), raised from the iteration."""
+    plan = plan_buckets(specs, bucket_bytes_of(bucket_mb))
+    posted: list[tuple[object, str, list[tuple[int, str, torch.Tensor]]]] = []
+    k = 0
+
+    def post_next() -> None:
+        nonlocal k
+        idx = plan[k]
+        k += 1
+        dtype = DTYPES[specs[idx[0]].dtype]
+        if len(idx) == 1:
+            s = specs[idx[0]]
+            flat = _empty(s.shape, dtype, device)
+            items = [(idx[0], s.name, flat)]
+            what = s.name
+        else:
+            flat = _empty((sum(specs[i].numel for i in idx),), dtype, device)
+            items, off = [], 0
+            for i in idx:
+                s = specs[i]
+                items.append((i, s.name, flat[off : off + s.numel].view(s.shape)))
+                off += s.numel
+            what = f"the bucket {specs[idx[0]].name} .. {specs[idx[-1]].name} ({len(idx)} tensors)"
+        posted.append((_post(pg, flat, what, timeout_s), what, items))
+
+    while k < len(plan) and len(posted) < IN_FLIGHT:
+        post_next()
+    while posted:
+        work, what, items = posted.pop(0)
+        _wait(work, what, timeout_s)
+        if k < len(plan):
+            post_next()  # keep IN_FLIGHT on the wire while the consumer loads this bucket
+        while items:
+            i, name, t = items.pop(0)
+            got.checksum += _checksum_term(i, t)
+            got.count += 1
+            yield name, t
+        del work, items, t
+
+
+def drain(stream: Iterator[tuple[str, torch.Tensor]]) -> int:
+    """Receive whatever ``stream`` (:func:`receive_stream`) has left, dropping it; returns how many tensors that was
+    (0 when its consumer took them all)."""
+    return sum(1 for _ in stream)
 
 
 def receive_into(
     pg, specs: list[WeightSpec], device: torch.device, timeout_s: float, bucket_mb: float = 0.0
 ) -> tuple[list[tuple[str, torch.Tensor]], float]:
-    """Engine side: receive every tensor of ``specs`` from rank 0, in the sender's buckets (``bucket_mb`` must be
-    the sender's; :func:`plan_buckets`). Returns ``(named tensors, checksum)``; a tensor that travelled in a bucket
-    is a view into that bucket's flat buffer. Errors: :class:`WeightSyncError` (failure, or over ``timeout_s``)."""
-    out: list[tuple[str, torch.Tensor]] = []
-    inflight: list[tuple[object, str]] = []
-    for idx in plan_buckets(specs, bucket_bytes_of(bucket_mb)):
-        while len(inflight) >= IN_FLIGHT:
-            _wait(*inflight.pop(0), timeout_s)
-        dtype = DTYPES[specs[idx[0]].dtype]
-        if len(idx) == 1:
-            s = specs[idx[0]]
-            flat = torch.empty(s.shape, dtype=dtype, device=device)
-            out.append((s.name, flat))
-            what = s.name
-        else:
-            flat = torch.empty(sum(specs[i].numel for i in idx), dtype=dtype, device=device)
-            off = 0
-            for i in idx:
-                s = specs[i]
-                out.append((s.name, flat[off : off + s.numel].view(s.shape)))
-                off += s.numel
-            what = f"the bucket {specs[idx[0]].name} .. {specs[idx[-1]].name} ({len(idx)} tensors)"
-        inflight.append((_post(pg, flat, what, timeout_s), what))
-    while inflight:
-        _wait(*inflight.pop(0), timeout_s)
-    return out, sum(_checksum_term(i, t) for i, (_, t) in enumerate(out))
+    """Engine side, all at once: every tensor of ``specs`` (:func:`receive_stream`, kept in a list: the whole
+    model's bytes) and the checksum. For tests and benchmarks; the engines load as they receive.
+    Errors: :class:`WeightSyncError` (failure, or over ``timeout_s``)."""
+    got = Received()
+    out = list(receive_stream(pg, specs, device, timeout_s, bucket_mb, got))
+    return out, got.checksum
 
 
 def checksums_match(a: float, b: float) -> bool:

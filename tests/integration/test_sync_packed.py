@@ -84,3 +84,68 @@ def test_receiver_that_stops_midway_fails_the_packed_sender_within_the_timeout()
     with pytest.raises(WeightSyncError, match=r"bucket w4 \.\. w5 \(2 tensors\) (failed|timed out)"):
         sender.send(iter(named), BUCKET_MB)  # the third bucket: the first not received
     assert time.perf_counter() - t0 < 15
+
+
+def test_both_sides_stream_holding_a_few_buckets_never_the_model(monkeypatch):
+    """Streaming (issue 27): 24 float32 tensors of 100 bytes in 200-byte buckets (12 buckets of 2), sent from a
+    generator of fresh tensors (as a ZeRO-3 gather yields them) and consumed one by one. Each tensor's memory is a
+    NumPy array, so its release is seen whatever views torch makes of it. When the sender asks for the next tensor,
+    at most the open bucket's one tensor and the current one are alive (packed tensors are dropped; a sender that
+    keeps what it sent holds up to 23). When the receiver hands over a tensor, at most IN_FLIGHT + 1 receive
+    buffers exist (the one being read and those posted; one that posts every bucket at once or keeps them: up to
+    12). The values and checksums still match."""
+    import weakref
+
+    import numpy as np
+
+    import rlvr.sync.weights as W
+
+    def tracked(n: int, live: set) -> torch.Tensor:
+        arr = np.empty(n, dtype=np.float32)
+        key = object()
+        live.add(key)
+        weakref.finalize(arr, live.discard, key)
+        return torch.from_numpy(arr)
+
+    g = torch.Generator().manual_seed(1)
+    named = [(f"w{i}", torch.randn(25, generator=g)) for i in range(24)]
+    specs = [spec_of(n, t) for n, t in named]
+    assert len(plan_buckets(specs, bucket_bytes_of(BUCKET_MB))) == 12
+    sent_live: set = set()
+    sent_alive: list[int] = []
+
+    def fresh():
+        for n, t in named:
+            sent_alive.append(len(sent_live))  # tensors yielded earlier that the sender still holds
+            c = tracked(25, sent_live)
+            c.copy_(t)
+            yield n, c
+            del c
+
+    recv_live: set = set()
+    recv_alive: list[int] = []
+    cpu_empty = W._empty
+    monkeypatch.setattr(W, "_empty", lambda shape, dtype, device: (
+        tracked(int(torch.Size(shape).numel()), recv_live).view(shape) if dtype == torch.float32
+        else cpu_empty(shape, dtype, device)))
+    got, seen = W.Received(), []
+
+    def engine():
+        pg = create_group(host="127.0.0.1", port=port, rank=1, world_size=2, backend="gloo", timeout_s=30, name="s")
+        for n, t in W.receive_stream(pg, specs, torch.device("cpu"), 30, BUCKET_MB, got):
+            recv_alive.append(len(recv_live))
+            seen.append((n, t.clone()))
+            del t
+
+    port = free_port()
+    th = threading.Thread(target=engine)
+    th.start()
+    sender = WeightSender(host="127.0.0.1", port=port, world_size=2, backend="gloo", timeout_s=30, name="s")
+    sent = sender.send(fresh(), BUCKET_MB)
+    th.join(30)
+    assert not th.is_alive() and len(seen) == 24 and got.count == 24
+    assert all(n == m and torch.equal(t, u) for (n, t), (m, u) in zip(named, seen))
+    assert got.checksum == sent["checksum"]
+    print("sender holds:", sent_alive, "receive buffers:", recv_alive)
+    assert max(sent_alive) <= 2, sent_alive
+    assert max(recv_alive) <= IN_FLIGHT + 1, recv_alive
