@@ -458,7 +458,9 @@ class CriticConfig:
 class SyncConfig:
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     """Process-group backend for weight sync (auto: nccl when trainer and engines each hold whole GPUs in their own
-    Ray actors, else gloo; the local executor, every role in one process, always gloo)."""
+    Ray actors, else gloo; the local executor, every role in one process, always gloo). ``nccl`` is refused at load
+    where the sync's ranks share a GPU (the local executor, a fractional ``trainer.num_gpus`` or
+    ``rollout.num_gpus``) or one side has none (:func:`rlvr.recipe.gpu_errors`)."""
     timeout_s: float = 300.0
     """A sync that has not completed within this many seconds fails the run with a clear error."""
     bucket_mb: float = 16.0
