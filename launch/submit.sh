@@ -16,7 +16,10 @@ PASS_ENV=(
   HF_HOME HF_HUB_CACHE HF_DATASETS_CACHE HF_ENDPOINT HF_HUB_OFFLINE HF_DATASETS_OFFLINE TRANSFORMERS_OFFLINE
   RLVR_CACHE VLLM_CACHE_ROOT TORCH_EXTENSIONS_DIR
   WANDB_PROJECT WANDB_ENTITY WANDB_MODE
-  NCCL_DEBUG NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME
+  # NCCL and gloo settings every rank of a group must share (rlvr.runtime.environ.COMM_ENV, which forwards them
+  # from the driver to every role)
+  NCCL_SOCKET_IFNAME NCCL_IB_DISABLE NCCL_IB_HCA NCCL_P2P_DISABLE NCCL_SHM_DISABLE NCCL_NET_GDR_LEVEL
+  NCCL_CUMEM_ENABLE NCCL_DEBUG GLOO_SOCKET_IFNAME
 )
 # Not uploaded with the working directory (gitignore syntax; Ray also honours the repository's .gitignore).
 EXCLUDES=(.git .venv runs __pycache__ "*.egg-info" .pytest_cache .hypothesis .cache "*.log")
@@ -42,7 +45,9 @@ Options (before the recipe):
 
 Copied into the job's environment when set here: HF_HOME HF_HUB_CACHE HF_DATASETS_CACHE HF_ENDPOINT
 HF_HUB_OFFLINE HF_DATASETS_OFFLINE TRANSFORMERS_OFFLINE RLVR_CACHE VLLM_CACHE_ROOT TORCH_EXTENSIONS_DIR
-WANDB_PROJECT WANDB_ENTITY WANDB_MODE NCCL_DEBUG NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME.
+WANDB_PROJECT WANDB_ENTITY WANDB_MODE NCCL_SOCKET_IFNAME NCCL_IB_DISABLE NCCL_IB_HCA NCCL_P2P_DISABLE
+NCCL_SHM_DISABLE NCCL_NET_GDR_LEVEL NCCL_CUMEM_ENABLE NCCL_DEBUG GLOO_SOCKET_IFNAME (rlvr passes the NCCL and
+gloo ones on to every role, so that trainer and engines agree).
 The job also gets RAY_OVERRIDE_JOB_RUNTIME_ENV=1, and RAY_JOB_STOP_WAIT_TIME_S=300 (`ray job stop ID` gives the
 driver 300 s after its SIGTERM to write a checkpoint; change with --env RAY_JOB_STOP_WAIT_TIME_S=N).
 RAY_AUTH_MODE defaults to `disabled` for this client (set RAY_AUTH_MODE=token for a cluster with token auth).

@@ -113,7 +113,9 @@ class RolloutConfig:
     """Skip graph capture (starts in seconds on CPU)."""
     num_gpus: float = 0.0
     """GPUs per engine worker (0 on CPU): an engine of tensor parallel N takes ``N x num_gpus`` GPUs, all on one
-    node (one placement-group bundle per engine)."""
+    node (one placement-group bundle per engine). With N > 1 a fraction is refused (each worker needs a GPU of its
+    own). Under Ray a role at 0 sees no GPU (``CUDA_VISIBLE_DEVICES=""``); a fraction shares a GPU, and the roles
+    then start one after another (:func:`rlvr.runtime.roles.shares_devices`)."""
     tensor_parallel_size: int = 1
     """vLLM tensor parallel size per engine: its workers each hold a 1/N shard of every layer (the attention and
     KV heads must divide by N); every worker joins the weight-sync group and loads its shard from the full
@@ -273,7 +275,7 @@ class JudgeConfig:
     threads: int = 1
     """torch threads of the judge engine on CPU (OMP_NUM_THREADS)."""
     num_gpus: float = 0.0
-    """GPUs of the judge role (0 on CPU)."""
+    """GPUs of the judge role (0 on CPU; under Ray it then sees no GPU, ``CUDA_VISIBLE_DEVICES=""``)."""
     resources: dict[str, float] = field(default_factory=dict)
     """Ray custom resources of the judge role (e.g. ``{judge_node: 1}``): pins it to chosen nodes. Empty: anywhere
     it fits."""
@@ -407,7 +409,9 @@ class TrainerConfig:
     num_workers: int = 1
     """Data-parallel trainer ranks (world size)."""
     num_gpus: float = 0.0
-    """GPUs per trainer rank (0 on CPU). The ranks are packed onto as few nodes as hold them (placement group)."""
+    """GPUs per trainer rank (0 on CPU; under Ray it then sees no GPU, ``CUDA_VISIBLE_DEVICES=""``). The ranks are
+    packed onto as few nodes as hold them (placement group); a rank computes on one GPU
+    (:func:`rlvr.train.policy.pick_device`)."""
     resources: dict[str, float] = field(default_factory=dict)
     """Ray custom resources per trainer rank (e.g. ``{trainer_node: 1}``: only on nodes started with ``ray start
     --resources='{"trainer_node": 4}'``): pins the role to chosen nodes. Empty: anywhere it fits."""
@@ -448,7 +452,7 @@ class CriticConfig:
     threads: int = 1
     """torch threads of the critic worker."""
     num_gpus: float = 0.0
-    """GPUs of the critic worker (0 on CPU)."""
+    """GPUs of the critic worker (0 on CPU; under Ray it then sees no GPU, ``CUDA_VISIBLE_DEVICES=""``)."""
     resources: dict[str, float] = field(default_factory=dict)
     """Ray custom resources per critic worker (e.g. ``{trainer_node: 1}``: only on nodes started with ``ray start
     --resources='{"trainer_node": 4}'``): pins the role to chosen nodes. Empty: anywhere it fits."""
@@ -458,7 +462,9 @@ class CriticConfig:
 class SyncConfig:
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     """Process-group backend for weight sync (auto: nccl when trainer and engines each hold whole GPUs in their own
-    Ray actors, else gloo; the local executor, every role in one process, always gloo)."""
+    Ray actors, else gloo; the local executor, every role in one process, always gloo). ``nccl`` is refused at load
+    where the sync's ranks share a GPU (the local executor, a fractional ``trainer.num_gpus`` or
+    ``rollout.num_gpus``) or one side has none (:func:`rlvr.recipe.gpu_errors`)."""
     timeout_s: float = 300.0
     """A sync that has not completed within this many seconds fails the run with a clear error."""
     bucket_mb: float = 16.0

@@ -233,6 +233,45 @@ def resource_errors(r: Recipe) -> list[str]:
     return errs
 
 
+DUPLICATE_GPU = 'NCCL refuses two ranks on one GPU ("Duplicate GPU detected")'
+"""Why a weight sync over NCCL cannot run where its ranks share a device (named in :func:`gpu_errors`)."""
+
+
+def gpu_errors(r: Recipe) -> list[str]:
+    """Settings that would crash or misplace work on GPUs, refused at load (none apply on CPU):
+
+    - ``sync.backend: nccl`` where the sync's ranks share a GPU (``run.executor: local``, every role in one
+      process; or a fractional ``trainer.num_gpus`` / ``rollout.num_gpus``) or where one side has none
+      (``num_gpus: 0``): NCCL needs one GPU per rank. The fix: ``sync.backend: gloo`` (or ``auto``).
+    - ``rollout.tensor_parallel_size`` N > 1 with ``rollout.num_gpus`` in (0, 1): ``num_gpus`` is per engine
+      worker, so an engine would hold ``N x num_gpus`` < N GPUs for N workers, which vLLM refuses (each
+      tensor-parallel worker needs a GPU of its own). The fix: ``rollout.num_gpus: 1`` or
+      ``rollout.tensor_parallel_size: 1``.
+    """
+    errs: list[str] = []
+    tr, ro = r.trainer, r.rollout
+    if r.sync.backend == "nccl":
+        fractions = [f"{k}.num_gpus={g:g}" for k, g in (("trainer", tr.num_gpus), ("rollout", ro.num_gpus)) if 0 < g < 1]
+        zero = [f"{k}.num_gpus=0" for k, g in (("trainer", tr.num_gpus), ("rollout", ro.num_gpus)) if g == 0]
+        fix = "set sync.backend: gloo (or auto, which picks gloo there)"
+        if r.run.executor == "local":
+            errs.append(f"sync.backend=nccl with run.executor=local: every role runs in this one process, on one GPU, "
+                        f"and {DUPLICATE_GPU}: {fix}")
+        elif fractions:
+            errs.append(f"sync.backend=nccl with {' and '.join(fractions)}: a fraction of a GPU shares the device with "
+                        f"another role, and {DUPLICATE_GPU}: {fix}, or give trainer and rollout whole GPUs (num_gpus >= 1)")
+        elif zero:
+            errs.append(f"sync.backend=nccl with {' and '.join(zero)}: NCCL needs a GPU at every rank of the weight "
+                        f"sync, and that role runs on CPU: {fix}, or give trainer and rollout whole GPUs (num_gpus >= 1)")
+    tp = ro.tensor_parallel_size
+    if tp > 1 and 0 < ro.num_gpus < 1:
+        errs.append(f"rollout.tensor_parallel_size={tp} with rollout.num_gpus={ro.num_gpus:g}: num_gpus is per engine "
+                    f"worker, so each engine would hold {tp} x {ro.num_gpus:g} = {tp * ro.num_gpus:g} GPUs for its {tp} "
+                    "tensor-parallel workers, and vLLM needs a GPU per worker: set rollout.num_gpus: 1, or "
+                    "rollout.tensor_parallel_size: 1")
+    return errs
+
+
 def _batch_errors(r: Recipe) -> list[str]:
     """Mini-/micro-batch divisibility over ranks, ZeRO stage and learning rate."""
     errs: list[str] = []
@@ -306,6 +345,7 @@ def _check(r: Recipe) -> None:
     errs.extend(_rollout_errors(r))
     errs.extend(_batch_errors(r))
     errs.extend(resource_errors(r))
+    errs.extend(gpu_errors(r))
     if al.ppo_epochs < 1:
         errs.append("algorithm.ppo_epochs must be >= 1")
     if al.kl_coef < 0:

@@ -6,14 +6,22 @@ cd "$(dirname "$0")/.."
 extra=cpu
 [[ "${1:-}" == "--gpu" ]] && extra=gpu
 py=${PYTHON:-python3}
+# Free disk a fresh install needs, in GB, on . and on $TMPDIR (say so up front instead of failing half-way):
+# - cpu: ~4.5 GB in .venv (measured: 4.3 GB) plus ~2 GB of pip's temporary files -> 7;
+# - gpu: the CUDA stack. torch's CUDA wheel pulls the nvidia-* libraries (cuDNN, cuBLAS, NCCL, cuSPARSE, ...), over
+#   9 GB installed with torch (microsoft/lisa#3124 raised its PyTorch+CUDA disk check from 8 to 16 GB for that);
+#   vLLM's CUDA build with its kernels and triton adds ~2 GB (triton alone is 1 GB in the CPU .venv), the rest of
+#   the stack (ray, deepspeed, transformers, ...) ~1.5 GB, and pip unpacks the ~4 GB of wheels in temporary files
+#   first -> 16. An estimate from those published sizes: not measured here (no GPU machine).
+declare -A need_gb=([cpu]=7 [gpu]=16)
 if ! .venv/bin/python -c "import torch, vllm" 2>/dev/null; then
-  # A fresh install takes ~4.5 GB in .venv plus ~2 GB of pip's temporary files: say so instead of failing half-way
-  need_kb=$((7 * 1024 * 1024))
+  need_kb=$((need_gb[$extra] * 1024 * 1024))
   for d in . "${TMPDIR:-/tmp}"; do
     avail_kb=$(df -Pk "$d" | awk 'NR==2 {print $4}')
     if [[ -n "$avail_kb" && "$avail_kb" -lt "$need_kb" ]]; then
       echo "setup.sh: only $((avail_kb / 1024)) MB free on $(df -P "$d" | awk 'NR==2 {print $6}') (for $d); installing rlvr's" \
-        "CPU stack needs about 7 GB. Free some space (old run folders, /tmp, ~/.cache) and run it again." >&2
+        "${extra^^} stack (.[${extra}]) needs about ${need_gb[$extra]} GB. Free some space (old run folders, /tmp, ~/.cache)" \
+        "and run it again." >&2
       exit 1
     fi
   done

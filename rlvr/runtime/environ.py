@@ -21,6 +21,16 @@ DIST_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "L
 """torch.distributed's launcher variables (``env://`` rendezvous): one process's place in one group, never
 meant for a process that starts others (a raylet)."""
 
+COMM_ENV = ("NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE", "NCCL_IB_HCA", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE",
+            "NCCL_NET_GDR_LEVEL", "NCCL_CUMEM_ENABLE", "NCCL_DEBUG", "GLOO_SOCKET_IFNAME")  # fmt: skip
+"""Communication settings that must agree on every rank of one group: the trainer ranks' data-parallel group and
+the weight-sync group of trainer rank 0 and every engine worker (a rank on another network interface, or with
+InfiniBand, peer-to-peer or cuMem allocation on where its peers have it off, hangs or fails the group's first
+collective). Their one home: :func:`comm_env` forwards the launcher's values (the driver's ``os.environ``) to every
+role (:func:`rlvr.runtime.roles.role_env`), and ``launch/submit.sh`` carries the same names into a Ray job's
+environment (its ``PASS_ENV``; tests/unit/test_gpu_env.py holds the two lists together). rlvr sets none of them
+itself; unset here, each role keeps its node's own value (or NCCL's default)."""
+
 _lock = threading.Lock()
 _before: dict[str, str | None] = {}
 """Variable -> its value before code run for a role in this process first changed it (None: it was unset)."""
@@ -96,3 +106,10 @@ def _restore(old: Mapping[str, str | None]) -> None:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+def comm_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The :data:`COMM_ENV` variables set in ``base`` (default ``os.environ``, the launcher's), to be set alike in
+    every role's environment."""
+    env = os.environ if base is None else base
+    return {k: env[k] for k in COMM_ENV if k in env}

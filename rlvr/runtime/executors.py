@@ -90,6 +90,19 @@ class Resources:
         return {"CPU": self.num_cpus, **({"GPU": self.num_gpus} if self.num_gpus else {}), **self.custom}
 
 
+NO_GPU_ENV = {"CUDA_VISIBLE_DEVICES": ""}
+"""What a Ray actor that asks for no GPU starts with, so that it sees none: Ray sets ``CUDA_VISIBLE_DEVICES`` for
+an actor that holds GPUs, and since ray-project/ray#54868 (Ray 2.60 here) leaves it unset for one that holds none,
+which then sees every GPU of its node and may allocate on one that another role holds (a CPU critic or judge beside
+GPU roles; torch picks ``cuda:0``)."""
+
+
+def actor_env(resources: Resources) -> dict[str, str]:
+    """The environment variables of a Ray actor of ``resources``: ``resources.env``, plus :data:`NO_GPU_ENV` when
+    it asks for no GPU (``num_gpus == 0``). A GPU role's ``CUDA_VISIBLE_DEVICES`` is left to Ray (its GPUs)."""
+    return {**resources.env, **(NO_GPU_ENV if resources.num_gpus == 0 else {})}
+
+
 @dataclass(frozen=True)
 class Group:
     """A placement group to reserve: one bundle per role (:meth:`Resources.bundle_dict`), Ray's strategy
@@ -286,7 +299,8 @@ class _Waiting:
 class LocalExecutor(_Waiting):
     """Roles as objects in this process. Like an actor, each role has one thread of its own: it is built there and
     runs its calls there, one at a time (vLLM's CPU kernels check that the OpenMP thread count of a call matches
-    the one its batch metadata was built with, which differs between fresh threads)."""
+    the one its batch metadata was built with, which differs between fresh threads). The roles share this
+    process's devices: a role without GPUs is not hidden from them here, as it is under Ray (:func:`actor_env`)."""
 
     def __init__(self) -> None:
         self._threads: list[cf.ThreadPoolExecutor] = []
@@ -509,6 +523,8 @@ class RayExecutor(_Waiting):
         return self.get(calls, timeout_s, "asking the roles where they run")
 
     def spawn(self, name: str, cls: type, *args: Any, resources: Resources = Resources(), **kwargs: Any) -> Handle:
+        """Start ``cls(*args, **kwargs)`` as a Ray actor with ``resources`` (its bundle of a reserved placement
+        group, else its custom resources) and the environment :func:`actor_env` (a role without GPUs sees none)."""
         options: dict[str, Any] = {}
         if resources.group is not None and resources.group in self._groups:
             from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -521,7 +537,7 @@ class RayExecutor(_Waiting):
         actor_cls = self._ray.remote(cls).options(
             num_cpus=resources.num_cpus,
             num_gpus=resources.num_gpus,
-            runtime_env={"env_vars": resources.env} if resources.env else None,
+            runtime_env={"env_vars": actor_env(resources)},
             max_restarts=0,
             **options,
         )

@@ -21,6 +21,7 @@ from rlvr.reward.judge import JUDGE, NOT_JUDGED, JudgeItem, judge_keys, merge_ju
 from rlvr.reward.pool import FailureWatch, Scored, verifier_keys
 from rlvr.rollout import engine_class
 from rlvr.runtime.advantage_stage import uses_critic
+from rlvr.runtime.environ import comm_env
 from rlvr.runtime.executors import Group, Handle, LocalExecutor, RayExecutor, Resources, RoleError
 from rlvr.seeding import engine_seed
 from rlvr.sync.readback import check_loaded
@@ -47,7 +48,8 @@ class PendingRollout:
 
 
 def role_env(recipe: Recipe, run_dir: Path, threads: int) -> dict[str, str]:
-    """Environment for every role process: thread counts and caches inside writable places. The engines' own
+    """Environment for every role process: thread counts, caches inside writable places, and the launcher's
+    NCCL / gloo settings (:func:`rlvr.runtime.environ.comm_env`: every rank of a group needs the same). The engines' own
     settings (KV cache, vLLM's thread binding) are theirs to pass to vLLM
     (:class:`rlvr.rollout.vllm_engine.VLLMEngine`), not variables shared by every role."""
     cache = os.environ.get("RLVR_CACHE", str(Path.home() / ".cache" / "rlvr"))
@@ -64,6 +66,7 @@ def role_env(recipe: Recipe, run_dir: Path, threads: int) -> dict[str, str]:
     for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "PYTHONPATH"):
         if k in os.environ:
             env[k] = os.environ[k]
+    env.update(comm_env())  # NCCL / gloo settings every rank of a group must share (rlvr.runtime.environ.COMM_ENV)
     return env
 
 
@@ -122,11 +125,26 @@ def placement_groups(resources: dict[str, list[Resources]]) -> list[Group]:
             for name, res in resources.items()]
 
 
+def shares_devices(recipe: Recipe) -> bool:
+    """True when the engines (and the judge) may share a GPU with the trainer or with each other:
+    ``run.executor: local`` (every role in one process, on one device), or a fraction of a GPU (``0 < num_gpus < 1``) for the
+    rollout, trainer, judge or critic (Ray packs fractions onto one GPU). There vLLM's start, which measures the
+    free GPU memory to size its KV cache (``gpu_memory_utilization``), must not overlap another role's allocations:
+    :class:`Roles` then starts the vLLM roles one after another, each finished before the next role is created."""
+    r = recipe
+    judge_gpus = r.judge.num_gpus if uses_judge(r) else 0.0
+    critic_gpus = r.critic.num_gpus if uses_critic(r) else 0.0
+    fractions = any(0 < g < 1 for g in (r.rollout.num_gpus, r.trainer.num_gpus, judge_gpus, critic_gpus))
+    return r.run.executor == "local" or fractions
+
+
 class Roles:
     """Spawns the roles of a run and owns the weight-sync group between trainer rank 0 and the engines.
 
     Start-up: the placement groups are reserved (the Ray executor; a recipe asking for more than the cluster has
-    fails here), the roles spawned into them, the trainer ranks set up on the address trainer rank 0 picked on
+    fails here), the roles spawned into them (engines, judge, reward worker, trainer ranks, critic; where a GPU is
+    shared, :func:`shares_devices`, each engine and the judge finished before the next role is created), the
+    trainer ranks set up on the address trainer rank 0 picked on
     its own node (``rendezvous["trainer"]``), then the weight-sync group formed, its master again trainer rank 0
     (``rendezvous["sync"]``): with W trainer ranks and E engines of tensor parallel N, ``1 + E x N`` ranks.
 
@@ -170,9 +188,17 @@ class Roles:
             self.turns = TurnRollouts(r.environment, r.data, r.rollout.max_new_tokens, model_dir, r.tools)
         self.ex.reserve(placement_groups(self.res), r.timeouts.startup_s, "timeouts.startup_s")
         self.rendezvous: dict[str, tuple[str, int]] = {}
-        self.engines: list[Handle] = [self._spawn_engine(i) for i in range(r.rollout.num_engines)]
-        # before the trainers: in one process (the local executor) the trainer's thread count is set last
+        # the vLLM roles first (in one process, the local executor, the trainer's thread count is then set last);
+        # on a shared GPU each one's start (it measures the free memory) is finished before the next role is created
+        ordered = shares_devices(r)
+        self.engines: list[Handle] = []
+        for i in range(r.rollout.num_engines):
+            self.engines.append(self._spawn_engine(i))
+            if ordered:
+                self._started(self.engines[-1])
         self.judge: Handle | None = self._spawn_judge() if uses_judge(r) else None
+        if ordered and self.judge is not None:
+            self._started(self.judge)
         self.reward = self.ex.spawn(
             "reward",
             RewardWorker,
@@ -204,6 +230,12 @@ class Roles:
         where = self.ex.node_ips(self.all, r.timeouts.startup_s)
         log.info("roles placed: %s", ", ".join(f"{h.name} on {ip}" for h, ip in zip(self.all, where)))
         self._init_sync()
+
+    def _started(self, role: Handle) -> None:
+        """Wait until ``role`` is built (its constructor ran: a vLLM engine has sized its KV cache), within
+        ``timeouts.startup_s``: the start-up order on a shared GPU (:func:`shares_devices`)."""
+        self.get([role.call("ping")], self.recipe.timeouts.startup_s, f"starting {role.name} before the roles after "
+                 "it (they share a GPU: vLLM sizes its KV cache from the free memory it measures)", "timeouts.startup_s")
 
     def _rank0_address(self, what: str) -> tuple[str, int]:
         """(node IP, free port) chosen inside trainer rank 0's process, on its node: the master of ``what``."""

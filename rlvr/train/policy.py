@@ -41,7 +41,35 @@ from rlvr.types import Completion
 log = logging.getLogger(__name__)
 
 
-def _init_dist(rank: int, world_size: int, master_addr: str, master_port: int, backend: str) -> None:
+def local_gpu(rank: int, visible: int) -> int | None:
+    """The CUDA device index (of the ``visible`` GPUs this process sees) that trainer rank ``rank`` computes on;
+    None when it sees none (CPU).
+
+    Under Ray each rank's process sees only the GPUs it holds (``trainer.num_gpus``; Ray sets
+    ``CUDA_VISIBLE_DEVICES``): with one, index 0. A process that sees several (a rank holding several GPUs, or
+    ranks sharing a node's GPUs outside Ray's isolation, e.g. the local executor on a multi-GPU machine) takes
+    ``rank % visible``: ranks packed onto nodes in order, as torchrun numbers them, each on a GPU of its own, never
+    an index past the last GPU it sees."""
+    if visible < 1:
+        return None
+    return rank % visible
+
+
+def pick_device(rank: int) -> tuple[torch.device, int]:
+    """(the device trainer rank ``rank`` computes on, its ``LOCAL_RANK``): ``cuda:i`` with ``i =``
+    :func:`local_gpu` made this thread's current CUDA device (``torch.cuda.set_device``: DeepSpeed and NCCL
+    allocate on the current device, and DeepSpeed sets it from ``LOCAL_RANK``, which :func:`_init_dist` sets to the
+    same ``i``); ``cpu`` and 0 without CUDA."""
+    i = local_gpu(rank, torch.cuda.device_count()) if torch.cuda.is_available() else None
+    if i is None:
+        return torch.device("cpu"), 0
+    torch.cuda.set_device(i)
+    return torch.device("cuda", i), i
+
+
+def _init_dist(rank: int, world_size: int, master_addr: str, master_port: int, backend: str, local_rank: int) -> None:
+    """Join the trainer's data-parallel group (``env://``: the launcher variables set here; ``local_rank``: the
+    GPU index of :func:`pick_device`, read by DeepSpeed). A second rank in one process reuses the group."""
     import torch.distributed as dist
 
     os.environ.update(
@@ -49,7 +77,7 @@ def _init_dist(rank: int, world_size: int, master_addr: str, master_port: int, b
         MASTER_PORT=str(master_port),
         RANK=str(rank),
         WORLD_SIZE=str(world_size),
-        LOCAL_RANK=str(rank if torch.cuda.device_count() > 1 else 0),
+        LOCAL_RANK=str(local_rank),
     )
     if dist.is_initialized():  # a second worker in one process (tests, the local executor) reuses the group
         return
@@ -150,7 +178,7 @@ class PolicyWorker:
         set_threads(tr.threads)
         torch.manual_seed(trainer_seed(recipe.run.seed, rank))
         self.master_addr, self.master_port = master_addr, master_port
-        self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+        self.device, self.local_rank = pick_device(rank)  # cuda:i made current, or cpu
         self.dtype = DTYPES[recipe.model.dtype]
         self.algo = recipe.algorithm
         self.kl_in_loss = self.algo.kl_coef > 0 and self.algo.kl_penalty == "loss"
@@ -193,7 +221,7 @@ class PolicyWorker:
 
         r, tr = self.recipe, self.recipe.trainer
         backend = "nccl" if self.device.type == "cuda" else "gloo"
-        _init_dist(self.rank, self.world_size, self.master_addr, self.master_port, backend)
+        _init_dist(self.rank, self.world_size, self.master_addr, self.master_port, backend, self.local_rank)
         micro = min(tr.micro_batch_size, r.mini_batch // self.world_size)
         fp16 = r.model.dtype == "float16"
         # ZeRO 1-3 and the fp16 wrapper skip a non-finite step themselves; ZeRO-0 in fp32 hands the step to the

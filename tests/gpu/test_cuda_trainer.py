@@ -1,5 +1,6 @@
 """The training loop on a CUDA device: ``pytest -m gpu tests/gpu`` on a machine with an NVIDIA GPU (skipped, not
-errored, everywhere else, so a plain ``pytest -q`` on CPU reports it as skipped).
+errored, everywhere else, so a plain ``pytest -q`` on CPU reports it as skipped). The torch trainer's case needs
+torch and transformers only (marker ``gpu``); the DeepSpeed case also ``gpu_full`` (DeepSpeed, NCCL).
 
 recipes/tiny_test.yaml (the ``tiny-random`` model, built locally: no download) for 3 steps through the local
 executor (every role in this process, so the test can see what they put on the GPU), the transformers engine
@@ -48,7 +49,8 @@ def _weights(folder: str) -> dict[str, torch.Tensor]:
     return out
 
 
-@pytest.mark.parametrize("backend", ["torch", "deepspeed"])
+# torch: torch + transformers only (marker gpu); DeepSpeed joins its group over NCCL on CUDA (gpu_full)
+@pytest.mark.parametrize("backend", ["torch", pytest.param("deepspeed", marks=pytest.mark.gpu_full)])
 def test_three_steps_on_cuda_bf16(tmp_path, backend):
     from rlvr.metrics import names as mn
     from rlvr.models import resolve_model
