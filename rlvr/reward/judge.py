@@ -287,6 +287,10 @@ class JudgeWorker:
     def ping(self) -> bool:
         return True
 
+    def shutdown(self) -> None:
+        """Stop the judge's engine now (:meth:`VLLMEngine.shutdown`)."""
+        self.engine.shutdown()
+
 
 # -- the reward around the judge (pure) ---------------------------------------------------------------------------
 def judge_keys(specs: Sequence[Any]) -> list[tuple[int, str]]:

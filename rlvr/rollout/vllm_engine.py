@@ -276,3 +276,13 @@ class VLLMEngine:
 
     def ping(self) -> bool:
         return True
+
+    def shutdown(self) -> None:
+        """Stop the engine now: its core and, with tensor parallelism, its worker processes. An in-process engine's
+        core tears down this process's vLLM distributed state when it stops; left to the garbage collector (vLLM's
+        finalizer), that happened whenever a collection ran, and once tore down the groups of a newer engine built
+        in the same process ("pipeline model parallel group is not initialized" at its next call: the local
+        executor, tests). Idempotent; the engine cannot be used afterwards."""
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            llm.llm_engine.engine_core.shutdown()

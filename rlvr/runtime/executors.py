@@ -304,6 +304,7 @@ class LocalExecutor(_Waiting):
 
     def __init__(self) -> None:
         self._threads: list[cf.ThreadPoolExecutor] = []
+        self._roles: list[tuple[cf.ThreadPoolExecutor, cf.Future]] = []  # (its thread, the object being built)
         self.timeline = Timeline()
         self._env_before: dict[str, str | None] = {}
         """What the roles changed in this process's environment (variable -> earlier value): undone at shutdown."""
@@ -315,7 +316,9 @@ class LocalExecutor(_Waiting):
                 os.environ.setdefault(k, v)
         thread = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"rlvr-{name}")
         self._threads.append(thread)
-        return Handle(name, (thread, thread.submit(self._construct, cls, args, kwargs)), self)
+        target = (thread, thread.submit(self._construct, cls, args, kwargs))
+        self._roles.append(target)
+        return Handle(name, target, self)
 
     _BUILD_LOCK = threading.Lock()
 
@@ -325,6 +328,9 @@ class LocalExecutor(_Waiting):
         # What the build writes into os.environ (vLLM's LD_PRELOAD, a trainer's MASTER_ADDR, ...) is recorded.
         with self._BUILD_LOCK, recording_env(self._env_before):
             return cls(*args, **kwargs)
+
+    SHUTDOWN_S = 60.0
+    """Seconds :meth:`shutdown` waits for one role's own ``shutdown`` (an engine stopping its core and workers)."""
 
     BUILD_METHODS = ("setup",)
     """Methods that load models (a role's second construction phase): run one at a time, as constructors are."""
@@ -375,9 +381,17 @@ class LocalExecutor(_Waiting):
         raise RoleError(f"the local executor cannot restart {handle.name}: use run.executor=ray", handle.name)
 
     def shutdown(self) -> None:
-        """Stop the roles' threads and give this process's environment back as it was before the first spawn
-        (the variables the roles set or changed, :mod:`rlvr.runtime.environ`): a ``ray start`` or child process
-        started afterwards does not inherit them."""
+        """Stop each role's engine (the role's own ``shutdown``, where it has one, in the role's thread, within
+        :data:`SHUTDOWN_S`), the roles' threads, and give this process's environment back as it was before the
+        first spawn (the variables the roles set or changed, :mod:`rlvr.runtime.environ`): a ``ray start`` or
+        child process started afterwards does not inherit them."""
+        for thread, obj in self._roles:  # a role with an engine in this process stops it now (VLLMEngine.shutdown)
+            if obj.done() and obj.exception() is None and callable(getattr(obj.result(), "shutdown", None)):
+                try:
+                    thread.submit(obj.result().shutdown).result(timeout=self.SHUTDOWN_S)
+                except Exception as e:  # noqa: BLE001 - shutting down: never hide the error that led here
+                    log.warning("stopping a role's engine: %s: %s", type(e).__name__, e)
+        self._roles.clear()
         for t in self._threads:
             t.shutdown(wait=False, cancel_futures=True)
         self._threads.clear()

@@ -82,3 +82,41 @@ def test_no_role_wait_without_a_deadline():
                     if isinstance(timeout, ast.Constant):
                         bad.append(f"{f.name}:{node.lineno} timeout {timeout.value!r}")
     assert not bad, bad
+
+
+class _WithEngine:
+    stopped: list = []
+
+    def __init__(self, name, fail=False):
+        self.name, self.fail = name, fail
+
+    def shutdown(self):
+        _WithEngine.stopped.append((self.name, threading.current_thread().name))
+        if self.fail:
+            raise RuntimeError("engine core already gone")
+
+
+class _Broken:
+    def __init__(self):
+        raise ValueError("no model")
+
+    def shutdown(self):  # never built: never called
+        _WithEngine.stopped.append(("broken", ""))
+
+
+def test_local_shutdown_stops_each_roles_engine_in_its_own_thread(caplog):
+    """LocalExecutor.shutdown calls each built role's ``shutdown`` (VLLMEngine: the in-process engine core stops
+    then, not whenever the garbage collector runs), in the role's own thread; one that raises is logged and the
+    others are still stopped; a role whose construction failed, or that has no ``shutdown``, is left alone."""
+    _WithEngine.stopped = []
+    ex = LocalExecutor()
+    hs = [ex.spawn("engine0", _WithEngine, "a", fail=True), ex.spawn("judge", _WithEngine, "b"),
+          ex.spawn("broken", _Broken), ex.spawn("trainer0", _Slow)]
+    ex.get([hs[0].call("__init__", "a", True), hs[1].call("__init__", "b")], 5, "built")  # construction finished
+    with caplog.at_level("WARNING"):
+        ex.shutdown()
+    assert [n for n, _ in _WithEngine.stopped] == ["a", "b"]
+    assert [t.split("_")[0] for _, t in _WithEngine.stopped] == ["rlvr-engine0", "rlvr-judge"]
+    assert "engine core already gone" in caplog.text
+    ex.shutdown()  # a second shutdown stops nothing twice
+    assert len(_WithEngine.stopped) == 2
