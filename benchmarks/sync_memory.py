@@ -12,10 +12,11 @@ Two processes (``torch.multiprocessing`` spawn) form rlvr's weight-sync group ov
 Each process measures its own RSS from ``/proc/self/status``: ``VmRSS`` just before a sync, then the peak
 (``VmHWM``, reset before the sync by writing ``5`` to ``/proc/self/clear_refs``) during it. "peak above" is the
 peak minus the RSS just before; the table prints the median over ``--syncs`` syncs after a first one (which also
-allocates what stays: staging buffers, gloo's connections). A vLLM worker in another process (tensor parallel)
+allocates what stays: staging buffers, gloo's connections), and that first one apart (``first sync``: on a fresh
+heap, so freed memory the allocator kept from an earlier sync cannot hide a peak). A vLLM worker in another process (tensor parallel)
 is measured there through ``collective_rpc``. MB = 1e6 bytes.
 
-Models: ``embedded`` (SmolLM2-135M, the smoke recipe's), or ``qwen2-0.5b`` (Qwen2.5-0.5B's architecture and shapes:
+Models: ``embedded`` (SmolLM2-135M, the smoke recipe's; 9 heads, so no ``--tp 2``), or ``qwen2-0.5b`` (Qwen2.5-0.5B's architecture and shapes:
 24 layers, hidden 896, 14/2 heads, MLP 4864, vocabulary 151936, tied embeddings; random weights, built offline
 from the config with transformers and saved once under ``$RLVR_CACHE`` or ``~/.cache/rlvr``; the embedded model's
 tokenizer, which only this benchmark's start-up uses).
@@ -171,17 +172,17 @@ def main() -> None:
           f"{args.bucket_mb:g}, {args.syncs} measured syncs (+1), checksums equal; MB = 1e6 bytes")
     fig = {"model": args.model, "model_mb": nbytes / mb, "tp": args.tp, "sender": args.sender}
 
-    def row(label: str, pairs: list[tuple[int, int]]) -> None:
-        above = statistics.median(p - b for b, p in pairs)
+    def row(label: str, pairs: list[tuple[int, int]]) -> None:  # pairs: every sync, the first one included
+        above = statistics.median(p - b for b, p in pairs[1:])
         first = pairs[0][1] - pairs[0][0]
-        steady = statistics.median(b for b, _ in pairs)
+        steady = statistics.median(b for b, _ in pairs[1:])
         fig[label] = {"steady_mb": steady / mb, "peak_above_mb": above / mb, "first_above_mb": first / mb}
         print(f"{label:<16} steady {steady / mb:8.0f} MB   peak above {above / mb:8.0f} MB "
               f"({above / nbytes:5.2f}x the model)   first sync {first / mb:8.0f} MB")
 
-    row("sender", [(b, p) for b, p, _, _ in send[1:]])
+    row("sender", [(b, p) for b, p, _, _ in send])
     for w in range(args.tp):
-        row(f"engine worker {w}", [(b[w], p[w]) for b, p, _, _ in recv[1:]])
+        row(f"engine worker {w}", [(b[w], p[w]) for b, p, _, _ in recv])
     secs = statistics.median(s for _, _, s, _ in send[1:])
     whole = statistics.median(s for _, _, s, _ in recv[1:])
     fig.update(send_s=secs, receive_s=whole)
