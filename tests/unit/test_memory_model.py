@@ -124,7 +124,11 @@ def test_torch_backend_and_reference_and_total():
     assert (m.weights, m.grads, m.optimizer, m.reference, m.other) == (4 * P, 4 * P, 8 * P, 4 * P, 0)
     assert m.activations == activation_bytes(SMALL, 10, 4, True, False) + 2 * P
     assert m.logits == logits_bytes(SMALL, 4, 2)
-    assert m.total == 20 * P + max(m.activations + m.logits, 4 * P)
+    assert m.total == 20 * P + max(m.activations + m.logits, 4 * P)  # 8 micro-batches: the gradients stay alive
+    # one micro-batch per optimizer step: the gradients are None while the forward runs (set_to_none)
+    one = trainer_memory(_recipe("trainer.backend=torch", "trainer.micro_batch_size=16"), SMALL, device="cpu",
+                         gpu=False, seq_tokens=5, response_tokens=2)
+    assert one.total == 12 * P + max(one.activations + one.logits, 8 * P)
 
 
 def test_placement_first_fit():
@@ -150,12 +154,13 @@ def test_card_needed_for_a_shared_gpu():
     assert format_plan(plan)[-1].startswith("memory needed: a GPU card of")
 
 
-def test_cpu_engine_is_weights_kv_cache_and_overhead():
-    from rlvr.runtime.memory import ENGINE_CPU_OVERHEAD
+def test_cpu_engine_is_weights_kv_cache_head_copy_sampler_and_overhead():
+    from rlvr.runtime.memory import ENGINE_CPU_OVERHEAD, SAMPLER_ROWS
 
     r = _recipe("rollout.kv_cache_gib=2")
     m = engine_memory(r, SMALL, device="cpu", gpu=False)
-    assert (m.weights, m.other) == (2 * SMALL_P, 2 * GIB + ENGINE_CPU_OVERHEAD)
+    # bf16 weights 2 P; the packed output layer V x h x 2 = 160 bytes; the sampler's fp32 rows x V
+    assert (m.weights, m.other) == (2 * SMALL_P, 2 * GIB + 160 + int(SAMPLER_ROWS * 10 * 4) + ENGINE_CPU_OVERHEAD)
 
 
 def test_gradient_checkpointing_lowers_the_trainer_total():
