@@ -18,8 +18,9 @@ Both children run with ``MALLOC_MMAP_THRESHOLD_=131072`` (glibc's threshold fixe
 system and the high-water mark follows live memory, as in benchmarks/logprob_memory.py). The model's figure is
 :func:`rlvr.runtime.memory.trainer_memory` / :func:`~rlvr.runtime.memory.engine_memory` for the same sizes.
 
-    .venv/bin/python benchmarks/memory_model.py                         # both models, ~5 min on 2 cores
+    .venv/bin/python benchmarks/memory_model.py                         # both models, ~15 min on 2 busy cores
     .venv/bin/python benchmarks/memory_model.py --models smollm2-135m-instruct --steps 1
+    .venv/bin/python benchmarks/memory_model.py trainer.gradient_checkpointing=true --roles trainer   # overrides first
 """
 
 from __future__ import annotations

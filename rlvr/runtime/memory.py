@@ -395,15 +395,15 @@ def _card_needed(roles: list[RoleMemory]) -> int | None:
     return need
 
 
-def load_config(model_dir: str) -> dict[str, Any]:
-    """``model_dir``'s ``config.json`` (a local folder) or, for a hub id, the cached/hub copy through
-    transformers' ``AutoConfig`` (as a dict). Errors: ``OSError`` when it cannot be read."""
+def load_config(model_dir: str, local_only: bool = False) -> dict[str, Any]:
+    """``model_dir``'s ``config.json`` (a local folder) or, for a hub id, the cached (``local_only``) or hub copy
+    through transformers' ``AutoConfig`` (as a dict). Errors: ``OSError`` when it cannot be read."""
     p = Path(model_dir) / "config.json"
     if p.exists():
         return json.loads(p.read_text())
     from transformers import AutoConfig
 
-    return AutoConfig.from_pretrained(model_dir).to_dict()
+    return AutoConfig.from_pretrained(model_dir, local_files_only=local_only).to_dict()
 
 
 def _gib(n: int) -> str:
