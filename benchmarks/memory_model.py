@@ -99,7 +99,8 @@ def child_trainer(args) -> dict:
     r = _recipe(args, "trainer")
     model_dir = resolve_model(r.model.path)
     base = status_kib("VmRSS")
-    w = PolicyWorker(r, model_dir, 0, 1, "127.0.0.1", 0)
+    w = PolicyWorker(r, model_dir, 0, 1)
+    w.setup(*w.rendezvous_address())  # DeepSpeed (trainer.backend=deepspeed) joins a one-rank group there
     loaded = status_kib("VmRSS") - base
     g = torch.Generator().manual_seed(0)
     seqs = []

@@ -169,3 +169,17 @@ def test_gradient_checkpointing_lowers_the_trainer_total():
                for g in ("false", "true"))  # fmt: skip
     assert on.activations < off.activations and on.total < off.total
     assert on.weights == off.weights and on.logits == off.logits
+
+
+def test_the_gpu_recipe_header_states_the_models_figures():
+    """recipes/gsm8k_qwen2.5_0.5b_gpu.yaml's header gives the trainer's GiB and the card the model needs (Qwen2.5-0.5B
+    has QWEN2_05B's shape): a change to the recipe or the model that moves them must move the header too."""
+    path = ROOT / "recipes" / "gsm8k_qwen2.5_0.5b_gpu.yaml"
+    header = path.read_text().split("\nrun:")[0]
+    plan = memory_plan(load_recipe(path), QWEN2_05B)
+    trainer = next(m for m in plan.roles if m.role == "trainer")
+    assert f"trainer {trainer.total / GIB:.1f} = " in header
+    assert f"a card of {plan.card_bytes / 1e9:.0f} GB ({plan.card_bytes / GIB:.1f} GiB)" in header
+    small = memory_plan(load_recipe(path, ["trainer.backend=torch", "trainer.micro_batch_size=2"]), QWEN2_05B)
+    assert small.card_bytes < 24e9  # 22.5 GB: within a 24 GB card
+    assert f"trainer.backend=torch trainer.micro_batch_size=2 needs {small.card_bytes / 1e9:.1f} GB" in header
