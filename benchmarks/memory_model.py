@@ -162,7 +162,9 @@ def run_child(args, model: str, role: str) -> dict:
     tmp.mkdir(exist_ok=True)
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072", PYTHONPATH=os.pathsep.join(
         [str(ROOT), str(ROOT / ".wtpath"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-        VLLM_CACHE_ROOT=str(tmp / "vllm"), TORCHINDUCTOR_CACHE_DIR=str(tmp / "inductor"), VLLM_LOGGING_LEVEL="ERROR")
+        VLLM_CACHE_ROOT=str(tmp / "vllm"), TORCHINDUCTOR_CACHE_DIR=str(tmp / "inductor"), VLLM_LOGGING_LEVEL="ERROR",
+        # DeepSpeed's compiled shared-memory op, where rlvr's roles keep it (rlvr.runtime.roles.role_env)
+        TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache/rlvr/torch_extensions")))
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
     if out.returncode or not lines:

@@ -427,7 +427,8 @@ def format_plan(plan: MemoryPlan) -> list[str]:
     for note in dict.fromkeys(n for m in plan.roles for n in m.notes):
         lines.append(f"  {note}")
     host = plan.devices.get("cpu")
-    parts = [f"{_gib(host)} GiB of host memory"] if host is not None else []
+    parts = [f"{_gib(host)} GiB of host memory (the roles' own, above each process's python + torch; Ray and the "
+             f"verifier workers not counted)"] if host is not None else []
     if plan.card_bytes is not None:
         need = plan.card_bytes / GB
         fits = [name for gb, name in CARDS if gb >= need]

@@ -64,7 +64,7 @@ def test_dry_run_prints_the_memory_model(capsys):
     assert lines[i + 1].split() == ["role", "device", "weights", "grads", "optimizer", "reference", "activations",
                                     "logits", "other", "total"]
     assert [ln.split()[:2] for ln in lines[i + 2 : i + 4]] == [["trainer", "cpu"], ["engine", "cpu"]]
-    assert lines[-2].startswith("memory needed: ") and lines[-2].endswith(" GiB of host memory")
+    assert lines[-2].startswith("memory needed: ") and " GiB of host memory (" in lines[-2]
     assert main(["train", str(TINY), "trainer.num_gpus=0.5", "rollout.num_gpus=0.4", "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [ln.split()[:2] for ln in lines if ln.startswith(("trainer ", "engine "))] == [["trainer", "gpu0"],
