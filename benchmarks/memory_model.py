@@ -21,6 +21,25 @@ system and the high-water mark follows live memory, as in benchmarks/logprob_mem
     .venv/bin/python benchmarks/memory_model.py                         # both models, ~15 min on 2 busy cores
     .venv/bin/python benchmarks/memory_model.py --models smollm2-135m-instruct --steps 1
     .venv/bin/python benchmarks/memory_model.py trainer.gradient_checkpointing=true --roles trainer   # overrides first
+
+Measured 2026-12-03 on a 2-core, 24 GB CPU machine with AVX512-BF16 (bf16 autocast; other jobs beside it), the
+smoke recipe, sequences of 48 + 64 tokens, the trainer's 16 sequences as two micro-batches of 8, 2 steps, GiB:
+
+    model              role     setting                       model  measured  measured/model
+    smollm2-135m       trainer  torch AdamW                    3.31      3.52            1.06
+    qwen2-0.5b-shaped  trainer  torch AdamW                   10.35     10.55            1.02
+    qwen2-0.5b-shaped  trainer  gradient_checkpointing=true    9.20      8.72            0.95
+    smollm2-135m       trainer  backend=deepspeed (ZeRO-2)     4.31      4.22            0.98
+    smollm2-135m       engine   kv_cache_gib=1                 1.96      1.96            1.00  (fitted)
+    qwen2-0.5b-shaped  engine   kv_cache_gib=1                 3.29      3.29            1.00  (fitted)
+    smollm2-135m       engine   kv_cache_gib=2                 2.96      2.96            1.00
+    qwen2-0.5b-shaped  engine   model.dtype=float32            4.47      4.55            1.02
+
+The two engine rows marked fitted set ENGINE_CPU_OVERHEAD and SAMPLER_ROWS (two constants, two rows); the other
+two engine rows check them. With one micro-batch of 8 (``--trainer-batch 8``) the first model summed the gradients
+with the activations and over-counted the Qwen2-0.5B-shaped step (10.35 against 8.70 measured): the torch backend
+frees the gradients after each step (``set_to_none``), which :attr:`rlvr.runtime.memory.RoleMemory.total` now
+follows (8.51 modelled).
 """
 
 from __future__ import annotations
