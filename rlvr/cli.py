@@ -62,6 +62,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"rlvr train: {msg}", file=sys.stderr)
         return 2
     if args.dry_run:
+        from rlvr.runtime.checks import memory_lines
+
+        checked = checked + memory_lines(recipe)
         print("\n".join(checked))
         if any(line.startswith(NOT_CHECKED) for line in checked):
             print("dry run: recipe valid; what could not be checked here is marked 'not checked'; nothing started.")

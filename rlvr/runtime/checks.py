@@ -9,6 +9,7 @@ to change and the value that fits.
 - :func:`build_verifiers`: every rule verifier built with its args, in this process.
 - :func:`dry_run` (``rlvr train --dry-run``): all of the above with the tokenizer and the model's config only (no
   Ray, no engine, no weights), one line per thing checked; so a green dry run means the run's own loading passes.
+- :func:`memory_lines` (``--dry-run`` too): the memory model per role and device (:mod:`rlvr.runtime.memory`).
 """
 
 from __future__ import annotations
@@ -264,4 +265,31 @@ def dry_run(recipe: Recipe) -> list[str]:
             val = validation_prompts(r, tokenizer)
             lines.append(f"checked: validation data {va.source or r.data.source} [{va.split}]: {len(val)} prompts")
     lines.append(build_verifiers(r))
+    return lines
+
+
+def memory_lines(recipe: Recipe) -> list[str]:
+    """The memory model's block for ``--dry-run`` (:func:`rlvr.runtime.memory.format_plan`) from the recipe and the
+    model's config, and, on a machine with a CUDA GPU, whether the recipe fits it. A model whose config cannot be
+    read here or whose architecture is not modelled gives one ``not checked`` line instead."""
+    from rlvr.models import ModelUnavailable, model_context
+    from rlvr.runtime.memory import GB, format_plan, load_config, memory_plan
+
+    try:
+        model_dir = model_context(recipe.model.path)[0]  # fails fast for a hub id neither cached nor reachable
+        try:
+            config = load_config(model_dir, local_only=True)
+        except OSError:
+            config = load_config(model_dir)
+        plan = memory_plan(recipe, config)
+    except (ModelUnavailable, OSError, ValueError, KeyError) as e:
+        return [f"{NOT_CHECKED} memory model: {e}"]
+    lines = format_plan(plan)
+    if plan.card_bytes is not None:
+        import torch
+
+        if torch.cuda.is_available():
+            have = torch.cuda.get_device_properties(0).total_memory
+            verdict = "fits" if have >= plan.card_bytes else "does NOT fit"
+            lines.append(f"this machine's GPU 0: {have / GB:.1f} GB: the recipe {verdict}")
     return lines

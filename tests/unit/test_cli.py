@@ -13,6 +13,13 @@ from rlvr.recipe import load_recipe
 TINY = Path(__file__).resolve().parents[2] / "recipes" / "tiny_test.yaml"
 
 
+def _without_memory(lines: list[str]) -> list[str]:
+    """``lines`` less the memory model's block (from ``memory model`` to ``memory needed:``, rlvr/runtime/memory.py)."""
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("memory model"))
+    end = next(i for i, ln in enumerate(lines) if ln.startswith("memory needed:"))
+    return lines[:start] + lines[end + 1 :]
+
+
 @pytest.fixture(autouse=True)
 def _in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # tiny_test's output_dir is the relative "runs"
@@ -31,7 +38,7 @@ def test_dry_run_prints_resolved_recipe_and_derived(tmp_path, capsys):
     (tmp_path / "printed.yaml").write_text(printed)
     assert load_recipe(tmp_path / "printed.yaml") == load_recipe(TINY)
     # B = 4 x 4 = 16; 16 x (64 + 8) = 1152 tokens; 16 / 8 = 2 micro-batches; 16 x 3 steps = 48
-    assert derived.splitlines() == [
+    assert _without_memory(derived.splitlines()) == [
         "#   prompts_per_step: 4",
         "#   samples_per_step: 16",
         "#   max_tokens_per_step: 1152",
@@ -48,6 +55,23 @@ def test_dry_run_prints_resolved_recipe_and_derived(tmp_path, capsys):
     ]
 
 
+def test_dry_run_prints_the_memory_model(capsys):
+    """Issue 27: --dry-run ends with the memory model's table (trainer and engine rows on the host's memory for a
+    CPU recipe; a GPU recipe gets the card it needs)."""
+    assert main(["train", str(TINY), "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    i = next(i for i, ln in enumerate(lines) if ln.startswith("memory model"))
+    assert lines[i + 1].split() == ["role", "device", "weights", "grads", "optimizer", "reference", "activations",
+                                    "logits", "other", "total"]
+    assert [ln.split()[:2] for ln in lines[i + 2 : i + 4]] == [["trainer", "cpu"], ["engine", "cpu"]]
+    assert lines[-2].startswith("memory needed: ") and " GiB of host memory (" in lines[-2]
+    assert main(["train", str(TINY), "trainer.num_gpus=0.5", "rollout.num_gpus=0.4", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split()[:2] for ln in lines if ln.startswith(("trainer ", "engine "))] == [["trainer", "gpu0"],
+                                                                                          ["engine", "gpu0"]]
+    assert lines[-2].startswith("memory needed: a GPU card of ")
+
+
 def test_dry_run_loads_the_data_and_builds_the_verifiers(tmp_path, capsys):
     """Issue 24, --dry-run: it loads the data as the run does (rows, golds, prompt lengths against the tiny-random
     tokenizer) and builds every verifier, saying what it checked; every data and verifier error the run would
@@ -61,7 +85,7 @@ def test_dry_run_loads_the_data_and_builds_the_verifiers(tmp_path, capsys):
     base = ["train", str(TINY), f"data.source={data}", "data.max_prompt_tokens=40", "rollout.prompts_per_step=2"]
     assert main([*base, "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[-3:] == [
+    assert _without_memory(out.splitlines())[-3:] == [
         f"checked: data {data}: 5 rows, golds usable 4/5 (verifier numeric), 3 prompts (1 over 40 tokens)",
         "checked: verifiers numeric built",
         "dry run: recipe valid; model context, data and verifiers checked: the run will start; nothing started.",
