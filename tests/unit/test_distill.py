@@ -4,6 +4,8 @@ reverse, a teacher of another tokenizer)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -15,6 +17,7 @@ from rlvr.recipe import load_recipe
 from rlvr.runtime.advantage_stage import form_advantages, uses_teacher
 from rlvr.train.batch import TrainBatch
 
+TINY = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny_test.yaml")
 DISTILL = ["algorithm.advantage=distill", "teacher.model=tiny-random", "rollout.samples_per_prompt=2"]
 
 # two sequences (one group of G = 2), T = 4 positions of the shifted frame. Position 0 scores the last prompt token
@@ -160,3 +163,57 @@ def test_a_teacher_with_another_tokenizer_is_refused_naming_both(tmp_path):
     path.write_text(json.dumps(tok))
     with pytest.raises(RecipeError, match="another id"):
         check_teacher_tokenizer("tiny-random", str(tmp_path / "teacher"))
+
+
+# -- the teacher role: its group, its alignment, its place in the step (fakes) ---------------------------------------
+def test_align_puts_each_row_in_the_shifted_frame():
+    from rlvr.rollout.teacher import align, teacher_sequences
+
+    # row 0: 4 tokens, row 1: 2 tokens + 2 padding (pad id 0)
+    ids = torch.tensor([[3, 4, 5, 6], [7, 8, 0, 0]])
+    am = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+    batch = TrainBatch(input_ids=ids, attention_mask=am, loss_mask=torch.zeros(2, 3), rollout_logprobs=torch.zeros(2, 3),
+                       advantages=torch.zeros(2), max_new_tokens=3)  # fmt: skip
+    assert teacher_sequences(batch) == [[3, 4, 5, 6], [7, 8]]
+    assert align(batch, [[-1.0, -2.0, -3.0], [-4.0]]).tolist() == [[-1.0, -2.0, -3.0], [-4.0, 0.0, 0.0]]
+    with pytest.raises(ValueError, match="row 1 of 2 tokens"):
+        align(batch, [[-1.0, -2.0, -3.0], [-4.0, -5.0]])
+
+
+def test_the_teacher_role_has_its_own_group_only_with_distill():
+    from rlvr.metrics.timeline import GROUPS
+    from rlvr.runtime.roles import placement_groups, role_resources
+
+    res = role_resources(load_recipe(TINY, [*DISTILL, "teacher.threads=2"]), {})
+    assert res["teacher"][0].group == "teacher" and res["teacher"][0].env["OMP_NUM_THREADS"] == "2"
+    assert "teacher" in [g.name for g in placement_groups(res)] and "teacher" in GROUPS
+    assert "teacher" not in role_resources(load_recipe(TINY, []), {})
+
+
+def test_the_loop_asks_the_teacher_once_per_step_before_the_update(tmp_path):
+    """The fake engine samples 2 tokens at logprob -1.0 each, the fake teacher says -0.5 for every token: pure
+    distillation (coef 1) gives A = -0.5 - (-1.0) = +0.5 on both sampled tokens of every sequence, 0 elsewhere;
+    reverse KL -0.5 nats per token, -1.0 per sequence. The verifiers still score (reward/mean logged)."""
+    import json
+
+    from loop_fakes import FakeExecutor
+
+    from rlvr.runtime.controller import train
+
+    ex = FakeExecutor()
+    r = load_recipe(TINY, [f"run.output_dir={tmp_path}", "run.executor=local", "run.steps=2", "run.save_final=false",
+                           "checkpoint.every_steps=0", *DISTILL])  # fmt: skip
+    result = train(r, executor=ex)
+    calls = [c for c in ex.log.calls if c[1] in ("generate", "score", "train_step", "receive_weights")]
+    step = [("engine0", "generate"), ("reward", "score"), ("teacher", "score"), ("trainer0", "train_step"),
+            ("engine0", "receive_weights")]  # fmt: skip
+    assert calls == step * 2
+    teacher, trainer = ex.objects["teacher"].result(), ex.objects["trainer0"].result()
+    assert len(teacher.calls) == 2 and all(len(c) == r.samples_per_step for c in teacher.calls)  # one call per step
+    for batch in trainer.batches:
+        assert torch.equal(batch.advantages, 0.5 * batch.loss_mask) and batch.loss_mask.sum() == 2 * len(batch)
+    rows = [json.loads(x) for x in Path(result.run_dir, "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        assert row[mn.DISTILL_REVERSE_KL_MEAN] == pytest.approx(-0.5) and row[mn.DISTILL_REVERSE_KL_SEQ_MEAN] == pytest.approx(-1.0)
+        assert row[mn.TIMING_TEACHER_S] >= 0 and 0 <= row[mn.TIMING_TEACHER_SHARE] <= 1
+        assert mn.REWARD_MEAN in row and mn.role_busy("teacher") in row
