@@ -314,7 +314,8 @@ class AlgorithmConfig:
     advantage: Spec = Spec("grpo")
     """Advantage estimator and its settings (registries ``rlvr.algos.advantages.ADVANTAGES`` and, with a learned
     critic, ``rlvr.algos.gae.CRITIC_ADVANTAGES``): ``grpo`` {std_normalize}, ``dr_grpo``, ``rloo``,
-    ``reinforce_pp``, ``reinforce_pp_global``, ``passk`` {k}, ``pkpo`` {k, baseline}, ``gae`` {gamma, lam, whiten}."""
+    ``reinforce_pp``, ``reinforce_pp_global``, ``passk`` {k}, ``pkpo`` {k, baseline}, ``gae`` {gamma, lam, whiten},
+    ``distill`` {coef, verifier_weight, clip, base, student_logprobs} (on-policy distillation: needs ``teacher:``)."""
     policy_loss: Spec = Spec("ppo_clip")
     """Policy loss and its settings (registry ``rlvr.algos.losses.POLICY_LOSSES``): ``ppo_clip`` {clip_low,
     clip_high, dual_clip_c}, ``gspo`` {clip_low, clip_high}, ``cispo`` {clip_low, clip_high}."""
