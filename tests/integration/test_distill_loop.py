@@ -61,3 +61,14 @@ def test_another_teacher_gives_a_nonzero_kl(tmp_path):
         assert abs(r[mn.DISTILL_REVERSE_KL_MEAN]) > 1e-3 and math.isfinite(r[mn.DISTILL_REVERSE_KL_SEQ_MEAN]), r
         assert math.isfinite(r["train/loss"]) and r["train/skipped"] == 0.0
         assert r[mn.ADV_TOKEN_ABS_MEAN] > 0
+
+
+def test_through_ray_the_teacher_is_an_actor_of_its_own(tmp_path):
+    """The same check as the first test with every role a Ray actor: the teacher in its own placement group."""
+    rows = _run(tmp_path, 0, "run.executor=ray", "run.num_cpus=2", "algorithm.advantage.verifier_weight=1")
+    first, second = rows
+    assert abs(first[mn.DISTILL_REVERSE_KL_MEAN]) < 1e-4, first
+    assert abs(second[mn.DISTILL_REVERSE_KL_MEAN]) > 1e-3, second
+    for r in rows:
+        assert r[mn.role_busy("teacher")] > 0 and r[mn.TIMING_TEACHER_S] > 0
+        assert math.isfinite(r["train/loss"]) and r["train/skipped"] == 0.0
