@@ -8,6 +8,9 @@ Two teachers, two checks worked out independently of the code under test:
   model is near-uniform over 50 tokens, so two neighbouring tokens' logprobs differ by tenths of a nat);
   with ``verifier_weight: 1`` the GRPO part moves the student in step 1, so at step 2 the KL is no longer 0;
 - the teacher is another tiny model (same tokenizer, weights drawn with another seed): the KL is not 0 at step 1.
+Measured (2026-12-03, 2 shared cores): teacher = student, reverse KL 0.0 exactly at step 1, 0.0108 nats per token
+at step 2; seed-7 teacher 0.093 then -0.013 (k1, a one-sample estimate: negative is possible); the teacher's
+call 0.017-0.022 s, 1-13 % of these tiny steps.
 """
 
 from __future__ import annotations
