@@ -32,7 +32,7 @@ class RecipeError(ValueError):
 from rlvr.config_sections import (  # noqa: F401 - the sections, re-exported: `from rlvr.config import DataConfig`
     AlgorithmConfig, CheckpointConfig, CriticConfig, DataConfig, EnvironmentConfig, GeneratedTaskConfig,
     JudgeConfig, MetricsConfig, ModelConfig, RewardConfig, RolloutConfig, RunConfig, Spec, SyncConfig, TimeoutsConfig,
-    ToolsConfig, TrainerConfig, ValidationConfig, VerifierSpec,
+    TeacherConfig, ToolsConfig, TrainerConfig, ValidationConfig, VerifierSpec,
 )
 
 
@@ -56,6 +56,7 @@ class Recipe:
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     environment: EnvironmentConfig = field(default_factory=EnvironmentConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
 
     # -- derived quantities (no state of their own) -------------------------------------------------------
     @property
@@ -422,6 +423,11 @@ def read_recipe(path: str | Path | None = None, overrides: list[str] | tuple[str
         from rlvr.hardware import fast_dtype
 
         recipe = dataclasses.replace(recipe, judge=dataclasses.replace(recipe.judge, dtype=fast_dtype(recipe.judge.num_gpus)))
+    if recipe.teacher.dtype == "auto":
+        from rlvr.hardware import fast_dtype
+
+        teacher = dataclasses.replace(recipe.teacher, dtype=fast_dtype(recipe.teacher.num_gpus))
+        recipe = dataclasses.replace(recipe, teacher=teacher)
     if recipe.trainer.backend == "auto":
         backend = "torch" if recipe.trainer.num_workers == 1 else "deepspeed"
         recipe = dataclasses.replace(recipe, trainer=dataclasses.replace(recipe.trainer, backend=backend))

@@ -314,7 +314,8 @@ class AlgorithmConfig:
     advantage: Spec = Spec("grpo")
     """Advantage estimator and its settings (registries ``rlvr.algos.advantages.ADVANTAGES`` and, with a learned
     critic, ``rlvr.algos.gae.CRITIC_ADVANTAGES``): ``grpo`` {std_normalize}, ``dr_grpo``, ``rloo``,
-    ``reinforce_pp``, ``reinforce_pp_global``, ``passk`` {k}, ``pkpo`` {k, baseline}, ``gae`` {gamma, lam, whiten}."""
+    ``reinforce_pp``, ``reinforce_pp_global``, ``passk`` {k}, ``pkpo`` {k, baseline}, ``gae`` {gamma, lam, whiten},
+    ``distill`` {coef, verifier_weight, clip, base, student_logprobs} (on-policy distillation: needs ``teacher:``)."""
     policy_loss: Spec = Spec("ppo_clip")
     """Policy loss and its settings (registry ``rlvr.algos.losses.POLICY_LOSSES``): ``ppo_clip`` {clip_low,
     clip_high, dual_clip_c}, ``gspo`` {clip_low, clip_high}, ``cispo`` {clip_low, clip_high}."""
@@ -574,3 +575,33 @@ class ValidationConfig:
     """n: samples per problem; pass@k is reported for k = 1, powers of 2 up to n, and n."""
     temperature: float = 1.0
     """Sampling temperature for validation."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TeacherConfig:
+    """The teacher role of on-policy distillation (``algorithm.advantage: {name: distill}``,
+    :mod:`rlvr.algos.distill`): a fixed model that scores every token the student sampled, in one batched call per
+    step. Served by the same vLLM engine code as rollout, in a role (and placement group ``teacher``) of its own,
+    outside the weight-sync group (its weights stay those of ``model``), started only with ``distill``. Its
+    tokenizer must be the student's (checked when the recipe loads). Its context is the student's longest sequence
+    (``data.max_prompt_tokens`` + the response budget)."""
+
+    model: str | None = None
+    """The teacher's model: an embedded name, a local folder (e.g. a run's ``final/``) or a hub id, resolved as
+    ``model.path`` is. None: no teacher (``distill`` then fails the recipe check)."""
+    dtype: Literal["auto", "bfloat16", "float32", "float16"] = "auto"
+    """The teacher engine's dtype; ``auto`` resolved when the recipe loads as ``model.dtype`` is (judged by
+    ``teacher.num_gpus``)."""
+    threads: int = 1
+    """torch threads of the teacher engine on CPU (OMP_NUM_THREADS)."""
+    num_gpus: float = 0.0
+    """GPUs of the teacher role (0 on CPU; under Ray it then sees no GPU, ``CUDA_VISIBLE_DEVICES=""``)."""
+    resources: dict[str, float] = field(default_factory=dict)
+    """Ray custom resources of the teacher role (e.g. ``{teacher_node: 1}``): pins it to chosen nodes. Empty:
+    anywhere it fits."""
+    kv_cache_gib: float = 1.0
+    """KV cache of the teacher engine on CPU, GiB (vLLM's ``kv_cache_memory_bytes``)."""
+    enforce_eager: bool = True
+    """Skip graph capture (starts in seconds on CPU)."""
+    gpu_memory_utilization: float = 0.2
+    """The teacher engine's share of GPU memory (GPU only)."""

@@ -216,14 +216,14 @@ def resource_errors(r: Recipe) -> list[str]:
     """GPU counts and the Ray custom resources of each role (``*.resources``)."""
     errs: list[str] = []
     for where, gpus in (("trainer", r.trainer.num_gpus), ("rollout", r.rollout.num_gpus), ("critic", r.critic.num_gpus),
-                        ("judge", r.judge.num_gpus)):  # fmt: skip
+                        ("judge", r.judge.num_gpus), ("teacher", r.teacher.num_gpus)):  # fmt: skip
         if gpus < 0:
             errs.append(f"{where}.num_gpus must be >= 0, got {gpus}")
         elif gpus > 1 and gpus != int(gpus):
             errs.append(f"{where}.num_gpus={gpus}: above 1 a role takes whole GPUs (Ray's rule); use an integer")
     for where, res in (("trainer", r.trainer.resources), ("rollout", r.rollout.resources),
                        ("critic", r.critic.resources), ("reward", r.reward.resources),
-                       ("judge", r.judge.resources)):  # fmt: skip
+                       ("judge", r.judge.resources), ("teacher", r.teacher.resources)):  # fmt: skip
         for k, v in res.items():
             if k in ("CPU", "GPU", "memory", "object_store_memory"):
                 errs.append(f"{where}.resources names {k!r}, which Ray sets itself: use {where}.num_gpus (CPU, GPU) "
@@ -354,6 +354,7 @@ def _check(r: Recipe) -> None:
     errs.extend(dapo_errors(al, ro.samples_per_prompt, ro.max_new_tokens))
     errs.extend(extra_errors(r))
     errs.extend(judge_errors(r))
+    errs.extend(teacher_errors(r))
     errs.extend(verifier_errors(r))
     errs.extend(environment_errors(r))
     for k in r.metrics.pass_k:
@@ -519,6 +520,27 @@ def judge_errors(r: Recipe) -> list[str]:
     if jg.threads < 1 or not jg.kv_cache_gib > 0 or jg.max_model_len < 2 or not 0 < jg.gpu_memory_utilization <= 1:
         errs.append("judge.threads must be >= 1, judge.kv_cache_gib > 0, judge.max_model_len >= 2 and "
                     "judge.gpu_memory_utilization in (0, 1]")  # fmt: skip
+    return errs
+
+
+def teacher_errors(r: Recipe) -> list[str]:
+    """The teacher role (``teacher:``) against an estimator that needs it (``needs_teacher``: ``distill``): one
+    without the other is refused, naming what to set. The teacher's tokenizer is compared with the student's by
+    :func:`rlvr.runtime.checks.check_teacher_tokenizer` (it loads both tokenizers, so not here)."""
+    errs: list[str] = []
+    al, tc = r.algorithm, r.teacher
+    needs = advantage_registry(al.advantage.name).flag(al.advantage.name, "needs_teacher")
+    if needs and tc.model is None:
+        errs.append(f"algorithm.advantage={al.advantage.name} scores the student's samples with a teacher, but "
+                    "teacher.model is not set: set teacher.model to a model folder or embedded name (e.g. a run's "
+                    "final/ folder)")  # fmt: skip
+    if tc.model is not None and not needs:
+        errs.append(f"teacher.model={tc.model!r} is set but algorithm.advantage={al.advantage.name} does not use a "
+                    "teacher: set algorithm.advantage=distill (see recipes/methods/distill.yaml) or remove the "
+                    "teacher: section")  # fmt: skip
+    if tc.threads < 1 or not tc.kv_cache_gib > 0 or not 0 < tc.gpu_memory_utilization <= 1:
+        errs.append("teacher.threads must be >= 1, teacher.kv_cache_gib > 0 and teacher.gpu_memory_utilization in "
+                    "(0, 1]")  # fmt: skip
     return errs
 
 

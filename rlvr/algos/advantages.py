@@ -30,8 +30,10 @@ if TYPE_CHECKING:
 
 torch = lazy_module("torch")  # imported on first use: loading a recipe resolves these settings without torch
 
-# flags: needs_groups (compares the G samples of a prompt: G >= 2), binary_rewards (0/1 rewards: pass@k counts)
-ADVANTAGES: Registry = Registry("advantage estimator", flags=("needs_groups", "binary_rewards"))
+# flags: needs_groups (compares the G samples of a prompt: G >= 2), binary_rewards (0/1 rewards: pass@k counts),
+# needs_teacher (the teacher role's logprobs of the batch: rlvr.algos.distill), token_advantages (one per token)
+ADVANTAGES: Registry = Registry("advantage estimator",
+                                flags=("needs_groups", "binary_rewards", "needs_teacher", "token_advantages"))
 
 STD_EPS = 1e-6
 """Added to the group's std before dividing (GRPO), so a near-constant group cannot explode."""

@@ -22,7 +22,8 @@ Namespaces (per training step unless said otherwise):
   counts all-reduced, so W ranks report what one rank does on the same batch); ``*_max`` a max; a loss's 0-dim
   statistics a mean over micro-batches.
 - ``critic/``: the value model (``algorithm.advantage=gae``): its loss, values and returns (reward units).
-- ``adv/``: token advantages (with token-level advantages only: gae, KL in the reward).
+- ``adv/``: token advantages (with token-level advantages only: gae, KL in the reward, distill).
+- ``distill/``: on-policy distillation (``algorithm.advantage=distill``): the reverse KL to the teacher (nats).
 - ``timing/``: wall-clock seconds of each stage, ``timing/<stage>_s`` (:func:`timing`), and
   ``timing/engine_restarts`` (a count, the one name here that is not in seconds).
 - ``roles/``: each role's busy and idle seconds within the step (``roles/<role>_busy_s``, ``_idle_s``; busy:
@@ -76,9 +77,11 @@ NS_SYNC = "sync"
 NS_VAL = "val"
 NS_ROLES = "roles"
 NS_ASYNC = "async"
+NS_DISTILL = "distill"
 
 NAMESPACES: tuple[str, ...] = (NS_REWARD, NS_PASSK, NS_RESPONSE, NS_GROUPS, NS_ROLLOUT, NS_TOOLS, NS_DYNAMIC_SAMPLING, NS_DATA,
-                               NS_TRAIN, NS_CRITIC, NS_ADV, NS_TIMING, NS_SYNC, NS_VAL, NS_ROLES, NS_ASYNC)  # fmt: skip
+                               NS_TRAIN, NS_CRITIC, NS_ADV, NS_TIMING, NS_SYNC, NS_VAL, NS_ROLES, NS_ASYNC,
+                               NS_DISTILL)  # fmt: skip
 """Every namespace a metric name starts with (before its first ``/``); see the module docstring."""
 
 
@@ -264,6 +267,13 @@ TIMING_REFILL_S = timing("refill")
 TIMING_TRAIN_INNER_S = timing("train_inner")
 TIMING_CRITIC_INNER_S = timing("critic_inner")
 TIMING_ENGINE_RESTARTS = _name(NS_TIMING, "engine_restarts")
+TIMING_TEACHER_S = timing("teacher")
+TIMING_TEACHER_SHARE = _name(NS_TIMING, "teacher_share")
+
+# distill/ (on-policy distillation, rlvr.algos.distill)
+DISTILL_REVERSE_KL_MEAN = _name(NS_DISTILL, "reverse_kl_mean")
+DISTILL_REVERSE_KL_SEQ_MEAN = _name(NS_DISTILL, "reverse_kl_seq_mean")
+DISTILL_CLIPPED_FRAC = _name(NS_DISTILL, "clipped_frac")
 
 # sync/ (rlvr.runtime.roles.Roles.sync, rlvr.sync.probe)
 SYNC_SECONDS = _name(NS_SYNC, "seconds")
@@ -406,6 +416,14 @@ _ENTRIES: tuple[Metric, ...] = (
     _M(TIMING_TRAIN_INNER_S, "seconds", "the policy update inside one trainer rank (returned; logged as timing/train_s)"),
     _M(TIMING_CRITIC_INNER_S, "seconds", "the critic update inside its process (returned; in timing/train_s)"),
     _M(TIMING_ENGINE_RESTARTS, "count", "engines replaced after dying, so far in this run"),
+    _M(TIMING_TEACHER_S, "seconds", "the teacher role's scoring of the batch trained (on-policy distillation)"),
+    _M(TIMING_TEACHER_SHARE, "fraction", "timing/teacher_s over timing/step_s"),
+    # distill/
+    _M(DISTILL_REVERSE_KL_MEAN, "nats", "reverse KL to the teacher, log p_student - log p_teacher of each sampled "
+       "token, mean over the batch's sampled tokens (unclipped)"),
+    _M(DISTILL_REVERSE_KL_SEQ_MEAN, "nats", "the same summed over a sequence's sampled tokens, mean over the B "
+       "sequences"),
+    _M(DISTILL_CLIPPED_FRAC, "fraction", "sampled tokens whose teacher term was clipped (algorithm.advantage.clip)"),
     # sync/
     _M(SYNC_SECONDS, "seconds", "the weight transfer (send and receive), checks and probe excluded"),
     _M(SYNC_SEND_SECONDS, "seconds", "the trainer's sending of the weights"),

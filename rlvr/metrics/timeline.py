@@ -5,7 +5,8 @@ Input: the :class:`rlvr.runtime.executors.Span` of every role call (start and en
 process, wall-clock seconds). A role's busy time in a window is the length of the union of its spans clipped to
 the window (calls of one role do not overlap: each role runs one call at a time, so the union only matters for
 groups); idle = window - busy. Groups (:func:`role_group`): ``engines`` (``engine0`` ...), ``trainer``
-(``trainer0`` ...), ``reward``, ``judge`` (the model-backed verifier, :mod:`rlvr.reward.judge`), ``critic``; ``sync`` is the weight transfer itself (the trainer's
+(``trainer0`` ...), ``reward``, ``judge`` (the model-backed verifier, :mod:`rlvr.reward.judge`), ``teacher`` (on-policy
+distillation, :mod:`rlvr.rollout.teacher`), ``critic``; ``sync`` is the weight transfer itself (the trainer's
 ``send_weights`` and the engines' ``receive_weights``, as one union). A group of several processes (engines,
 trainer ranks) reports the mean over its processes.
 
@@ -25,7 +26,7 @@ from typing import Any
 
 from rlvr.metrics import names as mn
 
-GROUPS = ("engines", "reward", "judge", "trainer", "critic", "sync")
+GROUPS = ("engines", "reward", "judge", "teacher", "trainer", "critic", "sync")
 """The role groups reported, in the order of the timeline plot's rows."""
 SYNC_METHODS = ("send_weights", "receive_weights")
 TRAIN_METHODS = ("train_step", "compute_logprobs", "compute_values")

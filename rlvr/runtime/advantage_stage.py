@@ -17,6 +17,7 @@ import torch
 
 from rlvr.algos import ADVANTAGES, KL_ESTIMATORS
 from rlvr.algos.advantages import normalise_token_advantages
+from rlvr.algos.distill import teacher_term
 from rlvr.algos.gae import CRITIC_ADVANTAGES, outcome_token_rewards
 from rlvr.algos.kl import reward_to_go
 from rlvr.config import Recipe
@@ -42,11 +43,19 @@ def needs_reference(recipe: Recipe) -> bool:
     return recipe.algorithm.kl_coef > 0 and recipe.algorithm.kl_penalty == "reward"
 
 
+def uses_teacher(recipe: Recipe) -> bool:
+    """True when ``algorithm.advantage`` needs the teacher's logprobs of the batch (``distill``: a teacher role is
+    started on ``teacher.model``)."""
+    return ADVANTAGES.flag(recipe.algorithm.advantage.name, "needs_teacher")
+
+
 def form_advantages(batch: TrainBatch, rewards: torch.Tensor, recipe: Recipe, *, ref_logprobs: torch.Tensor | None = None,
-                    values: torch.Tensor | None = None) -> tuple[TrainBatch, dict | None, dict[str, float]]:
+                    values: torch.Tensor | None = None,
+                    teacher_logprobs: torch.Tensor | None = None) -> tuple[TrainBatch, dict | None, dict[str, float]]:
     """Advantages for ``batch`` (B = P x G sequences; rewards: [P, G], prompt-major like the batch). Pure: the
     reference's logprobs ([B, S-1], when :func:`needs_reference`) and the critic's values ([B, S-1], when
-    :func:`uses_critic`) come in as tensors. Errors: ``ValueError`` when a needed one is missing.
+    :func:`uses_critic`) and the teacher's ([B, S-1] nats, when :func:`uses_teacher`) come in as tensors.
+    Errors: ``ValueError`` when a needed one is missing.
 
     - KL in the reward (``kl_coef > 0`` and ``kl_penalty=reward``): the per-token penalty ``-kl_coef * KL_t`` with
       ``KL_t`` the ``algorithm.kl_estimator`` (k1 = rollout logprob - reference logprob is InstructGPT's eq. 2;
@@ -56,6 +65,10 @@ def form_advantages(batch: TrainBatch, rewards: torch.Tensor, recipe: Recipe, *,
       ``before_batch_norm`` attribute: ``reinforce_pp``, ``reinforce_pp_global``) gets the penalty BEFORE that
       normalisation, over tokens (REINFORCE++, Hu 2025, sec. 3, as OpenRLHF does):
       :func:`rlvr.algos.advantages.normalise_token_advantages`.
+    - Distillation (``distill``, :mod:`rlvr.algos.distill`): ``A[b, t] = verifier_weight * base(rewards)[b]`` on
+      the mask + ``coef * clip(teacher_logprobs - rollout_logprobs)`` per sampled token (0 off the loss mask:
+      prompt, padding, a trajectory's environment tokens), plus the KL penalty's reward-to-go if set; metrics
+      ``distill/*``.
     - Critic estimators: token rewards = the outcome reward on the last response token
       (:func:`rlvr.algos.gae.outcome_token_rewards`) + the penalty; values from the critic; (advantages, returns).
 
@@ -95,8 +108,16 @@ def form_advantages(batch: TrainBatch, rewards: torch.Tensor, recipe: Recipe, *,
             adv = normalise_token_advantages(raw, mask)
         else:
             adv = estimator(rewards, ADVANTAGES.settings_of(spec)).reshape(-1)  # [B]
+            if uses_teacher(recipe):  # on-policy distillation: the teacher's per-token term on the sampled tokens
+                if teacher_logprobs is None:
+                    raise ValueError(f"algorithm.advantage={spec.name} needs the teacher's logprobs of the batch")
+                term, st = teacher_term(teacher_logprobs, batch.rollout_logprobs, mask, ADVANTAGES.settings_of(spec))
+                adv = adv.unsqueeze(-1) * mask + term  # [B, S-1]
+                metrics.update({mn.DISTILL_REVERSE_KL_MEAN: st["reverse_kl_mean"],
+                                mn.DISTILL_REVERSE_KL_SEQ_MEAN: st["reverse_kl_seq_mean"],
+                                mn.DISTILL_CLIPPED_FRAC: st["clipped_frac"]})  # fmt: skip
             if penalty is not None:  # per-group estimators: the KL's reward-to-go is added after the group norm
-                adv = adv.unsqueeze(-1) * mask + reward_to_go(penalty, mask)  # [B, S-1]
+                adv = (adv.unsqueeze(-1) * mask if adv.dim() == 1 else adv) + reward_to_go(penalty, mask)  # [B, S-1]
     if adv.dim() == 2:
         metrics[mn.ADV_TOKEN_MEAN] = float((adv * mask).sum() / n_tok)
         metrics[mn.ADV_TOKEN_ABS_MEAN] = float((adv.abs() * mask).sum() / n_tok)

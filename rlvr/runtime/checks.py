@@ -108,7 +108,47 @@ def _preflight(recipe: Recipe, model_optional: bool) -> tuple[list[str], tuple[s
         if not model_optional:
             raise
         return [*lines, f"{NOT_CHECKED} the model's context and the prompt lengths: {e}"], None
+    if recipe.teacher.model is not None:
+        lines.append(check_teacher_tokenizer(recipe.model.path, recipe.teacher.model))
     return [*lines, check_context(recipe, model[1])], model
+
+
+TOKENIZER_PROBE = "On-policy distillation: 12 + 30 = 42. \\boxed{42}\n<|im_start|>assistant Ünïcode ✓ 数学"
+"""A string both tokenizers must encode to the same ids (digits, LaTeX, a chat marker, accents, CJK)."""
+
+
+def check_teacher_tokenizer(student: str, teacher: str) -> str:
+    """Refuse a teacher whose tokenizer is not the student's: the teacher scores the student's token ids, so the
+    same id must mean the same text to both (on-policy distillation, :mod:`rlvr.algos.distill`). Compared: the
+    vocabularies (token -> id maps, special tokens included) and the ids of :data:`TOKENIZER_PROBE`.
+    ``student``, ``teacher``: ``model.path`` and ``teacher.model`` (names, folders or hub ids, resolved as the
+    roles resolve them). Returns the line for the preflight's list.
+    Errors: :class:`~rlvr.config.RecipeError` naming both models and the first difference found;
+    :class:`~rlvr.models.ModelUnavailable` for a model that cannot be read."""
+    from transformers import AutoTokenizer
+
+    from rlvr.models import check_model_name, model_context
+
+    toks = {}
+    for key, name in (("model.path", student), ("teacher.model", teacher)):
+        check_model_name(name)
+        toks[key] = AutoTokenizer.from_pretrained(model_context(name)[0])
+    s, t = toks["model.path"], toks["teacher.model"]
+    vs, vt = s.get_vocab(), t.get_vocab()
+    where = f"teacher.model={teacher!r} and model.path={student!r}"
+    if vs != vt:
+        only_s = sorted(set(vs) - set(vt))[:3]
+        moved = sorted(k for k in set(vs) & set(vt) if vs[k] != vt[k])[:3]
+        raise RecipeError(f"{where} have different tokenizers (vocabularies of {len(vt)} and {len(vs)} tokens; "
+                          f"only the student's: {only_s}; same token, another id: {moved}): the teacher scores the "
+                          "student's token ids, so it must share the student's tokenizer; pick a teacher of the "
+                          "student's family (e.g. a run of this model: RUN/final)")  # fmt: skip
+    ids_s, ids_t = s.encode(TOKENIZER_PROBE), t.encode(TOKENIZER_PROBE)
+    if ids_s != ids_t:
+        raise RecipeError(f"{where}: their tokenizers share a vocabulary but split {TOKENIZER_PROBE!r} differently "
+                          f"(student {ids_s[:12]}..., teacher {ids_t[:12]}...): the teacher must tokenize as the "
+                          "student does")  # fmt: skip
+    return f"checked: teacher.model {teacher} shares the student's tokenizer ({len(vs)} tokens)"
 
 
 def _warn_settings(recipe: Recipe) -> None:

@@ -24,7 +24,8 @@ from rlvr.metrics.progress import Progress
 from rlvr.metrics.samples import print_sample_table
 from rlvr.metrics.timeline import append_step, role_usage, staleness_metrics
 from rlvr.metrics.sinks import make_sinks
-from rlvr.runtime.advantage_stage import build_dph_buffer, dph_batch, form_advantages, needs_reference, uses_critic
+from rlvr.runtime.advantage_stage import (build_dph_buffer, dph_batch, form_advantages, needs_reference, uses_critic,
+                                          uses_teacher)
 from rlvr.runtime.checks import preflight  # noqa: F401 (rlvr.runtime.controller.preflight: checks at load)
 from rlvr.runtime.roles import Roles
 from rlvr.runtime.rundir import prepare_run_dir, resume_point, write_recipe  # noqa: F401 (cli, tests)
@@ -154,6 +155,10 @@ def _load_data(r: Recipe) -> _Data:
     tok = AutoTokenizer.from_pretrained(model_dir)
     prompts, _ = load_prompts(r, tok, ctx)
     build_verifiers(r)
+    if r.teacher.model is not None:  # the teacher scores the student's token ids: one tokenizer (also in preflight)
+        from rlvr.runtime.checks import check_teacher_tokenizer
+
+        log.info(check_teacher_tokenizer(r.model.path, r.teacher.model))
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     return _Data(model_dir, tok, prompts, ck.data_fingerprint(prompts), pad_id)
 
@@ -368,6 +373,9 @@ def _step_metrics(step: int, roll: Rollout, adv_metrics: dict, train_stats: dict
     (``train_stats``), ``timing/train_wait_s`` the controller's wait for it.
     ``t_step``, ``t0``, ``t1``: ``time.perf_counter()`` at the step's start, when the controller began to wait for
     the update (after the overlapped rollout, if any), the update's end."""
+    step_s = time.perf_counter() - t_step
+    teacher = {mn.TIMING_TEACHER_SHARE: adv_metrics[mn.TIMING_TEACHER_S] / max(step_s, 1e-9)} \
+        if mn.TIMING_TEACHER_S in adv_metrics else {}  # fmt: skip
     return {
         **staleness_metrics([c.policy_version for c in roll.completions], step - 1, r.rollout.max_staleness),
         mn.ASYNC_DROPPED_STALE: float(dropped),
@@ -378,7 +386,8 @@ def _step_metrics(step: int, roll: Rollout, adv_metrics: dict, train_stats: dict
         **roll.timings,
         mn.TIMING_TRAIN_WAIT_S: t1 - t0,
         mn.TIMING_SYNC_S: time.perf_counter() - t1,
-        mn.TIMING_STEP_S: time.perf_counter() - t_step,
+        mn.TIMING_STEP_S: step_s,
+        **teacher,
         mn.ROLLOUT_TOKENS_PER_S: sum(c.sampled_tokens for c in roll.completions)
         / max(roll.timings[mn.TIMING_ROLLOUT_S], 1e-9),
         mn.DATA_EPOCH: float(sampler.epoch),
@@ -388,7 +397,8 @@ def _step_metrics(step: int, roll: Rollout, adv_metrics: dict, train_stats: dict
 
 def _advantage_batch(roll: Rollout, roles: "Roles", r: Recipe, pad_id: int) -> tuple[TrainBatch, dict | None, dict[str, float]]:
     """The batch the trainer updates on: packed, DAPO's overlong filter applied, the reference's logprobs and the
-    critic's values computed where the recipe needs them, and advantages formed (:func:`form_advantages`).
+    critic's values and the teacher's logprobs (``timing/teacher_s``) computed where the recipe needs them, and
+    advantages formed (:func:`form_advantages`).
     Returns (batch, critic inputs or None, metrics)."""
     batch = pack(roll.completions, torch.zeros(len(roll.completions)), pad_id, r.rollout.max_new_tokens)
     metrics: dict[str, float] = {}
@@ -398,7 +408,13 @@ def _advantage_batch(roll: Rollout, roles: "Roles", r: Recipe, pad_id: int) -> t
         metrics[mn.RESPONSE_FILTERED_FRAC] = float(1.0 - keep.mean())
     ref_lp = roles.reference_logprobs(batch) if needs_reference(r) else None
     values = roles.critic_values(batch) if uses_critic(r) else None
-    batch, critic_inputs, adv_metrics = form_advantages(batch, roll.rewards, r, ref_logprobs=ref_lp, values=values)
+    teacher_lp = None
+    if uses_teacher(r):  # on-policy distillation: the teacher scores every token of the batch, one call
+        t0 = time.perf_counter()
+        teacher_lp = roles.teacher_logprobs(batch)
+        metrics[mn.TIMING_TEACHER_S] = time.perf_counter() - t0
+    batch, critic_inputs, adv_metrics = form_advantages(batch, roll.rewards, r, ref_logprobs=ref_lp, values=values,
+                                                        teacher_logprobs=teacher_lp)  # fmt: skip
     return batch, critic_inputs, {**metrics, **adv_metrics}
 
 

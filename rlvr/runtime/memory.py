@@ -59,7 +59,7 @@ vLLM's ``max_num_seqs`` = 256 of them at ``max_sequence_tokens``).
 
 Roles on one device (fractional GPUs, or every CPU role in the host's memory) are summed; the card a GPU recipe
 needs is the larger of (what its trainers need) / (1 - the engines' utilisations) and (what an engine needs) /
-(its utilisation). Not modelled: the judge's and the critic's models (a judge engine is another engine; a critic
+(its utilisation). Not modelled: the judge's, the teacher's and the critic's models (a judge or teacher engine is another engine; a critic
 is a trainer without the logits), mixture-of-experts and encoder-decoder architectures.
 """
 

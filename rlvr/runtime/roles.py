@@ -3,7 +3,8 @@ engine restarts, and the weight-sync group between trainer rank 0 and the engine
 
 :class:`Roles` is what the step loop (:mod:`rlvr.runtime.controller`) calls: ``generate_and_score``, ``sync``,
 ``get`` (a wait on remote calls, deadline from the recipe) and the role handles ``engines``, ``reward``,
-``judge`` (the model-backed verifier, :mod:`rlvr.reward.judge`; None without one), ``trainers``, ``critic``.
+``judge`` (the model-backed verifier, :mod:`rlvr.reward.judge`; None without one), ``teacher`` (on-policy
+distillation, :mod:`rlvr.rollout.teacher`; None without one), ``trainers``, ``critic``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from rlvr.metrics import names as mn
 from rlvr.reward.judge import JUDGE, NOT_JUDGED, JudgeItem, judge_keys, merge_judged, rule_specs, selected, settings_of
 from rlvr.reward.pool import FailureWatch, Scored, verifier_keys
 from rlvr.rollout import engine_class
-from rlvr.runtime.advantage_stage import uses_critic
+from rlvr.runtime.advantage_stage import uses_critic, uses_teacher
 from rlvr.runtime.environ import comm_env
 from rlvr.runtime.executors import Group, Handle, LocalExecutor, RayExecutor, Resources, RoleError
 from rlvr.seeding import engine_seed
@@ -78,7 +79,8 @@ real thread count is its ``*.threads`` setting."""
 def role_resources(recipe: Recipe, env: dict[str, str]) -> dict[str, list[Resources]]:
     """What each role asks of the cluster, by placement group: ``trainer`` (one bundle per rank, packed onto as
     few nodes as hold them), ``engines`` (one bundle per engine: all its tensor-parallel workers, so on one node),
-    ``reward``, ``judge`` when a verifier asks the judge role (:func:`uses_judge`) and, when the recipe trains a
+    ``reward``, ``judge`` when a verifier asks the judge role (:func:`uses_judge`), ``teacher`` with on-policy
+    distillation (:func:`rlvr.runtime.advantage_stage.uses_teacher`) and, when the recipe trains a
     critic, ``critic``. CPUs are nominal (:data:`ROLE_CPUS` per role: the roles' threads
     are set by ``*.threads``); GPUs and custom resources come from the recipe (``*.num_gpus``, ``*.resources``)."""
     r = recipe
@@ -96,6 +98,10 @@ def role_resources(recipe: Recipe, env: dict[str, str]) -> dict[str, list[Resour
         jenv = dict(env, OMP_NUM_THREADS=str(max(1, r.judge.threads)))  # its KV cache: an engine argument
         out["judge"] = [Resources(num_cpus=ROLE_CPUS, num_gpus=r.judge.num_gpus, env=jenv, custom=dict(r.judge.resources),
                                   group="judge")]  # fmt: skip
+    if uses_teacher(r):
+        tcenv = dict(env, OMP_NUM_THREADS=str(max(1, r.teacher.threads)))  # its KV cache: an engine argument
+        out["teacher"] = [Resources(num_cpus=ROLE_CPUS, num_gpus=r.teacher.num_gpus, env=tcenv,
+                                    custom=dict(r.teacher.resources), group="teacher")]  # fmt: skip
     if uses_critic(r):
         cenv = dict(env, OMP_NUM_THREADS=str(max(1, r.critic.threads)))
         out["critic"] = [Resources(num_cpus=ROLE_CPUS, num_gpus=r.critic.num_gpus, env=cenv, custom=dict(r.critic.resources),
@@ -114,6 +120,7 @@ GROUP_SETTINGS = {
     "reward": "reward.resources",
     "judge": "judge.num_gpus, judge.resources",
     "critic": "critic.num_gpus, critic.resources",
+    "teacher": "teacher.num_gpus, teacher.resources",
 }
 """The recipe keys that size each group of :func:`role_resources` (named when a group does not fit)."""
 
@@ -128,13 +135,14 @@ def placement_groups(resources: dict[str, list[Resources]]) -> list[Group]:
 def shares_devices(recipe: Recipe) -> bool:
     """True when the engines (and the judge) may share a GPU with the trainer or with each other:
     ``run.executor: local`` (every role in one process, on one device), or a fraction of a GPU (``0 < num_gpus < 1``) for the
-    rollout, trainer, judge or critic (Ray packs fractions onto one GPU). There vLLM's start, which measures the
+    rollout, trainer, judge, teacher or critic (Ray packs fractions onto one GPU). There vLLM's start, which measures the
     free GPU memory to size its KV cache (``gpu_memory_utilization``), must not overlap another role's allocations:
     :class:`Roles` then starts the vLLM roles one after another, each finished before the next role is created."""
     r = recipe
     judge_gpus = r.judge.num_gpus if uses_judge(r) else 0.0
     critic_gpus = r.critic.num_gpus if uses_critic(r) else 0.0
-    fractions = any(0 < g < 1 for g in (r.rollout.num_gpus, r.trainer.num_gpus, judge_gpus, critic_gpus))
+    teacher_gpus = r.teacher.num_gpus if uses_teacher(r) else 0.0
+    fractions = any(0 < g < 1 for g in (r.rollout.num_gpus, r.trainer.num_gpus, judge_gpus, critic_gpus, teacher_gpus))
     return r.run.executor == "local" or fractions
 
 
@@ -142,8 +150,9 @@ class Roles:
     """Spawns the roles of a run and owns the weight-sync group between trainer rank 0 and the engines.
 
     Start-up: the placement groups are reserved (the Ray executor; a recipe asking for more than the cluster has
-    fails here), the roles spawned into them (engines, judge, reward worker, trainer ranks, critic; where a GPU is
-    shared, :func:`shares_devices`, each engine and the judge finished before the next role is created), the
+    fails here), the roles spawned into them (engines, judge, teacher, reward worker, trainer ranks, critic; where a
+    GPU is shared, :func:`shares_devices`, each engine, the judge and the teacher finished before the next role is
+    created), the
     trainer ranks set up on the address trainer rank 0 picked on
     its own node (``rendezvous["trainer"]``), then the weight-sync group formed, its master again trainer rank 0
     (``rendezvous["sync"]``): with W trainer ranks and E engines of tensor parallel N, ``1 + E x N`` ranks.
@@ -199,6 +208,9 @@ class Roles:
         self.judge: Handle | None = self._spawn_judge() if uses_judge(r) else None
         if ordered and self.judge is not None:
             self._started(self.judge)
+        self.teacher: Handle | None = self._spawn_teacher() if uses_teacher(r) else None
+        if ordered and self.teacher is not None:
+            self._started(self.teacher)
         self.reward = self.ex.spawn(
             "reward",
             RewardWorker,
@@ -246,8 +258,10 @@ class Roles:
 
     @property
     def all(self) -> list[Handle]:
-        """Every role: the engines, the judge (if any), the reward worker, the trainer ranks and the critic (if any)."""
-        return (self.engines + ([self.judge] if self.judge else []) + [self.reward] + self.trainers
+        """Every role: the engines, the judge and the teacher (if any), the reward worker, the trainer ranks and the
+        critic (if any)."""
+        return (self.engines + ([self.judge] if self.judge else []) + ([self.teacher] if self.teacher else [])
+                + [self.reward] + self.trainers
                 + ([self.critic] if self.critic else []))  # fmt: skip
 
     def _spawn_judge(self) -> Handle:
@@ -261,6 +275,19 @@ class Roles:
                              max_model_len=jg.max_model_len, seed=engine_seed(self.recipe.run.seed, 0),
                              kv_cache_gib=jg.kv_cache_gib, gpu_memory_utilization=jg.gpu_memory_utilization,
                              enforce_eager=jg.enforce_eager, threads=jg.threads, resources=self.res["judge"][0])  # fmt: skip
+
+    def _spawn_teacher(self) -> Handle:
+        """The teacher role (:class:`rlvr.rollout.teacher.TeacherWorker`) on ``teacher.model``, resolved as
+        ``model.path`` is, its context the student's longest sequence; its own placement group, outside the
+        weight-sync group (on-policy distillation, :mod:`rlvr.algos.distill`)."""
+        from rlvr.models import resolve_model
+        from rlvr.rollout.teacher import TeacherWorker
+
+        r, tc = self.recipe, self.recipe.teacher
+        return self.ex.spawn("teacher", TeacherWorker, resolve_model(str(tc.model)), dtype=tc.dtype,
+                             max_model_len=r.max_sequence_tokens, seed=engine_seed(r.run.seed, 0),
+                             kv_cache_gib=tc.kv_cache_gib, gpu_memory_utilization=tc.gpu_memory_utilization,
+                             enforce_eager=tc.enforce_eager, threads=tc.threads, resources=self.res["teacher"][0])  # fmt: skip
 
     def _spawn_engine(self, i: int) -> Handle:
         r = self.recipe
@@ -557,6 +584,16 @@ class Roles:
         (:meth:`rlvr.train.policy.PolicyWorker.compute_logprobs`); rank 0's answer is returned."""
         calls = [t.call("compute_logprobs", batch, True) for t in self.trainers]
         return self.get(calls, self.recipe.timeouts.train_s, "reference logprobs", "timeouts.train_s")[0]
+
+    def teacher_logprobs(self, batch: Any) -> Any:
+        """The teacher's logprobs [B, S-1] (nats, the teacher's own distribution at temperature 1) of every token
+        of ``batch`` (a ``TrainBatch``), aligned like :meth:`reference_logprobs` (0 on padding): one batched call on
+        the teacher role (:mod:`rlvr.rollout.teacher`), within ``timeouts.train_s``."""
+        from rlvr.rollout.teacher import align, teacher_sequences
+
+        scored = self.get([self.teacher.call("score", teacher_sequences(batch))], self.recipe.timeouts.train_s,
+                          f"the teacher's logprobs of {len(batch)} sequences", "timeouts.train_s")[0]  # fmt: skip
+        return align(batch, scored)
 
     def critic_values(self, batch: Any) -> Any:
         """The critic's values [B, S-1] (reward units; 0 off the response) of ``batch`` (a ``TrainBatch``)."""

@@ -39,6 +39,8 @@ def _scaled_down(path: Path, tmp_path: Path, *extra: str):
         "critic.threads=1", "critic.micro_batch_size=4",
         "validation.every_steps=0", "metrics.progress=false", "metrics.samples_every=0", "checkpoint.every_steps=0",
     ]  # fmt: skip
+    if base.teacher.model is not None:  # distill: the teacher must share the student's tokenizer (the tiny one's)
+        over += ["teacher.model=tiny-random", "teacher.threads=1"]
     if base.trainer.mini_batch_size:  # the recipe takes several optimizer steps per rollout batch: keep that (B = 8)
         over.append("trainer.mini_batch_size=4")
     if base.algorithm.dph_divergence != "none":

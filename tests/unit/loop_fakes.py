@@ -10,7 +10,8 @@ DeepSpeed or verifier processes.
   checks pass: checksum, read-back and probe);
   ``train_step`` counts the batch's sequences;
 - critic: values of zero;
-- judge: the verdict ``\\boxed{0}`` (step 0 is flawed) for every item, parsed by the item's rule.
+- judge: the verdict ``\\boxed{0}`` (step 0 is flawed) for every item, parsed by the item's rule;
+- teacher: logprob -0.5 for every token it scores (the engine's are -1.0).
 """
 
 from __future__ import annotations
@@ -198,6 +199,21 @@ class FakeJudge:
         return True
 
 
+class FakeTeacher:
+    """The teacher of on-policy distillation: logprob -0.5 for every token after the first of each sequence."""
+
+    def __init__(self, model_dir: str, *, log: CallLog, role: str, **_: Any) -> None:
+        self.log, self.role, self.calls = log, role, []
+
+    def score(self, sequences):
+        self.log.add(self.role, "score")
+        self.calls.append(sequences)
+        return [[-0.5] * (len(s) - 1) for s in sequences]
+
+    def ping(self):
+        return True
+
+
 class FakeExecutor(LocalExecutor):
     """The in-process executor, with each role's class swapped for its fake (by role name). ``generate_s`` /
     ``train_s``: how long the engine's ``generate`` and the trainer's ``train_step`` sleep (holding no CPU;
@@ -216,7 +232,8 @@ class FakeExecutor(LocalExecutor):
 
     def spawn(self, name, cls, *args, resources=None, **kwargs):
         fake = (FakeEngine if name.startswith("engine") else FakeScorer if name == "reward"
-                else FakeCritic if name == "critic" else FakeJudge if name == "judge" else FakeTrainer)  # fmt: skip
+                else FakeCritic if name == "critic" else FakeJudge if name == "judge"
+                else FakeTeacher if name == "teacher" else FakeTrainer)  # fmt: skip
         kw = dict(kwargs, log=self.log, role=name)
         if fake is FakeEngine:
             kw.update(all_right_calls=self.all_right_calls, delay_s=self.generate_s, stale_call=self.stale_call,

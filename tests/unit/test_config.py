@@ -85,7 +85,7 @@ def test_unknown_key_without_near_match_lists_valid_keys(tmp_path):
     assert _msg(ei) == (
         "unknown key 'qqqqqq': valid keys under '(top level)': "
         "run, model, data, rollout, reward, algorithm, trainer, sync, timeouts, metrics, validation, critic, checkpoint, "
-        "judge, environment, tools"
+        "judge, environment, tools, teacher"
     )
 
 
@@ -206,7 +206,8 @@ def test_empty_file_gives_the_defaults(tmp_path):
     assert Recipe().model.dtype == "auto"  # resolved at load, to this machine's fast dtype
     assert loaded == resolve(dataclasses.replace(Recipe(), model=dataclasses.replace(Recipe().model, dtype=fast_dtype(0)),
                                                  trainer=dataclasses.replace(Recipe().trainer, backend="torch"),
-                                                 judge=dataclasses.replace(Recipe().judge, dtype=fast_dtype(0))))
+                                                 judge=dataclasses.replace(Recipe().judge, dtype=fast_dtype(0)),
+                                                 teacher=dataclasses.replace(Recipe().teacher, dtype=fast_dtype(0))))
 
 
 def test_dtype_auto_resolves_and_an_explicit_dtype_is_kept(tmp_path, monkeypatch):

@@ -36,6 +36,7 @@ ARXIV = {
     "dph": "2509.07430",  # Li et al. 2025, DPH-RL
     "areal": "2505.24298",  # Fu et al. 2025, AReaL (asynchronous rollout, decoupled PPO)
     "fapo": "2510.22543",  # Ding et al. 2025, FAPO (flawed-positive penalty from a generative judge)
+    "distill": "2306.13649",  # Agarwal et al. 2024, GKD (on-policy distillation, reverse KL)
 }
 
 # (advantage, policy_loss, loss_agg, kl_coef, optimizer steps per rollout batch)
@@ -53,6 +54,7 @@ OBJECTIVE = {
     "dph": ("grpo", "ppo_clip", "token_mean", 0.0, 1),
     "areal": ("grpo", "ppo_clip", "token_mean", 0.0, 1),
     "fapo": ("grpo", "ppo_clip", "token_mean", 0.0, 1),
+    "distill": ("distill", "ppo_clip", "token_mean", 0.0, 1),
 }
 
 
@@ -166,6 +168,13 @@ def test_fapo_values():
     assert (js.parse, js.only_correct, js.temperature) == ("boxed_step", True, 0.0)
     assert "{steps}" in js.template and "{gold}" in js.template and "\\boxed{}" in js.template
     assert r.judge.model == "smollm2-135m-instruct"
+
+
+def test_distill_values():
+    r = load_recipe(METHODS / "distill.yaml")
+    adv = r.algorithm.advantage.settings
+    assert (adv.coef, adv.verifier_weight, adv.clip, adv.student_logprobs) == (1.0, 0.0, 10.0, "rollout")
+    assert r.teacher.model == "smollm2-135m-instruct" and r.rollout.temperature == 1.0
 
 
 def test_dph_values():

@@ -192,7 +192,7 @@ def test_the_catalogue_is_whole_and_has_no_duplicates():
     assert constants - set(patterns) == {mn.TIMING}
     assert {p for p in patterns if mn.parse(mn.TIMING, p) is not None} == {
         mn.timing(s) for s in ("rollout", "reward", "train", "sync", "step", "validation", "judge", "train_inner",
-                                       "critic_inner", "train_wait", "refill")}
+                                       "critic_inner", "train_wait", "refill", "teacher")}
     for p in patterns:  # each entry's own name (placeholders filled) is described by that entry
         concrete = p.replace("<k>", "4").replace("<n>", "8").replace("<verifier>", "numeric").replace("<role>", "engines")
         concrete = concrete.replace("<tool>", "calculator").replace("<outcome>", "timeout")
