@@ -218,9 +218,14 @@ class VLLMEngine:
         return result
 
     def sequence_logprobs(self, sequences: list[list[int]], temperature: float = 1.0) -> list[list[float]]:
+        """Logprobs (nats) of tokens 1.. of each sequence: [E][len - 1], from vLLM's prompt logprobs in one call.
+        Errors: ``ValueError`` for ``temperature`` != 1: vLLM 0.32's prompt logprobs ignore the sampling temperature
+        (measured: T = 0.5 and T = 1 gave identical values), so only T = 1 is what it says."""
         from vllm import SamplingParams
 
-        params = SamplingParams(max_tokens=1, temperature=temperature, prompt_logprobs=0)
+        if temperature != 1.0:
+            raise ValueError(f"sequence_logprobs at temperature {temperature}: vLLM's prompt logprobs are at T = 1 only")
+        params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0)
         self._omp.here()
         outs = self.llm.generate([{"prompt_token_ids": s} for s in sequences], params, use_tqdm=False)
         res = []
