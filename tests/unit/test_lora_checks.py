@@ -50,3 +50,12 @@ def test_preflight_checks_targets_and_rank_against_the_model():
     # gate_proj alone: its smallest dimension is 128 too; 128 fits
     assert preflight(load_recipe(TINY, ["trainer.lora.rank=128", "trainer.lora.target_modules=[mlp.gate_proj]"]))[-1] == (
         "checked: trainer.lora rank 128 on 2 Linear modules of model tiny-random (smallest dimension 128)")
+
+
+def test_target_names_match_whole_dotted_parts_as_peft():
+    """PEFT's rule for a list: the full name, or its last dotted parts; never a part of a part."""
+    from rlvr.train.lora import matches
+
+    name = "model.layers.0.self_attn.q_proj"
+    assert [t for t in ("q_proj", "self_attn.q_proj", name, "proj", "_proj", "attn.q_proj", "q") if matches(name, t)] == [
+        "q_proj", "self_attn.q_proj", name]
