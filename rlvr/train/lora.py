@@ -118,10 +118,12 @@ def check_lora(cfg: TrainerLoraConfig, model_dir: str, model_name: str) -> str:
             f"(smallest dimension {min(min(s) for s in shapes.values())})")
 
 
-def wrap(model: torch.nn.Module, cfg: TrainerLoraConfig, model_name: str = "the model") -> torch.nn.Module:
+def wrap(model: torch.nn.Module, cfg: TrainerLoraConfig, model_name: str = "the model", seed: int = 0) -> torch.nn.Module:
     """``model`` (a transformers ``*ForCausalLM``) with LoRA adapters of ``cfg`` injected by PEFT
     (``get_peft_model``): a ``PeftModel`` whose only trainable parameters are the adapters' A [r, in] and
-    B [out, r] (fp32, as the model's). The check of :func:`lora_target_errors` runs first.
+    B [out, r] (fp32, as the model's). A's random init is drawn from ``seed`` alone (the caller's RNG is left as it
+    was), so every data-parallel rank starts from the same adapters whatever its own seed. The check of
+    :func:`lora_target_errors` runs first.
 
     Errors: :class:`~rlvr.config.RecipeError` from that check."""
     from peft import LoraConfig, get_peft_model
@@ -132,7 +134,9 @@ def wrap(model: torch.nn.Module, cfg: TrainerLoraConfig, model_name: str = "the 
     targets = ALL_LINEAR if tuple(cfg.target_modules) == (ALL_LINEAR,) else list(cfg.target_modules)
     peft_cfg = LoraConfig(r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=targets,
                           bias="none", task_type="CAUSAL_LM")  # fmt: skip
-    return get_peft_model(model, peft_cfg)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return get_peft_model(model, peft_cfg)
 
 
 def is_lora(model: torch.nn.Module) -> bool:

@@ -198,7 +198,7 @@ class PolicyWorker:
         if self.lora:
             if tr.lora.sync != "merged":
                 raise ValueError(f"trainer.lora.sync={tr.lora.sync} is not built yet: use merged")
-            model = lora.wrap(model, tr.lora, recipe.model.path)
+            model = lora.wrap(model, tr.lora, recipe.model.path, seed=recipe.run.seed)  # the same A on every rank
         trainable = [p for p in model.parameters() if p.requires_grad]  # all of them without LoRA
         self.ds = tr.backend == "deepspeed"
         # the autocast dtype: bf16 (and torch-backend fp16) compute over fp32 parameters; None for fp32, and for

@@ -173,3 +173,26 @@ def test_two_updates_equal_one_saved_and_one_resumed(tmp_path, backend):
     assert moved and all(float(pa[n].detach().abs().max()) > 0 for n in moved)
     for n in pa:
         assert torch.equal(pa[n], pc[n]), n
+
+
+def test_adapters_start_the_same_on_every_rank():
+    """A's init comes from run.seed alone, not the rank's own torch seed (trainer_seed(seed, rank)): two ranks'
+    adapters start equal, another run.seed gives others, and the caller's RNG stream is left where it was."""
+    from transformers import AutoModelForCausalLM
+
+    from rlvr.models import resolve_model
+    from rlvr.train.lora import adapter_state, wrap
+
+    cfg = load_recipe(TINY, LORA).trainer.lora
+
+    def adapters(rank_seed: int, run_seed: int):
+        torch.manual_seed(rank_seed)
+        m = AutoModelForCausalLM.from_pretrained(resolve_model("tiny-random"), dtype=torch.float32)
+        state = adapter_state(wrap(m, cfg, seed=run_seed))
+        return state, torch.rand(1)
+
+    (a0, r0), (a1, r1), (b, _) = adapters(100, 1), adapters(101, 1), adapters(100, 2)
+    assert all(torch.equal(a0[n], a1[n]) for n in a0)
+    assert not all(torch.equal(a0[n], b[n]) for n in a0 if "lora_A" in n)
+    torch.manual_seed(100)
+    assert torch.equal(r0, torch.rand(1)) and not torch.equal(r0, r1)
