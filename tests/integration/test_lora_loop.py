@@ -49,3 +49,30 @@ def test_lora_merged_two_steps_local_vllm(tmp_path):
     adapter = json.loads((final / "adapter" / "adapter_config.json").read_text())
     assert adapter["r"] == 8 and adapter["lora_alpha"] == 16
     assert sorted(adapter["target_modules"]) == ["down_proj", "q_proj", "v_proj"]
+
+
+def test_lora_n_steps_equal_half_plus_resumed_half(tmp_path):
+    """4 steps == 2 steps + 2 resumed (torch backend, lag 0, the pattern of test_resume.py): the checkpoint holds
+    the adapters and their AdamW state alone, and the resumed run ends on the same adapters and merged weights."""
+    from rlvr.runtime.controller import prepare_run_dir, train
+
+    common = [f"run.output_dir={tmp_path}", "run.executor=local", "model.dtype=float32", "data.generated.size=8",
+              "rollout.prompts_per_step=4", "trainer.lr=1e-2", "run.save_final=false", "checkpoint.keep_last=5",
+              "trainer.lora.rank=4", "trainer.lora.alpha=8", f"reward.verifiers=[{{name: '{SHAPING}:digit_share'}}]"]  # fmt: skip
+    full = train(load_recipe(TINY, [*common, "run.name=full", "run.steps=4"]))
+    train(load_recipe(TINY, [*common, "run.name=half", "run.steps=2"]))
+    resumed_recipe = load_recipe(TINY, [*common, "run.name=half", "run.steps=4", "run.resume=auto"])
+    resumed = train(resumed_recipe, prepare_run_dir(resumed_recipe))
+    a = [json.loads(x) for x in Path(full.run_dir, "metrics.jsonl").read_text().splitlines()]
+    b = [json.loads(x) for x in Path(resumed.run_dir, "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in b] == [1, 2, 3, 4]
+    assert [r["reward/mean"] for r in a] == [r["reward/mean"] for r in b]
+    assert all(r["sync/probe_gap_mean"] < 2e-4 for r in a + b)
+    ck = "checkpoints/step_000004/trainer"
+    sa = torch.load(Path(full.run_dir, ck, "torch_state.pt"), weights_only=False)
+    sb = torch.load(Path(resumed.run_dir, ck, "torch_state.pt"), weights_only=False)
+    assert set(sa["model"]) == set(sb["model"]) and all(".lora_" in n for n in sa["model"])
+    for n in sa["model"]:
+        assert torch.allclose(sa["model"][n], sb["model"][n], atol=1e-5), n
+    wa, wb = load_file(str(Path(full.run_dir, ck, "hf", "model.safetensors"))), load_file(str(Path(resumed.run_dir, ck, "hf", "model.safetensors")))
+    assert all(torch.allclose(wa[n], wb[n], atol=1e-5) for n in wa)
