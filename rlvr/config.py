@@ -32,7 +32,7 @@ class RecipeError(ValueError):
 from rlvr.config_sections import (  # noqa: F401 - the sections, re-exported: `from rlvr.config import DataConfig`
     AlgorithmConfig, CheckpointConfig, CriticConfig, DataConfig, EnvironmentConfig, GeneratedTaskConfig,
     JudgeConfig, MetricsConfig, ModelConfig, RewardConfig, RolloutConfig, RunConfig, Spec, SyncConfig, TimeoutsConfig,
-    TeacherConfig, ToolsConfig, TrainerConfig, ValidationConfig, VerifierSpec,
+    TeacherConfig, ToolsConfig, TrainerConfig, TrainerLoraConfig, ValidationConfig, VerifierSpec,
 )
 
 

@@ -353,6 +353,7 @@ def _check(r: Recipe) -> None:
     errs.extend(correction_errors(r))
     errs.extend(dapo_errors(al, ro.samples_per_prompt, ro.max_new_tokens))
     errs.extend(extra_errors(r))
+    errs.extend(lora_errors(r))
     errs.extend(judge_errors(r))
     errs.extend(teacher_errors(r))
     errs.extend(verifier_errors(r))
@@ -450,6 +451,38 @@ def extra_errors(r: Recipe) -> list[str]:
         errs.append("trainer.max_nonfinite_in_row must be >= 1")
     if r.metrics.samples_every < 0 or r.metrics.samples_rows < 1:
         errs.append("metrics.samples_every must be >= 0 (0: off) and metrics.samples_rows >= 1")
+    return errs
+
+
+def lora_errors(r: Recipe) -> list[str]:
+    """``trainer.lora`` on its own and against the trainer: rank >= 0; with rank > 0, alpha > 0, dropout in
+    [0, 1), target names given (``all-linear`` alone), ``sync: merged`` (adapter sync is not built yet) and a ZeRO
+    stage below 3. What needs the model (targets that match nothing, a rank over a module's smallest dimension)
+    is checked by :func:`rlvr.runtime.checks.preflight` (:func:`rlvr.train.lora.lora_target_errors`)."""
+    lo, tr = r.trainer.lora, r.trainer
+    if lo.rank < 0:
+        return [f"trainer.lora.rank={lo.rank} must be >= 0 (0: off, full fine-tuning; e.g. 16)"]
+    if lo.rank == 0:
+        return []
+    errs = []
+    if not lo.alpha > 0:
+        errs.append(f"trainer.lora.alpha={lo.alpha} must be > 0 (the adapter is scaled by alpha / rank; e.g. 32)")
+    if not 0 <= lo.dropout < 1:
+        errs.append(f"trainer.lora.dropout={lo.dropout} must be in [0, 1) (0: none)")
+    if not lo.target_modules:
+        errs.append("trainer.lora.target_modules is empty: name the Linear modules that get adapters (e.g. "
+                    "[q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]) or [all-linear]")
+    elif "all-linear" in lo.target_modules and len(lo.target_modules) > 1:
+        errs.append(f"trainer.lora.target_modules={list(lo.target_modules)}: all-linear already targets every "
+                    "Linear but the output layer; give it alone or list module names without it")
+    if lo.sync == "adapter":
+        errs.append("trainer.lora.sync=adapter (sending only the adapters, served as a vLLM LoRA) is not built yet "
+                    "(issue 28): use trainer.lora.sync=merged, which sends the weights with the adapters folded in "
+                    "through the ordinary sync (every engine)")
+    if tr.backend == "deepspeed" and tr.zero_stage == 3:
+        errs.append(f"trainer.lora.rank={lo.rank} with trainer.zero_stage=3 is not supported (the merged sync and "
+                    "the adapter checkpoints are built for unpartitioned weights): use trainer.zero_stage=2 (LoRA's "
+                    "optimizer state is the adapters' alone, so ZeRO-3 would save little)")
     return errs
 
 

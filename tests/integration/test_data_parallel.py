@@ -46,7 +46,7 @@ def _batch():
     return pack(comps, adv, 0, 8)
 
 
-def _rank_main(stage: int, rank: int, world: int, port: int, out: str) -> None:
+def _rank_main(stage: int, rank: int, world: int, port: int, out: str, extra: tuple[str, ...] = ()) -> None:
     """Child process: one rank of ``world``; trains one step and writes its stats, logprob rows and weights."""
     torch.set_num_threads(1)
     from rlvr.models import resolve_model
@@ -66,7 +66,7 @@ def _rank_main(stage: int, rank: int, world: int, port: int, out: str) -> None:
         return res
 
     policy.micro_batch_loss = spy
-    r = load_recipe(TINY, COMMON + [f"trainer.zero_stage={stage}", f"trainer.num_workers={world}"])
+    r = load_recipe(TINY, COMMON + [f"trainer.zero_stage={stage}", f"trainer.num_workers={world}", *extra])
     w = policy.PolicyWorker(r, resolve_model("tiny-random"), rank, world, "127.0.0.1", port)
     batch = _batch()
     old = w.compute_logprobs(batch.select(list(range(7))))  # the all-gathered [7, S-1] every rank returns
@@ -77,13 +77,13 @@ def _rank_main(stage: int, rank: int, world: int, port: int, out: str) -> None:
     Path(out).write_text(json.dumps({"stats": stats, "rows": w.logprob_rows}))
 
 
-def _run(stage: int, world: int, tmp: Path) -> list[dict]:
+def _run(stage: int, world: int, tmp: Path, extra: tuple[str, ...] = ()) -> list[dict]:
     from rlvr.runtime.executors import free_port
 
     port = free_port()
     code = "import sys; sys.path.insert(0, {here!r}); import test_data_parallel as t; t._rank_main({a})"
     outs = [str(tmp / f"s{stage}_w{world}_r{r}.json") for r in range(world)]
-    procs = [subprocess.Popen([sys.executable, "-c", code.format(here=str(HERE), a=f"{stage}, {r}, {world}, {port}, {outs[r]!r}")],
+    procs = [subprocess.Popen([sys.executable, "-c", code.format(here=str(HERE), a=f"{stage}, {r}, {world}, {port}, {outs[r]!r}, {extra!r}")],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(world)]  # fmt: skip
     try:
         logs = [p.communicate(timeout=400)[0] for p in procs]
@@ -151,3 +151,24 @@ def _start_weights() -> dict[str, torch.Tensor]:
     for f in sorted(Path(resolve_model("tiny-random")).glob("*.safetensors")):
         out.update(load_file(str(f)))
     return out
+
+
+@pytest.mark.timeout(900)
+def test_two_lora_ranks_take_the_same_update_as_one(tmp_path):
+    """trainer.lora (issue 28) at ZeRO-2: W = 2 equals W = 1 in the gradient norm, the loss and the merged weights
+    (both ranks start from the same adapters: their init is drawn from run.seed, not the rank's seed); the
+    reference logprobs (adapters off) are sharded as the policy's; only the targeted modules move."""
+    lora = ("trainer.lora.rank=4", "trainer.lora.alpha=8", "trainer.lora.target_modules=[q_proj, up_proj]")
+    one = _run(2, 1, tmp_path, lora)
+    two = _run(2, 2, tmp_path, lora)
+    assert one[0]["rows"] == 16 and [r["rows"] for r in two] == [8, 8]
+    s1, s2 = one[0]["stats"], two[0]["stats"]
+    assert s1["train/grad_norm"] > 1e-4 and s1["train/kl"] > 0.0
+    assert s2["train/grad_norm"] == pytest.approx(s1["train/grad_norm"], rel=1e-4), (s1, s2)
+    assert s2["train/loss"] == pytest.approx(s1["train/loss"], abs=1e-5)
+    assert s2["train/kl"] == pytest.approx(s1["train/kl"], rel=1e-4, abs=1e-9)
+    w1, w2, start = one[0]["weights"], two[0]["weights"], _start_weights()
+    assert set(w1) == set(w2) == set(start)  # merged: the checkpoint's names
+    moved = sorted(n for n in w1 if not torch.equal(w1[n], start[n]))
+    assert moved == sorted(f"model.layers.{i}.{m}.weight" for i in (0, 1) for m in ("self_attn.q_proj", "mlp.up_proj"))
+    assert max(float((w1[n] - w2[n]).abs().max()) for n in w1) < 1e-6
