@@ -23,7 +23,7 @@ from rlvr.types import Prompt, SamplingConfig
 from tests.unit.test_tools import ScriptedEngine
 from tests.unit.tools_templates import MISTRAL, MISTRAL_IDS, QWEN, VOCAB, ids, tokenizer
 
-TIMEOUT_S = 1.0
+TIMEOUT_S = 4.0  # the python tool gets about half (its subprocess start took > 0.5 s on a loaded 2-core machine)
 
 SAMPLE = '''
 """Stateful tools for the tests (imported by the tool workers: standard library only)."""
@@ -211,7 +211,7 @@ def test_closed_once_at_max_turns(pool, tools, closed):
 def test_a_timeout_keeps_the_state_before_it_and_still_closes(pool, tools, closed):
     (t,), runner = _run(pool, tools, [_call("add", n=2), _call("hang", n=5), _call("add", n=1), "done"])
     # hang's +5 died with its worker: 2, the timeout, then 2 + 1 = 3
-    assert _results(t) == ["2", "error: hang did not finish within 1 s and was stopped", "3"]
+    assert _results(t) == ["2", f"error: hang did not finish within {TIMEOUT_S:g} s and was stopped", "3"]
     assert t.end == "done" and list(closed().values()) == [["3"]]
     assert runner.counters()["hang/timeout"] == 1
 
