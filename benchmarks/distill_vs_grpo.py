@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from passk_preservation import RLVR, _run, method_table, start_record  # noqa: E402 - one home for these helpers
+from passk_preservation import RLVR, _run, method_table, start_record, write_holdout  # noqa: E402 - one home
+from passk_preservation import train as passk_train  # noqa: E402
 
 from rlvr.eval_cli import _cell  # noqa: E402
 
@@ -49,19 +49,8 @@ TASK = {"ops": ["plus"], "digits": 1, "size": 1000, "holdout": 100}
 METHODS = ("distill", "grpo")
 
 
-def holdout_file(out: Path, seed: int) -> Path:
-    """The methods' held-out rows for ``run.seed`` (what validation reads, in order) as JSONL."""
-    from rlvr.config import GeneratedTaskConfig
-    from rlvr.data.generated import generated_split
-
-    cfg = GeneratedTaskConfig(ops=tuple(TASK["ops"]), digits=TASK["digits"], size=TASK["size"], holdout=TASK["holdout"])
-    path = out / "holdout.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in generated_split(cfg, seed, "holdout")))
-    return path
-
-
 def _eval(model: str, dest: Path, args: argparse.Namespace, out: Path) -> None:
-    _run([*RLVR, "eval", model, "--data", str(holdout_file(out, args.seed)), "--n", str(args.n), "--limit",
+    _run([*RLVR, "eval", model, "--data", str(write_holdout(TASK, out / "holdout.jsonl", args.seed)), "--n", str(args.n), "--limit",
           str(args.problems), "--max-new-tokens", str(args.max_new_tokens), "--prompt-template", TEMPLATE,
           "--threads", "2", "--seed", str(args.seed), "--output", str(dest)], dest.with_suffix(".log"))  # fmt: skip
 
@@ -98,18 +87,8 @@ def overrides(args: argparse.Namespace, method: str, out: Path) -> list[str]:
 
 
 def train(args: argparse.Namespace, out: Path) -> None:
-    """Stage 2 (module docstring)."""
-    for method in args.methods:
-        run_dir = out / "runs" / method
-        if (run_dir / "validation.jsonl").exists() and not args.again:
-            print(f"{method}: {run_dir} exists, kept (--again to rerun)")
-            continue
-        if run_dir.exists():
-            shutil.rmtree(run_dir)
-        cmd = [*RLVR, "train", str(REPO / "recipes" / "methods" / f"{method}.yaml"), *overrides(args, method, out),
-               *args.set]
-        seconds = _run(cmd, out / f"train_{method}.log")
-        print(f"{method}: {seconds:.0f} s", flush=True)
+    """Stage 2 (module docstring): passk_preservation's train stage with :func:`overrides`."""
+    passk_train(args, out, overrides)
 
 
 def step_seconds(run_dir: Path) -> tuple[dict[int, float], float | None]:

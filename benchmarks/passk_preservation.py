@@ -69,16 +69,20 @@ def task_settings(name: str) -> str:
     return "{" + ", ".join(f"{k}: {json.dumps(v)}" for k, v in g.items()) + "}"
 
 
-def holdout_file(name: str, out: Path, seed: int) -> Path:
-    """The held-out rows of a candidate task (the recipe's own split: rows 900-999 for ``run.seed``) as JSONL."""
+def write_holdout(task: dict[str, Any], path: Path, seed: int) -> Path:
+    """The held-out rows of the generated ``task`` (``data.generated``'s ops, digits, size, holdout: the recipe's
+    own split for ``run.seed``, what validation reads, in order) written to ``path`` as JSONL."""
     from rlvr.config import GeneratedTaskConfig
     from rlvr.data.generated import generated_split
 
-    g = CANDIDATES[name]
-    cfg = GeneratedTaskConfig(ops=tuple(g["ops"]), digits=g["digits"], size=SIZE, holdout=HOLDOUT)
-    path = out / f"holdout_{name}.jsonl"
+    cfg = GeneratedTaskConfig(ops=tuple(task["ops"]), digits=task["digits"], size=task["size"], holdout=task["holdout"])
     path.write_text("".join(json.dumps(r) + "\n" for r in generated_split(cfg, seed, "holdout")))
     return path
+
+
+def holdout_file(name: str, out: Path, seed: int) -> Path:
+    """The held-out rows of a candidate task (rows 900-999 for ``run.seed``) as JSONL."""
+    return write_holdout(dict(CANDIDATES[name], size=SIZE, holdout=HOLDOUT), out / f"holdout_{name}.jsonl", seed)
 
 
 RLVR = [sys.executable, "-c", "import sys; from rlvr.cli import main; sys.exit(main())"]
@@ -143,8 +147,10 @@ def common_overrides(args: argparse.Namespace, method: str, out: Path) -> list[s
     ]  # fmt: skip
 
 
-def train(args: argparse.Namespace, out: Path) -> None:
-    """Stage 2 (module docstring): one ``rlvr train`` per method, one after the other."""
+def train(args: argparse.Namespace, out: Path, overrides=None) -> None:
+    """Stage 2 (module docstring): one ``rlvr train`` per method, one after the other, with ``overrides(args,
+    method, out)`` (default :func:`common_overrides`) and ``args.set`` on top of ``recipes/methods/<method>.yaml``."""
+    overrides = overrides or common_overrides
     for method in args.methods:
         run_dir = out / "runs" / method
         if (run_dir / "validation.jsonl").exists() and not args.again:
@@ -155,7 +161,7 @@ def train(args: argparse.Namespace, out: Path) -> None:
 
             shutil.rmtree(run_dir)
         cmd = [*RLVR, "train", str(REPO / "recipes" / "methods" / f"{method}.yaml"),
-               *common_overrides(args, method, out), *args.set]
+               *overrides(args, method, out), *args.set]
         seconds = _run(cmd, out / f"train_{method}.log")
         print(f"{method}: {seconds:.0f} s", flush=True)
         (run_dir / "wall_s.txt").write_text(f"{seconds:.1f}\n")

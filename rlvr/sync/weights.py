@@ -298,7 +298,7 @@ class WeightSender:
         inflight: list[tuple[object, str, torch.Tensor]] = []
         bucket: list[tuple[str, torch.Tensor]] = []
         bucket_dtype, bucket_nbytes, n_buckets = "", 0, 0
-        csum_buf: torch.Tensor | None = None
+        csum_buf = torch.empty(CHECKSUM_CHUNK, dtype=torch.float64, device=self.device)  # every t is moved there
 
         def flush() -> None:
             nonlocal n_buckets
@@ -324,8 +324,6 @@ class WeightSender:
             if not bucket:
                 bucket_dtype, bucket_nbytes = s.dtype, 0
             ta = time.perf_counter()
-            if csum_buf is None or csum_buf.device != t.device:
-                csum_buf = torch.empty(CHECKSUM_CHUNK, dtype=torch.float64, device=t.device)
             total += _checksum_term(count, t, csum_buf)
             if sample:
                 samples[name] = trainer_sample(name, t)
