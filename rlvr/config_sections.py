@@ -424,7 +424,10 @@ class TrainerLoraConfig:
     sync: Literal["merged", "adapter"] = "merged"
     """How the engines get the policy: ``merged`` sends the full weights with each adapter folded in
     (``W + (alpha / rank) B A``, under the base model's names) through the ordinary weight sync, so every engine
-    works unchanged; ``adapter`` (sending only A and B, served as a vLLM LoRA adapter) is not built yet."""
+    works unchanged; ``adapter`` sends only A and B (PEFT's names, in ``model.dtype``: kilobytes to megabytes),
+    which each vLLM engine writes as a PEFT folder and serves as a LoRA adapter of the base model, one
+    ``LoRARequest`` per policy version, the last ``rollout.max_staleness + 1`` kept registered (vLLM engine only;
+    its LoRA kernels add per-token work to generation)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -456,8 +456,8 @@ def extra_errors(r: Recipe) -> list[str]:
 
 def lora_errors(r: Recipe) -> list[str]:
     """``trainer.lora`` on its own and against the trainer: rank >= 0; with rank > 0, alpha > 0, dropout in
-    [0, 1), target names given (``all-linear`` alone), ``sync: merged`` (adapter sync is not built yet) and a ZeRO
-    stage below 3. What needs the model (targets that match nothing, a rank over a module's smallest dimension)
+    [0, 1), target names given (``all-linear`` alone), ``sync: adapter`` only with the vLLM engine and a rank
+    vLLM serves (<= 512), and a ZeRO stage below 3. What needs the model (targets that match nothing, a rank over a module's smallest dimension)
     is checked by :func:`rlvr.runtime.checks.preflight` (:func:`rlvr.train.lora.lora_target_errors`)."""
     lo, tr = r.trainer.lora, r.trainer
     if lo.rank < 0:
@@ -475,10 +475,13 @@ def lora_errors(r: Recipe) -> list[str]:
     elif "all-linear" in lo.target_modules and len(lo.target_modules) > 1:
         errs.append(f"trainer.lora.target_modules={list(lo.target_modules)}: all-linear already targets every "
                     "Linear but the output layer; give it alone or list module names without it")
-    if lo.sync == "adapter":
-        errs.append("trainer.lora.sync=adapter (sending only the adapters, served as a vLLM LoRA) is not built yet "
-                    "(issue 28): use trainer.lora.sync=merged, which sends the weights with the adapters folded in "
-                    "through the ordinary sync (every engine)")
+    if lo.sync == "adapter" and r.rollout.engine != "vllm":
+        errs.append(f"trainer.lora.sync=adapter with rollout.engine={r.rollout.engine}: only the vLLM engine serves "
+                    "LoRA adapters; use trainer.lora.sync=merged (full weights with the adapters folded in, every "
+                    "engine) or rollout.engine=vllm")
+    if lo.sync == "adapter" and lo.rank > 512:
+        errs.append(f"trainer.lora.rank={lo.rank} with trainer.lora.sync=adapter: vLLM serves LoRA ranks up to 512; "
+                    "use trainer.lora.sync=merged or a rank <= 512")
     if tr.backend == "deepspeed" and tr.zero_stage == 3:
         errs.append(f"trainer.lora.rank={lo.rank} with trainer.zero_stage=3 is not supported (the merged sync and "
                     "the adapter checkpoints are built for unpartitioned weights): use trainer.zero_stage=2 (LoRA's "

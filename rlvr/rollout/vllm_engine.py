@@ -117,7 +117,9 @@ class VLLMEngine:
     Args: ``model_dir`` a local HF folder; ``dtype`` ``bfloat16``/``float32``/``float16``; ``max_model_len`` tokens
     (prompt + response); ``kv_cache_gib`` KV cache on CPU (per worker); ``gpu_memory_utilization`` share of GPU
     memory; ``threads`` torch threads per worker on CPU; ``cpus`` the cores they are bound to (``rollout.cpus``;
-    empty: tensor parallel workers take this process's cores in turn, one worker runs unbound).
+    empty: tensor parallel workers take this process's cores in turn, one worker runs unbound); ``lora_rank`` > 0:
+    the engine serves the policy's LoRA adapters (``trainer.lora.sync: adapter``, :meth:`receive_adapter`) of that
+    rank, keeping the last ``lora_slots`` versions loaded (``rollout.max_staleness`` + 1).
     """
 
     def __init__(
@@ -133,6 +135,8 @@ class VLLMEngine:
         threads: int = 1,
         tensor_parallel_size: int = 1,
         cpus: tuple[int, ...] = (),
+        lora_rank: int = 0,
+        lora_slots: int = 1,
     ) -> None:
         gpu = _on_gpu()
         tp = tensor_parallel_size
@@ -147,6 +151,11 @@ class VLLMEngine:
             enable_prefix_caching=True,
             tensor_parallel_size=tp,
         )
+        if lora_rank > 0:
+            from rlvr.train.lora import vllm_max_rank
+
+            kwargs.update(enable_lora=True, max_lora_rank=vllm_max_rank(lora_rank), max_loras=lora_slots,
+                          max_cpu_loras=lora_slots)
         if tp > 1:
             kwargs["distributed_executor_backend"] = "mp"  # vLLM's worker processes, inside this actor's bundle
         if gpu:
@@ -165,6 +174,12 @@ class VLLMEngine:
         self.model_dir = model_dir
         self.tensor_parallel_size = tp
         self.policy_version = 0
+        # trainer.lora.sync=adapter: the adapter every request runs with (None: the base weights; policy version 0,
+        # where B = 0), the versions still registered, oldest first, and the folder of their PEFT copies
+        self.lora_slots = lora_slots
+        self._lora = None
+        self._loras: list = []
+        self._lora_dir: str | None = None
         self._omp = _ThreadMatch(gpu or tp > 1)
         self.start_s = time.perf_counter() - t0
         log.info("vLLM engine up in %.1fs (%s, %s)", self.start_s, model_dir, dtype)
@@ -195,7 +210,7 @@ class VLLMEngine:
                 sp.max_tokens = p.max_new_tokens
         self._omp.here()
         outs = self.llm.generate(
-            [{"prompt_token_ids": p.prompt_ids} for p in prompts], per_prompt, use_tqdm=False
+            [{"prompt_token_ids": p.prompt_ids} for p in prompts], per_prompt, use_tqdm=False, lora_request=self._lora
         )
         result: list[Completion] = []
         for p, out in zip(prompts, outs):
@@ -227,7 +242,8 @@ class VLLMEngine:
             raise ValueError(f"sequence_logprobs at temperature {temperature}: vLLM's prompt logprobs are at T = 1 only")
         params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0)
         self._omp.here()
-        outs = self.llm.generate([{"prompt_token_ids": s} for s in sequences], params, use_tqdm=False)
+        outs = self.llm.generate([{"prompt_token_ids": s} for s in sequences], params, use_tqdm=False,
+                                 lora_request=self._lora)
         res = []
         for seq, out in zip(sequences, outs):
             pl = out.prompt_logprobs  # [len] with None first
@@ -247,7 +263,8 @@ class VLLMEngine:
 
         params = SamplingParams(n=1, max_tokens=n_tokens, temperature=0.0, logprobs=0, ignore_eos=True)
         self._omp.here()
-        (out,) = self.llm.generate([{"prompt_token_ids": list(prompt_ids)}], params, use_tqdm=False)
+        (out,) = self.llm.generate([{"prompt_token_ids": list(prompt_ids)}], params, use_tqdm=False,
+                                   lora_request=self._lora)
         o = out.outputs[0]
         ids = list(o.token_ids)
         gen = [float(step[t].logprob) for t, step in zip(ids, o.logprobs)]
@@ -267,6 +284,45 @@ class VLLMEngine:
         broadcast per tensor) and loads them (vLLM's loader keeps each worker's shard). Returns one checksum per
         worker, in worker order ([tensor_parallel_size])."""
         checksums = self.llm.collective_rpc("rlvr_receive", args=(specs, bucket_mb))
+        self.llm.reset_prefix_cache()
+        self.policy_version = version
+        return [float(c) for c in checksums]
+
+    def receive_adapter(self, specs: list[tuple[str, tuple[int, ...], str]], version: int, bucket_mb: float,
+                        config_json: str) -> list[float]:
+        """``trainer.lora.sync: adapter``: receive the policy's LoRA adapter tensors of policy ``version`` over the
+        sync group (every worker), write them as a PEFT folder (:meth:`WeightSyncExtension.rlvr_receive_adapter`)
+        and register it as ``LoRARequest("rlvr-v<version>", version + 1, folder)``: every later request runs with
+        it. The last ``lora_slots`` versions stay registered (a request submitted with an older one finishes on its
+        own adapter); older ones are removed with their folders. The prefix cache is dropped at the swap. Returns
+        one checksum per worker ([tensor_parallel_size]). Errors: ``RuntimeError`` when vLLM does not list the new
+        adapter after adding it; vLLM's own error when the folder does not fit the model (a target module its LoRA
+        does not support)."""
+        import os
+        import shutil
+        import tempfile
+
+        from vllm.lora.request import LoRARequest
+
+        if self._lora_dir is None:
+            self._lora_dir = tempfile.mkdtemp(prefix="rlvr-lora-")
+        folder = os.path.join(self._lora_dir, f"v{version}")
+        checksums = self.llm.collective_rpc("rlvr_receive_adapter", args=(specs, bucket_mb, folder, config_json))
+        req = LoRARequest(f"rlvr-v{version}", version + 1, folder)
+        engine = self.llm.llm_engine
+        if any(old.lora_int_id == req.lora_int_id for old in self._loras):  # the same version again (a restart)
+            engine.remove_lora(req.lora_int_id)
+            self._loras = [old for old in self._loras if old.lora_int_id != req.lora_int_id]
+        engine.add_lora(req)
+        if req.lora_int_id not in engine.list_loras():
+            raise RuntimeError(f"vLLM does not list adapter {req.lora_name} after add_lora({folder})")
+        self._loras.append(req)
+        while len(self._loras) > self.lora_slots:
+            old = self._loras.pop(0)
+            engine.remove_lora(old.lora_int_id)
+            if old.lora_path != folder:
+                shutil.rmtree(old.lora_path, ignore_errors=True)
+        self._lora = req
         self.llm.reset_prefix_cache()
         self.policy_version = version
         return [float(c) for c in checksums]
@@ -291,3 +347,8 @@ class VLLMEngine:
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()
+        if getattr(self, "_lora_dir", None):
+            import shutil
+
+            shutil.rmtree(self._lora_dir, ignore_errors=True)
+            self._lora_dir = None

@@ -19,6 +19,9 @@ fp32 whatever ``model.dtype`` (bf16 is autocast over fp32 weights), so per param
 - under bf16/fp16 autocast a half-precision copy of every weight (2 bytes per parameter): autocast caches the cast
   of each leaf weight for the forward and the matmuls save it for backward (counted in ``activations``);
 - the reference model (``algorithm.kl_coef > 0``): a whole frozen copy, fp32 under autocast (4 P), else the dtype.
+- LoRA (``trainer.lora.rank`` > 0, :func:`lora_params`): A adapter parameters trained (grads 4 A, AdamW 8 A, the
+  transient 4 A), the F frozen decoder-Linear parameters stored in bf16 under bf16 autocast (2 F; the rest of the
+  model fp32), no reference copy (the policy with its adapters off), autocast copies 2 (P - F + A) only.
 
 Activations of one micro-batch, counted as Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
 Transformer Models", sec. 4.1) count them: the bytes of every tensor the forward saves for backward, per token per
@@ -260,6 +263,22 @@ def _dtype_bytes(dtype: str) -> int:
     return _DTYPE_BYTES[dtype]
 
 
+def lora_params(shape: ModelShape, rank: int, targets: tuple[str, ...]) -> tuple[int, int, str]:
+    """(A, F, missed) for LoRA of ``rank`` on ``targets`` (``trainer.lora.target_modules``): A = adapter
+    parameters, rank x (in + out) per targeted projection per layer (q_proj h -> q, k_proj and v_proj h -> h_kv,
+    o_proj q -> h, gate_proj and up_proj h -> I, down_proj I -> h; ``all-linear``: all seven); F = the parameters of
+    every decoder Linear (frozen; biases included), which rlvr stores in bf16 under bf16 autocast; ``missed``: the
+    target names this model does not know (not counted)."""
+    h, q, kv, i = shape.hidden, shape.q_dim, shape.kv_dim, shape.intermediate
+    dims = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h), "gate_proj": (h, i),
+            "up_proj": (h, i), "down_proj": (i, h)}  # fmt: skip
+    names = list(dims) if tuple(targets) == ("all-linear",) else [t.rsplit(".", 1)[-1] for t in targets]
+    A = shape.layers * sum(rank * sum(dims[n]) for n in names if n in dims)
+    F = shape.layers * (sum(a * b for a, b in dims.values()) + (q + 2 * kv if shape.qkv_bias else 0)
+                        + (h if shape.o_bias else 0) + (2 * i + h if shape.mlp_bias else 0))
+    return A, F, ", ".join(n for n in names if n not in dims)
+
+
 def trainer_memory(recipe: Recipe, shape: ModelShape, *, device: str, gpu: bool, seq_tokens: int | None = None,
                    response_tokens: int | None = None) -> RoleMemory:
     """One trainer rank's bytes (module docstring): a micro-batch of ``min(trainer.micro_batch_size,
@@ -278,9 +297,18 @@ def trainer_memory(recipe: Recipe, shape: ModelShape, *, device: str, gpu: bool,
     master = P * 4 // W if stage >= 1 or fp16_ds else 0
     grads = P * 4 // W if stage >= 2 else P * module
     optim = P * 8 // W if stage >= 1 else P * 8
+    lora, A, F = tr.lora.rank > 0, 0, 0
+    if lora:  # adapters A only in the optimizer; the frozen base has no grads, no AdamW, no second copy
+        A, F, missed = lora_params(shape, tr.lora.rank, tr.lora.target_modules)
+        low = 2 if amp and not fp16_ds else module  # frozen Linears in bf16 (rlvr.train.lora.frozen_linears_to)
+        weights = (P - F) * module + F * low + A * 4
+        master = A * 4 // W if stage >= 1 or fp16_ds else 0
+        grads, optim = A * 4, A * 8 // W if stage >= 1 else A * 8
+        notes.append(f"LoRA rank {tr.lora.rank}: {A:,} adapter parameters trained, {F:,} frozen Linear parameters"
+                     + (" (bf16)" if low == 2 else "") + (f"; targets not modelled: {missed}" if missed else ""))
     other = 0
     if ds and stage >= 1:
-        touched = DS_REDUCE_BUCKET if gpu else min(DS_REDUCE_BUCKET, P)
+        touched = DS_REDUCE_BUCKET if gpu else min(DS_REDUCE_BUCKET, A if lora else P)
         other += 4 * touched
         notes.append(f"DeepSpeed ZeRO-{stage}: fp32 master partition + reduce bucket ({DS_REDUCE_BUCKET:.0e} fp32 "
                      f"elements{'' if gpu else ', the pages written'}) in optimizer / other")
@@ -293,12 +321,15 @@ def trainer_memory(recipe: Recipe, shape: ModelShape, *, device: str, gpu: bool,
     micro = max(1, min(tr.micro_batch_size, r.mini_batch // W))
     T, N = micro * seq, micro * (resp if shape.lean_head else seq)
     casts = 2 * P if amp and not fp16_ds else 0
+    if lora and casts:  # bf16 frozen Linears are saved as they are: the casts of the rest (and the adapters)
+        casts = 2 * (P - F + A)
     act = activation_bytes(shape, T, N, amp, tr.gradient_checkpointing) + casts
     logits = logits_bytes(shape, N, 2 if amp else 4)
     ref = 0
-    if r.algorithm.kl_coef > 0:
+    if r.algorithm.kl_coef > 0 and not lora:  # LoRA's reference is the policy with its adapters off
         ref = P * (4 if amp else _dtype_bytes(r.model.dtype))
-    transient = 4 * P // (W if stage >= 1 else 1)  # foreach AdamW: sqrt(exp_avg_sq), a new fp32 tensor
+    stepped = A if lora else P
+    transient = 4 * stepped // (W if stage >= 1 else 1)  # foreach AdamW: sqrt(exp_avg_sq), a new fp32 tensor
     micro_batches = -(-(r.mini_batch // W) // micro)  # per optimizer step per rank
     return RoleMemory(role="trainer", device=device, weights=weights, grads=grads, optimizer=optim + master,
                       reference=ref, activations=act, logits=logits, other=other, transient=transient,

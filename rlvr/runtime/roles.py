@@ -125,6 +125,12 @@ GROUP_SETTINGS = {
 """The recipe keys that size each group of :func:`role_resources` (named when a group does not fit)."""
 
 
+def adapter_sync(r: Recipe) -> bool:
+    """Whether a weight sync sends the LoRA adapters alone, which the engines serve as a vLLM LoRA
+    (``trainer.lora.rank`` > 0 with ``trainer.lora.sync: adapter``), rather than full weights."""
+    return r.trainer.lora.rank > 0 and r.trainer.lora.sync == "adapter"
+
+
 def placement_groups(resources: dict[str, list[Resources]]) -> list[Group]:
     """One :class:`Group` per role group of :func:`role_resources` (``PACK``: as few nodes as hold them), with
     the recipe keys that size it (:data:`GROUP_SETTINGS`)."""
@@ -304,6 +310,7 @@ class Roles:
             threads=r.rollout.threads,
             **({"cpus": tuple(r.rollout.cpus)} if r.rollout.cpus else {}),
             **({"tensor_parallel_size": r.rollout.tensor_parallel_size} if r.rollout.tensor_parallel_size > 1 else {}),
+            **({"lora_rank": r.trainer.lora.rank, "lora_slots": r.rollout.max_staleness + 1} if adapter_sync(r) else {}),
             resources=self.res["engines"][i],
         )
 
@@ -348,10 +355,17 @@ class Roles:
         self.specs = self.get([self.trainers[0].call("weight_specs")], r.timeouts.startup_s, "reading the trainer's weights",
                               "timeouts.startup_s")[0]
         self.wspecs = [WeightSpec(n, tuple(s), d) for n, s, d in self.specs]  # typed once, for every check
-        expected = self.get([e.call("expected_weights") for e in self.engines], r.timeouts.startup_s,
-                            "reading the engines' weights", "timeouts.startup_s")
-        for i, exp in enumerate(expected):
-            check_specs(self.wspecs, exp, f"engine{i}")
+        # trainer.lora.sync=adapter: the adapters travel (PEFT names; vLLM checks them against the model when it
+        # adds each version), with the PEFT config the engines write beside them
+        self.adapter_config: str | None = None
+        if adapter_sync(r):
+            self.adapter_config = self.get([self.trainers[0].call("adapter_config")], r.timeouts.startup_s,
+                                           "reading the trainer's adapter config", "timeouts.startup_s")[0]
+        else:
+            expected = self.get([e.call("expected_weights") for e in self.engines], r.timeouts.startup_s,
+                                "reading the engines' weights", "timeouts.startup_s")
+            for i, exp in enumerate(expected):
+                check_specs(self.wspecs, exp, f"engine{i}")
         backend = r.sync.backend
         if backend == "auto":
             # NCCL needs each rank on its own GPU: whole GPUs on both sides; a shared GPU (fractions) or CPU: gloo
@@ -379,7 +393,11 @@ class Roles:
         metrics. Errors: :class:`WeightSyncError` on a failed transfer, a checksum, read-back or probe mismatch."""
         r = self.recipe
         t0 = time.perf_counter()
-        recv = [e.call("receive_weights", self.specs, version, r.sync.bucket_mb) for e in self.engines]
+        if self.adapter_config is not None:  # trainer.lora.sync=adapter: a versioned LoRA on every engine
+            recv = [e.call("receive_adapter", self.specs, version, r.sync.bucket_mb, self.adapter_config)
+                    for e in self.engines]  # fmt: skip
+        else:
+            recv = [e.call("receive_weights", self.specs, version, r.sync.bucket_mb) for e in self.engines]
         send = [t.call("send_weights", r.sync.bucket_mb, r.sync.check) for t in self.trainers]
         try:
             sent = self.get(send, r.sync.timeout_s + 30, f"weight sync to policy version {version}")[0]
@@ -396,8 +414,10 @@ class Roles:
                             f"weight sync to engine{i} (worker {j}): checksum {cj!r} != trainer's "
                             f"{sent['checksum']!r} (corrupted transfer)"
                         )
+        if r.sync.check and self.adapter_config is None:
             # what each engine worker loaded, read back exactly (rlvr.sync.readback): the probe cannot see a skipped
-            # reload in bf16
+            # reload in bf16. (Adapters: vLLM keeps them packed per layer in its LoRA manager; the checksums and
+            # the probe check them, and the engine checks that vLLM lists the version it added.)
             names, dtype = [s.name for s in self.wspecs], self.wspecs[0].dtype
             loaded = self.get([e.call("loaded_blocks", names, dtype) for e in self.engines], r.sync.timeout_s + 30,
                               f"reading back the weights of policy version {version}", "sync.timeout_s")

@@ -102,6 +102,34 @@ class WeightSyncExtension:
             refresh_tied_layers(self.model_runner.get_model())  # a tied head follows its embedding (module doc)
         return got.checksum
 
+    def rlvr_receive_adapter(self, specs: list[tuple[str, tuple[int, ...], str]], bucket_mb: float, folder: str,
+                             config_json: str) -> float:
+        """Receive one set of LoRA adapter tensors (``trainer.lora.sync: adapter``; PEFT's names, packed as the
+        sender packs them) and, on this engine's first worker, write them as a PEFT folder ``folder``
+        (``adapter_model.safetensors`` + ``adapter_config.json`` = ``config_json``; written under a temporary name
+        and renamed, so a reader sees a whole folder or none), which the engine then registers as a ``LoRARequest``
+        (vLLM reads it in every worker). The adapters are kilobytes to megabytes: held whole. Returns the checksum
+        of what was received. Errors: :class:`WeightSyncError` when the transfer fails."""
+        import os
+        import shutil
+
+        from safetensors.torch import save_file
+
+        from rlvr.sync.weights import receive_into
+
+        wspecs = [WeightSpec(n, tuple(s), d) for n, s, d in specs]
+        tensors, checksum = receive_into(self._rlvr_pg, wspecs, torch.device("cpu"), self._rlvr_timeout, bucket_mb)
+        if int(getattr(self, "rank", 0)) == 0:
+            tmp = folder + ".tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            os.makedirs(tmp)
+            save_file({n: t.clone() for n, t in tensors}, os.path.join(tmp, "adapter_model.safetensors"))
+            with open(os.path.join(tmp, "adapter_config.json"), "w") as f:
+                f.write(config_json)
+            shutil.rmtree(folder, ignore_errors=True)
+            os.rename(tmp, folder)
+        return checksum
+
     def rlvr_readback(self, names: list[str], dtype: str) -> list[tuple]:
         """This worker's read-back of what it loaded (:func:`rlvr.sync.readback.vllm_blocks`): blocks of the
         checkpoint tensors ``names`` it holds, values in ``dtype`` (the sync's). A call of its own, after

@@ -211,3 +211,65 @@ def load_adapter_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -
         raise KeyError(f"checkpoint adapters do not match trainer.lora: missing {sorted(want - set(state))[:3]}, "
                        f"unexpected {sorted(set(state) - want)[:3]}")
     model.load_state_dict(state, strict=False)
+
+
+# -- the adapter sync (``trainer.lora.sync: adapter``) ------------------------------------------------------------
+VLLM_MAX_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The values vLLM 0.32 accepts for ``max_lora_rank`` (``vllm.config.lora.MaxLoRARanks``)."""
+
+
+def vllm_max_rank(rank: int) -> int:
+    """vLLM's ``max_lora_rank`` for adapters of rank ``rank``: the smallest value it accepts that is >= ``rank``
+    (its LoRA buffers are sized by it). Errors: ``ValueError`` above 512, vLLM's largest."""
+    for m in VLLM_MAX_RANKS:
+        if m >= rank:
+            return m
+    raise ValueError(f"LoRA rank {rank} is above vLLM's largest max_lora_rank ({VLLM_MAX_RANKS[-1]})")
+
+
+def adapter_named_weights(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor in ``dtype``) of every adapter tensor of the PEFT-wrapped ``model``, under the names PEFT's
+    ``save_pretrained`` writes in ``adapter_model.safetensors`` (``base_model.model.<module>.lora_A.weight``
+    [r, in] and ``....lora_B.weight`` [out, r]: the adapter's own name dropped, ``get_peft_model_state_dict``),
+    in the model's order: what an adapter sync sends and the engine writes back as that file."""
+    from peft import get_peft_model_state_dict
+
+    for name, t in get_peft_model_state_dict(model, adapter_name=ADAPTER).items():
+        yield name, t.detach().to(dtype)
+
+
+def adapter_shapes(model: torch.nn.Module) -> list[tuple[str, tuple[int, ...]]]:
+    """(name, shape) of what :func:`adapter_named_weights` yields, in order."""
+    return [(n, tuple(t.shape)) for n, t in adapter_named_weights(model, torch.float32)]
+
+
+def adapter_config_json(model: torch.nn.Module) -> str:
+    """The ``adapter_config.json`` text PEFT writes for the adapter of ``model`` (its ``LoraConfig``: r,
+    lora_alpha, target_modules, ...): with :func:`adapter_named_weights`' tensors, a PEFT folder that vLLM loads as
+    a ``LoRARequest``."""
+    import copy
+    import tempfile
+    from pathlib import Path
+
+    cfg = copy.deepcopy(model.peft_config[ADAPTER])
+    cfg.inference_mode = True  # as PeftModel.save_pretrained writes it
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg.save_pretrained(tmp)
+        return (Path(tmp) / "adapter_config.json").read_text()
+
+
+def frozen_linears_to(model: torch.nn.Module, dtype: torch.dtype) -> int:
+    """Store the frozen Linear layers of the PEFT-wrapped ``model`` (each targeted module's ``base_layer`` and every
+    Linear without an adapter; weight and bias) in ``dtype``, the autocast dtype, leaving the adapters, the
+    embeddings, the norms and the output layer (tied to the embeddings in many models) in fp32. Under autocast a
+    Linear computes in ``dtype`` whatever its weight's dtype (autocast casts an fp32 weight at every forward), so
+    the forward, the backward into the adapters and the reference are unchanged, bit for bit; memory: 2 bytes a
+    frozen Linear parameter instead of 4 in bf16 (SmolLM2-135M: 106.2M of its 134.5M parameters, 212 MB). Returns
+    the number of parameters cast."""
+    out_layer = inner(model).get_output_embeddings()
+    n = 0
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.Linear) and mod is not out_layer and not any(p.requires_grad for p in mod.parameters()):
+            n += sum(p.numel() for p in mod.parameters() if p.dtype != dtype)
+            mod.to(dtype)
+    return n

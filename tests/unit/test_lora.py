@@ -102,6 +102,128 @@ def test_sync_names_and_shapes_are_the_checkpoints():
     assert changed == sorted(f"model.layers.{i}.{m}.weight" for i in (0, 1) for m in ("self_attn.q_proj", "mlp.down_proj"))
 
 
+def test_adapter_sync_sends_what_peft_saves(tmp_path):
+    """``trainer.lora.sync=adapter``: the sync's specs and tensors are exactly PEFT's ``adapter_model.safetensors``
+    (names, shapes, values in the sync dtype) and its ``adapter_config.json`` is PEFT's own: the folder an engine
+    writes from them is the folder ``save_pretrained`` writes. Shapes by hand (tiny-random, r = 4): q_proj A [4, 128],
+    B [128, 4]; down_proj A [4, 256], B [128, 4]; 2 layers x 2 modules x (A, B) = 8 tensors."""
+    import json
+
+    from safetensors.torch import load_file
+
+    w = _worker(*LORA, "trainer.lora.target_modules=[q_proj, down_proj]", "trainer.lora.sync=adapter")
+    _randomise_b(w)
+    w.module.save_pretrained(str(tmp_path))
+    saved = load_file(str(tmp_path / "adapter_model.safetensors"))
+    specs = w.weight_specs()
+    sent = dict(w._sync_weights())
+    assert [n for n, _, _ in specs] == list(sent) and set(sent) == set(saved)
+    assert {n: s for n, s, _ in specs} == {
+        f"base_model.model.model.layers.{i}.{m}.{ab}.weight": shape for i in (0, 1)
+        for m, shapes in (("self_attn.q_proj", ((4, 128), (128, 4))), ("mlp.down_proj", ((4, 256), (128, 4))))
+        for ab, shape in zip(("lora_A", "lora_B"), shapes)}  # fmt: skip
+    assert all(torch.equal(sent[n], saved[n]) for n in saved)
+    assert json.loads(w.adapter_config()) == json.loads((tmp_path / "adapter_config.json").read_text())
+    assert len(dict(w._named_weights())) == 21  # save_pretrained and the checksum still see the merged model
+
+
+@pytest.mark.parametrize("backend", ["torch", "deepspeed"])
+def test_bf16_frozen_linears_change_nothing_but_memory(backend):
+    """model.dtype=bfloat16 (autocast): the frozen Linears are stored in bf16, the adapters, embeddings and norms
+    stay fp32, and the logprobs and the adapters' gradients are bit for bit those of the same model with its frozen
+    Linears in fp32 (autocast rounds an fp32 weight to bf16 at each forward: the same numbers). Count by hand:
+    tiny-random, 2 layers x (q, k, v, o [128, 128]; gate, up [256, 128]; down [128, 256]) = 2 x 163840."""
+    w = _worker(*LORA, "model.dtype=bfloat16", f"trainer.backend={backend}")
+    _randomise_b(w)
+    named = dict(w.module.named_parameters())
+    low = sorted(n for n, p in named.items() if p.dtype == torch.bfloat16)
+    assert sum(named[n].numel() for n in low) == 2 * 163840
+    assert all(".base_layer." in n for n in low) and all(named[n].dtype == torch.float32 for n in named if ".lora_" in n)
+    batch = _batch()
+
+    def lp_and_grads():
+        w.module.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            lp, _ = w._forward(w.module, batch, need_entropy=False)
+        (lp.float() * batch.loss_mask).sum().backward()
+        return lp.detach().clone(), {n: p.grad.clone() for n, p in named.items() if p.grad is not None}
+
+    lp16, g16 = lp_and_grads()
+    for n in low:
+        named[n].data = named[n].data.float()
+    lp32, g32 = lp_and_grads()
+    assert torch.equal(lp16, lp32) and set(g16) == set(g32) and len(g16) == 2 * 14
+    assert all(torch.equal(g16[n], g32[n]) for n in g16)
+
+
+def test_vllm_max_rank_is_the_smallest_it_accepts():
+    from rlvr.train.lora import vllm_max_rank
+
+    assert [vllm_max_rank(r) for r in (1, 2, 8, 9, 16, 33, 320, 321, 512)] == [1, 8, 8, 16, 16, 64, 320, 512, 512]
+    with pytest.raises(ValueError, match="above vLLM's largest"):
+        vllm_max_rank(513)
+
+
+class _ScriptedVLLM:
+    """What VLLMEngine.receive_adapter asks of vLLM's ``LLM``, scripted: the workers' receive (writes the folder),
+    add/remove/list of LoRA ids, the prefix-cache reset."""
+
+    def __init__(self) -> None:
+        self.llm_engine = self
+        self.ids: set[int] = set()
+        self.resets = 0
+
+    def collective_rpc(self, method, args):
+        import os
+
+        assert method == "rlvr_receive_adapter"
+        os.makedirs(args[2], exist_ok=True)
+        return [1.5]
+
+    def add_lora(self, req):
+        self.ids.add(req.lora_int_id)
+        return True
+
+    def remove_lora(self, lora_id):
+        self.ids.discard(lora_id)
+        return True
+
+    def list_loras(self):
+        return set(self.ids)
+
+    def reset_prefix_cache(self):
+        self.resets += 1
+
+    @property
+    def engine_core(self):  # shutdown
+        return self
+
+    def shutdown(self):
+        pass
+
+
+def test_engine_keeps_the_last_slots_versions_registered():
+    """lora_slots = 2 (max_staleness 1): after versions 1, 2, 3 the engine serves v3, vLLM holds ids 3 and 4
+    (version + 1) and v1's id 2 and folder are gone; the prefix cache was dropped at each swap; the same version
+    again (an engine restart) replaces its id rather than adding a third."""
+    import os
+
+    from rlvr.rollout.vllm_engine import VLLMEngine
+
+    e = VLLMEngine.__new__(VLLMEngine)
+    e.llm, e.lora_slots, e._lora, e._loras, e._lora_dir, e.policy_version = _ScriptedVLLM(), 2, None, [], None, 0
+    for v in (1, 2, 3):
+        assert e.receive_adapter([], v, 0.0, "{}") == [1.5]
+    assert e._lora.lora_name == "rlvr-v3" and e._lora.lora_int_id == 4 and e.policy_version == 3
+    assert e.llm.ids == {3, 4} and [r.lora_int_id for r in e._loras] == [3, 4]
+    assert sorted(os.listdir(e._lora_dir)) == ["v2", "v3"] and e.llm.resets == 3
+    e.receive_adapter([], 3, 0.0, "{}")
+    assert e.llm.ids == {3, 4} and [r.lora_int_id for r in e._loras] == [3, 4]
+    d = e._lora_dir
+    e.shutdown()
+    assert not os.path.exists(d)
+
+
 # -- training -------------------------------------------------------------------------------------------------------
 def test_gradients_and_updates_only_on_adapters():
     w = _worker(*LORA)

@@ -17,7 +17,10 @@ LORA = ["trainer.lora.rank=4", "trainer.lora.alpha=8"]
 
 @pytest.mark.parametrize(("overrides", "message"), [
     (["trainer.lora.rank=-1"], "trainer.lora.rank=-1 must be >= 0"),
-    (["trainer.lora.rank=4", "trainer.lora.sync=adapter"], "trainer.lora.sync=adapter .* is not built yet"),
+    (["trainer.lora.rank=4", "trainer.lora.sync=adapter", "rollout.engine=hf"],
+     "trainer.lora.sync=adapter with rollout.engine=hf: only the vLLM engine serves LoRA adapters; use "
+     "trainer.lora.sync=merged"),
+    (["trainer.lora.rank=513", "trainer.lora.sync=adapter"], "vLLM serves LoRA ranks up to 512"),
     (["trainer.lora.rank=4", "trainer.backend=deepspeed", "trainer.zero_stage=3"], "use trainer.zero_stage=2"),
     (["trainer.lora.rank=4", "trainer.lora.dropout=1"], r"trainer.lora.dropout=1.0 must be in \[0, 1\)"),
     (["trainer.lora.rank=4", "trainer.lora.alpha=0"], "trainer.lora.alpha=0.0 must be > 0"),
@@ -27,7 +30,8 @@ LORA = ["trainer.lora.rank=4", "trainer.lora.alpha=8"]
 def test_recipe_refusals_name_the_key_and_the_fix(overrides, message):
     with pytest.raises(RecipeError, match=message):
         load_recipe(TINY, overrides)
-    load_recipe(TINY, ["trainer.lora.rank=0", "trainer.lora.sync=adapter"])  # off: the rest is not read
+    load_recipe(TINY, ["trainer.lora.rank=0", "trainer.lora.sync=adapter", "rollout.engine=hf"])  # off: not read
+    load_recipe(TINY, ["trainer.lora.rank=512", "trainer.lora.sync=adapter"])  # vLLM's largest: accepted
 
 
 def test_preflight_checks_targets_and_rank_against_the_model():

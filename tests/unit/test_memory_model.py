@@ -183,3 +183,41 @@ def test_the_gpu_recipe_header_states_the_models_figures():
     small = memory_plan(load_recipe(path, ["trainer.backend=torch", "trainer.micro_batch_size=2"]), QWEN2_05B)
     assert small.card_bytes < 24e9  # 22.5 GB: within a 24 GB card
     assert f"trainer.backend=torch trainer.micro_batch_size=2 needs {small.card_bytes / 1e9:.1f} GB" in header
+
+
+def test_lora_counts_equal_peft_and_the_trainer_by_hand():
+    """LoRA rank 16 on the seven projections of SmolLM2-135M (h 576, q 576, h_kv 192, I 1536, 30 layers): adapters
+    per layer 16 x ((576 + 576) + 2 (576 + 192) + (576 + 576) + 2 (576 + 1536) + (1536 + 576)) = 16 x 10176, so
+    A = 30 x 162816 = 4884480 (PEFT's own count on the meta model, here too); frozen Linears per layer 2 x 576^2 +
+    2 x 576 x 192 + 3 x 576 x 1536 = 3538944, F = 106168320. The trainer (torch, bf16 autocast, KL on): weights
+    4 (P - F) + 2 F + 4 A, grads 4 A, AdamW 8 A, no reference (the adapters switched off), AdamW's transient 4 A,
+    autocast copies 2 (P - F + A); a rank-0 recipe keeps the full counts."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from rlvr.runtime.memory import lora_params
+
+    shape = ModelShape.from_config(SMOLLM2)
+    A, F, missed = lora_params(shape, 16, ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"))
+    assert (A, F, missed) == (4884480, 106168320, "")
+    cfg = dict(SMOLLM2)
+    cfg.pop("architectures")
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(cfg.pop("model_type"), **cfg))
+    frozen = sum(m.weight.numel() for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n != "lm_head")
+    peft = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
+                                                                                  "gate_proj", "up_proj", "down_proj"]))
+    assert (sum(p.numel() for p in peft.parameters() if p.requires_grad), frozen) == (A, F)
+    assert lora_params(shape, 16, ("all-linear",))[:2] == (A, F)
+    assert lora_params(shape, 8, ("model.layers.0.self_attn.q_proj", "fc"))[::2] == (30 * 8 * 1152, "fc")
+    P = shape.params()
+    r = load_recipe(TINY, ["model.dtype=bfloat16", "trainer.backend=torch", "algorithm.kl_coef=0.01",
+                           "trainer.lora.rank=16", "trainer.lora.alpha=32"])  # fmt: skip
+    m = trainer_memory(r, shape, device="cpu", gpu=False, seq_tokens=5, response_tokens=2)
+    assert (m.weights, m.grads, m.optimizer, m.reference, m.transient) == (4 * (P - F) + 2 * F + 4 * A, 4 * A, 8 * A, 0, 4 * A)
+    assert m.activations == activation_bytes(shape, 5 * r.trainer.micro_batch_size, 2 * r.trainer.micro_batch_size,
+                                             True, False) + 2 * (P - F + A)  # fmt: skip
+    full = trainer_memory(load_recipe(TINY, ["model.dtype=bfloat16", "trainer.backend=torch", "algorithm.kl_coef=0.01"]),
+                          shape, device="cpu", gpu=False, seq_tokens=5, response_tokens=2)  # fmt: skip
+    assert (full.weights, full.reference) == (4 * P, 4 * P)
