@@ -48,7 +48,12 @@ def test_panel_selection_natural_order(tmp_path):
     assert by_slug["val"] == ["val/maj@4", "val/pass@1", "val/pass@4"]
     assert by_slug["length"] == ["response/length_max", "response/length_mean", "val/length_mean"]
     assert by_slug["timing"] == ["timing/rollout_s", "timing/step_s"]
-    assert by_slug["kl"] == [] and by_slug["clip"] == [] and by_slug["rollout_gap"] == []
+    assert by_slug["kl"] == [] and by_slug["clip"] == [] and by_slug["rollout_gap"] == [] and by_slug["distill"] == []
+    distill = {"distill/reverse_kl_mean": {1: 0.4}, "distill/reverse_kl_seq_mean": {1: 0.5},
+               "distill/clipped_frac": {1: 0.0}, "timing/teacher_s": {1: 3.0}, "timing/teacher_share": {1: 0.2}}
+    assert panel_metrics(next(p for p in PANELS if p.slug == "distill"), distill) == [
+        "distill/reverse_kl_mean", "distill/reverse_kl_seq_mean"]
+    assert panel_metrics(next(p for p in PANELS if p.slug == "timing"), distill) == ["timing/teacher_s"]
     assert panel_metrics(next(p for p in PANELS if p.slug == "clip"),
                          {"train/clipped_high": {1: 0.1}, "train/clip_frac": {1: 0.2}, "train/clipped": {}}) == [
         "train/clip_frac", "train/clipped_high"]
@@ -60,7 +65,7 @@ def test_plot_run_writes_sized_nonblank_pngs(tmp_path):
     written, skipped = plot_run(path, tmp_path / "out")
     slugs = ["reward", "passk", "val", "length", "entropy", "timing", "sync"]
     assert [p.name for p in written] == [f"{s}.png" for s in slugs] + ["overview.png"]
-    assert skipped == ["KL", "clip fraction", "rollout vs trainer logprobs |old - rollout|", "idle seconds per role",
+    assert skipped == ["KL", "reverse KL to the teacher (on-policy distillation)", "clip fraction", "rollout vs trainer logprobs |old - rollout|", "idle seconds per role",
                        "policy lag of the trained samples"]
     for p in written[:-1]:
         img = mpimg.imread(p)
