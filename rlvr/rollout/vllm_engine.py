@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 
 from rlvr.rollout.base import checkpoint_shapes, set_threads
@@ -66,6 +67,14 @@ def cpu_bind(tensor_parallel_size: int, threads: int, cores: list[int] | None = 
 
 
 GIB = 1 << 30
+
+FORWARD_LOCK = threading.Lock()
+"""Held around every model forward of an engine that runs in this process (``generate``, ``sequence_logprobs``,
+``probe_logprobs``). vLLM keeps its forward context in module state, one per process: two engines of one process
+running forwards at once (the local executor's threads: the rollout engine generating the next batch while the
+teacher or the judge scores this one, under asynchronous rollout) failed with "Forward context is not set" when
+one engine's forward ended inside the other's. The weight sync is outside it (all engines of a process take part
+in one broadcast, which a lock would deadlock). In a Ray actor, one engine per process: never contended."""
 
 
 def kv_cache_bytes(kv_cache_gib: float) -> int:
@@ -209,9 +218,9 @@ class VLLMEngine:
             if sp is not params:
                 sp.max_tokens = p.max_new_tokens
         self._omp.here()
-        outs = self.llm.generate(
-            [{"prompt_token_ids": p.prompt_ids} for p in prompts], per_prompt, use_tqdm=False, lora_request=self._lora
-        )
+        with FORWARD_LOCK:
+            outs = self.llm.generate([{"prompt_token_ids": p.prompt_ids} for p in prompts], per_prompt, use_tqdm=False,
+                                     lora_request=self._lora)
         result: list[Completion] = []
         for p, out in zip(prompts, outs):
             for j, o in enumerate(out.outputs):
@@ -242,8 +251,9 @@ class VLLMEngine:
             raise ValueError(f"sequence_logprobs at temperature {temperature}: vLLM's prompt logprobs are at T = 1 only")
         params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0)
         self._omp.here()
-        outs = self.llm.generate([{"prompt_token_ids": s} for s in sequences], params, use_tqdm=False,
-                                 lora_request=self._lora)
+        with FORWARD_LOCK:
+            outs = self.llm.generate([{"prompt_token_ids": s} for s in sequences], params, use_tqdm=False,
+                                     lora_request=self._lora)
         res = []
         for seq, out in zip(sequences, outs):
             pl = out.prompt_logprobs  # [len] with None first
@@ -263,8 +273,9 @@ class VLLMEngine:
 
         params = SamplingParams(n=1, max_tokens=n_tokens, temperature=0.0, logprobs=0, ignore_eos=True)
         self._omp.here()
-        (out,) = self.llm.generate([{"prompt_token_ids": list(prompt_ids)}], params, use_tqdm=False,
-                                   lora_request=self._lora)
+        with FORWARD_LOCK:
+            (out,) = self.llm.generate([{"prompt_token_ids": list(prompt_ids)}], params, use_tqdm=False,
+                                       lora_request=self._lora)
         o = out.outputs[0]
         ids = list(o.token_ids)
         gen = [float(step[t].logprob) for t, step in zip(ids, o.logprobs)]

@@ -77,3 +77,16 @@ def test_through_ray_the_teacher_is_an_actor_of_its_own(tmp_path):
     for r in rows:
         assert r[mn.role_busy("teacher")] > 0 and r[mn.TIMING_TEACHER_S] > 0
         assert math.isfinite(r["train/loss"]) and r["train/skipped"] == 0.0
+
+
+@pytest.mark.slow
+def test_asynchronous_rollout_scores_the_policy_that_sampled(tmp_path):
+    """max_staleness 1: step 2 trains on a batch the engine sampled from policy version 0 while step 1's update
+    ran, so with the teacher = the starting student its reverse KL is ~0 again (the student's logprobs are the
+    rollout's, version 0's: synchronous rollout reads > 1e-3 there, the first test), and the lag is 1 version."""
+    rows = _run(tmp_path, 0, "rollout.max_staleness=1", "algorithm.advantage.verifier_weight=1")
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:
+        assert abs(r[mn.DISTILL_REVERSE_KL_MEAN]) < 1e-4, r
+        assert math.isfinite(r["train/loss"]) and r["train/skipped"] == 0.0
+    assert rows[1][mn.ASYNC_STALENESS_MEAN] == 1.0
