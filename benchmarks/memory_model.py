@@ -29,6 +29,7 @@ smoke recipe, sequences of 48 + 64 tokens, the trainer's 16 sequences as two mic
     smollm2-135m       trainer  torch AdamW                    3.31      3.52            1.06
     qwen2-0.5b-shaped  trainer  torch AdamW                   10.35     10.55            1.02
     qwen2-0.5b-shaped  trainer  gradient_checkpointing=true    9.20      8.72            0.95
+    smollm2-135m       trainer  trainer.lora.rank=16           1.49      1.67            1.12   (2026-12-03, a later run; full 3.31 / 3.55 the same day)
     smollm2-135m       trainer  backend=deepspeed (ZeRO-2)     4.31      4.22            0.98
     smollm2-135m       engine   kv_cache_gib=1                 1.96      1.96            1.00  (fitted)
     qwen2-0.5b-shaped  engine   kv_cache_gib=1                 3.29      3.29            1.00  (fitted)
@@ -174,9 +175,10 @@ def modelled(args, role: str) -> int:
 
 
 def run_child(args, model: str, role: str) -> dict:
-    cmd = [sys.executable, __file__, "--child", role, "--model", model, "--recipe", args.recipe,
+    # the overrides first: after the options argparse read the first one as --child's value
+    cmd = [sys.executable, __file__, *args.overrides, "--child", role, "--model", model, "--recipe", args.recipe,
            "--prompt", str(args.prompt), "--response", str(args.response), "--steps", str(args.steps),
-           "--trainer-batch", str(args.trainer_batch), *args.overrides]
+           "--trainer-batch", str(args.trainer_batch)]
     tmp = Path(tempfile.gettempdir()) / "rlvr_memory_model"
     tmp.mkdir(exist_ok=True)
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072", PYTHONPATH=os.pathsep.join(

@@ -187,7 +187,12 @@ class PolicyWorker:
         self.temperature = recipe.rollout.temperature
         self.sender: WeightSender | None = None
 
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        # LoRA under bf16 autocast casts the frozen Linears to bf16 (below): read the checkpoint into memory rather
+        # than memory-mapping it, or the fp32 file pages the cast reads stay mapped (never written, never released)
+        # beside their bf16 copies: measured on SmolLM2-135M's fp32 checkpoint, RSS 1.05 GB after the cast with
+        # the mapping against 0.75 GB without (0.41 GB of it python + torch)
+        lora_bf16 = tr.lora.rank > 0 and self.dtype == torch.bfloat16
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, **({"disable_mmap": True} if lora_bf16 else {}))
         if tr.gradient_checkpointing:
             model.gradient_checkpointing_enable()
             if tr.lora.rank > 0:  # frozen embeddings: checkpointed blocks need an input that requires grad
