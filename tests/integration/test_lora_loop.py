@@ -65,7 +65,7 @@ def test_lora_merged_two_steps_local_vllm(merged_rows):
 
 def test_lora_adapter_sync_computes_what_merged_does(tmp_path, merged_rows):
     """``trainer.lora.sync=adapter``: the engine gets the adapters alone and serves them as a vLLM LoRA. The
-    probe finds it computing what the PEFT policy computes (fp32, within 2e-4 nats, as merged), and the run is
+    probe finds it computing what the PEFT policy computes (fp32, within 1e-5 nats, as merged), and the run is
     the merged run's: the same rewards at step 2 (sampled by the engine from the synced policy; a rollout on the
     base weights would differ) and the same KL. Bytes per sync by hand: tiny-random (h = 128, kv 2 x 64 = 128,
     I = 256), r = 8, q_proj (A [8, h], B [h, 8]), v_proj (A [8, h], B [kv, 8]), down_proj (A [8, I], B [h, 8]):
@@ -73,9 +73,11 @@ def test_lora_adapter_sync_computes_what_merged_does(tmp_path, merged_rows):
     _, merged = merged_rows
     rows = _two_steps(tmp_path, "adapter")
     assert [r["sync/policy_version"] for r in rows] == [1, 2]
-    for r in rows:
+    for r, m in zip(rows, merged):
         assert r["sync/gb"] == pytest.approx(57344 / 1e9)
-        assert r["sync/probe_gap_mean"] < 2e-4
+        # both engines within fp32 noise of the policy (measured 2026-12-03: adapter 8.7e-8 mean / 4.8e-7 max
+        # nats, merged 1.1e-7 / 4.8e-7); the probe's own tolerance is 2e-4
+        assert r["sync/probe_gap_max"] < 1e-5 and m["sync/probe_gap_max"] < 1e-5
     assert [r["reward/mean"] for r in rows] == [r["reward/mean"] for r in merged]
     assert rows[1]["train/kl"] == pytest.approx(merged[1]["train/kl"], rel=1e-4)
     assert Path(tmp_path, "adapter", "final", "adapter", "adapter_model.safetensors").exists()
