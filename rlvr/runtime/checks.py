@@ -327,7 +327,14 @@ def memory_lines(recipe: Recipe) -> list[str]:
             config = load_config(model_dir, local_only=True)
         except OSError:
             config = load_config(model_dir)
-        plan = memory_plan(recipe, config)
+        teacher_config = None
+        if recipe.teacher.model:  # the distillation teacher's engine (its own model)
+            teacher_dir = model_context(recipe.teacher.model)[0]
+            try:
+                teacher_config = load_config(teacher_dir, local_only=True)
+            except OSError:
+                teacher_config = load_config(teacher_dir)
+        plan = memory_plan(recipe, config, teacher_config=teacher_config)
     except (ModelUnavailable, OSError, ValueError, KeyError) as e:
         return [f"{NOT_CHECKED} memory model: {e}"]
     lines = format_plan(plan)

@@ -62,8 +62,9 @@ vLLM's ``max_num_seqs`` = 256 of them at ``max_sequence_tokens``).
 
 Roles on one device (fractional GPUs, or every CPU role in the host's memory) are summed; the card a GPU recipe
 needs is the larger of (what its trainers need) / (1 - the engines' utilisations) and (what an engine needs) /
-(its utilisation). Not modelled: the judge's, the teacher's and the critic's models (a judge or teacher engine is another engine; a critic
-is a trainer without the logits), mixture-of-experts and encoder-decoder architectures.
+(its utilisation). The distillation teacher's engine is an engine of its own model (``teacher.*`` settings, one
+worker). Not modelled: the judge's and the critic's models (a judge engine is another engine; a critic is a
+trainer without the logits), mixture-of-experts and encoder-decoder architectures.
 """
 
 from __future__ import annotations
@@ -336,31 +337,35 @@ def trainer_memory(recipe: Recipe, shape: ModelShape, *, device: str, gpu: bool,
                       grads_with_activations=ds or micro_batches > 1, notes=tuple(notes))  # fmt: skip
 
 
-def engine_memory(recipe: Recipe, shape: ModelShape, *, device: str, gpu: bool, card_bytes: int | None = None) -> RoleMemory:
+def engine_memory(recipe: Recipe, shape: ModelShape, *, device: str, gpu: bool, card_bytes: int | None = None,
+                  teacher: bool = False) -> RoleMemory:
     """One engine's bytes (per tensor-parallel worker: weights / tp). CPU: weights + ``rollout.kv_cache_gib`` +
     :data:`ENGINE_CPU_OVERHEAD`. GPU: what it needs (weights, :data:`GPU_ENGINE_OVERHEAD`, a KV cache for
     min(samples per step, :data:`VLLM_MAX_NUM_SEQS`) sequences of ``max_sequence_tokens``); with ``card_bytes`` it
-    takes ``gpu_memory_utilization`` x the card instead where that is more."""
-    ro = recipe.rollout
-    tp = ro.tensor_parallel_size
-    b = _dtype_bytes(recipe.model.dtype)
+    takes ``gpu_memory_utilization`` x the card instead where that is more. ``teacher``: the distillation teacher's
+    engine instead (``shape`` its model's; ``teacher.dtype``, ``teacher.kv_cache_gib``,
+    ``teacher.gpu_memory_utilization``, one worker): it scores the step's sequences as prompts, the same KV need."""
+    ro = recipe.teacher if teacher else recipe.rollout
+    tp = 1 if teacher else ro.tensor_parallel_size
+    role = "teacher" if teacher else "engine"
+    b = _dtype_bytes(recipe.teacher.dtype if teacher else recipe.model.dtype)
     weights = shape.params() * b // tp
     if not gpu:
         # vLLM's CPU output layer (VocabParallelEmbedding, remove_weight=False) keeps a oneDNN-packed copy of its
         # V x h weight beside the original (vllm/model_executor/layers/utils.py dispatch_cpu_unquantized_gemm)
         head_copy = shape.vocab * shape.hidden * b // tp
         sampler = int(SAMPLER_ROWS * shape.vocab * 4)
-        return RoleMemory(role="engine", device=device, weights=weights,
+        return RoleMemory(role=role, device=device, weights=weights,
                           other=int(ro.kv_cache_gib * GIB) + head_copy + sampler + ENGINE_CPU_OVERHEAD,
-                          notes=(f"engine: KV cache rollout.kv_cache_gib={ro.kv_cache_gib} GiB, packed output-layer "
+                          notes=(f"{role}: KV cache {'teacher' if teacher else 'rollout'}.kv_cache_gib={ro.kv_cache_gib} GiB, packed output-layer "
                                  f"copy, sampler workspace, vLLM overhead (other)",))  # fmt: skip
     seqs = min(recipe.samples_per_step, VLLM_MAX_NUM_SEQS)
     kv = seqs * recipe.max_sequence_tokens * shape.kv_bytes_per_token(b) // tp
     other = kv + GPU_ENGINE_OVERHEAD
     if card_bytes is not None:
         other = max(other, int(ro.gpu_memory_utilization * card_bytes) - weights)
-    return RoleMemory(role="engine", device=device, weights=weights, other=other, share=ro.gpu_memory_utilization,
-                      notes=(f"engine: KV cache for {seqs} sequences x {recipe.max_sequence_tokens} tokens "
+    return RoleMemory(role=role, device=device, weights=weights, other=other, share=ro.gpu_memory_utilization,
+                      notes=(f"{role}: KV cache for {seqs} sequences x {recipe.max_sequence_tokens} tokens "
                              f"({shape.kv_bytes_per_token(b)} bytes/token) + {GPU_ENGINE_OVERHEAD / GIB:.1f} GiB "
                              f"vLLM/CUDA overhead; it takes gpu_memory_utilization={ro.gpu_memory_utilization} of "
                              f"its card",))
@@ -390,9 +395,10 @@ def _place(items: list[tuple[str, float]]) -> list[str]:
     return out
 
 
-def memory_plan(recipe: Recipe, config: dict[str, Any], *, card_bytes: int | None = None) -> MemoryPlan:
+def memory_plan(recipe: Recipe, config: dict[str, Any], *, card_bytes: int | None = None,
+                teacher_config: dict[str, Any] | None = None) -> MemoryPlan:
     """Every trainer rank and engine worker of ``recipe`` with the model of ``config`` (its ``config.json`` as a
-    dict), placed on devices (:func:`_place`), summed per device; and the card a GPU recipe needs. Engines on a
+    dict), and the distillation teacher's engine with the model of ``teacher_config`` where given, placed on devices (:func:`_place`), summed per device; and the card a GPU recipe needs. Engines on a
     GPU take ``gpu_memory_utilization`` of ``card_bytes`` (None: of the card needed).
 
     Errors: ``ValueError`` from :meth:`ModelShape.from_config` for an architecture not modelled."""
@@ -400,12 +406,20 @@ def memory_plan(recipe: Recipe, config: dict[str, Any], *, card_bytes: int | Non
     tr, ro = recipe.trainer, recipe.rollout
     items = [("trainer", tr.num_gpus)] * tr.num_workers
     items += [("engine", ro.num_gpus)] * (ro.num_engines * ro.tensor_parallel_size if ro.engine == "vllm" else 0)
+    teacher_shape = ModelShape.from_config(teacher_config) if teacher_config is not None else None
+    if teacher_shape is not None:
+        items.append(("teacher", recipe.teacher.num_gpus))
     devices = _place(items)
 
+    def one(role: str, dev: str, gpu: bool, card: int | None) -> RoleMemory:
+        if role == "trainer":
+            return trainer_memory(recipe, shape, device=dev, gpu=gpu)
+        if role == "teacher":
+            return engine_memory(recipe, teacher_shape, device=dev, gpu=gpu, card_bytes=card, teacher=True)
+        return engine_memory(recipe, shape, device=dev, gpu=gpu, card_bytes=card)
+
     def roles_on(card: int | None) -> list[RoleMemory]:
-        return [trainer_memory(recipe, shape, device=dev, gpu=frac > 0) if role == "trainer" else
-                engine_memory(recipe, shape, device=dev, gpu=frac > 0, card_bytes=card)
-                for (role, frac), dev in zip(items, devices)]  # fmt: skip
+        return [one(role, dev, frac > 0, card) for (role, frac), dev in zip(items, devices)]
 
     needs = roles_on(None)
     needed = _card_needed(needs)

@@ -221,3 +221,26 @@ def test_lora_counts_equal_peft_and_the_trainer_by_hand():
     full = trainer_memory(load_recipe(TINY, ["model.dtype=bfloat16", "trainer.backend=torch", "algorithm.kl_coef=0.01"]),
                           shape, device="cpu", gpu=False, seq_tokens=5, response_tokens=2)  # fmt: skip
     assert (full.weights, full.reference) == (4 * P, 4 * P)
+
+
+def test_the_distillation_teacher_is_an_engine_of_its_own_model():
+    """A teacher (the Qwen2-0.5B shape, fp32, teacher.kv_cache_gib 2) beside a SmolLM2 student on CPU: a fourth
+    role on the host, its weights 4 x 494032768 bytes and its KV cache 2 GiB; on GPU it takes its own
+    gpu_memory_utilization (0.2) of the card. Without teacher_config the plan is the student's alone."""
+    r = load_recipe(TINY, ["model.dtype=bfloat16", "algorithm.advantage=distill", "teacher.model=tiny-random",
+                           "teacher.dtype=float32", "teacher.kv_cache_gib=2", "algorithm.kl_coef=0"])  # fmt: skip
+    plan = memory_plan(r, SMOLLM2, teacher_config=QWEN2_05B)
+    assert [m.role for m in plan.roles] == ["trainer", "engine", "teacher"]
+    t = plan.roles[-1]
+    assert t.weights == 4 * QWEN2_05B_PARAMS and t.device == "cpu"
+    assert t.total == engine_memory(r, ModelShape.from_config(QWEN2_05B), device="cpu", gpu=False, teacher=True).total
+    # the same as a rollout engine of that model at float32 with rollout.kv_cache_gib 2
+    assert t.other == engine_memory(load_recipe(TINY, ["model.dtype=float32", "rollout.kv_cache_gib=2"]),
+                                    ModelShape.from_config(QWEN2_05B), device="cpu", gpu=False).other
+    assert plan.devices["cpu"] == sum(m.total for m in plan.roles)
+    assert [m.role for m in memory_plan(r, SMOLLM2).roles] == ["trainer", "engine"]
+    g = load_recipe(TINY, ["model.dtype=bfloat16", "algorithm.advantage=distill", "teacher.model=tiny-random",
+                           "teacher.num_gpus=0.2", "trainer.num_gpus=0.4", "rollout.num_gpus=0.3",
+                           "sync.backend=gloo"])  # fmt: skip
+    gp = memory_plan(g, SMOLLM2, teacher_config=QWEN2_05B)
+    assert [m.device for m in gp.roles] == ["gpu0"] * 3 and gp.roles[-1].share == 0.2
