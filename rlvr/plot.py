@@ -50,8 +50,6 @@ PANELS: tuple[Panel, ...] = (
     Panel("val", "validation", _any(mn.VAL_PASS, mn.VAL_MAJ, mn.VAL_MEAN), "fraction"),
     Panel("length", "response length", _any(mn.RESPONSE_LENGTH_MEAN, mn.RESPONSE_LENGTH_MAX, mn.VAL_LENGTH_MEAN), "tokens"),
     Panel("kl", "KL", _any(mn.TRAIN_KL, mn.TRAIN_ROLLOUT_KL_K3, mn.TRAIN_APPROX_KL), "nats"),
-    Panel("distill", "reverse KL to the teacher (on-policy distillation)",
-          _any(mn.DISTILL_REVERSE_KL_MEAN, mn.DISTILL_REVERSE_KL_SEQ_MEAN), "nats per token"),
     Panel("entropy", "entropy", _any(mn.TRAIN_ENTROPY), "nats per token"),
     # train/clip_frac: no built-in loss logs it (theirs are train/clipped*); kept for a user loss's stat of that name
     Panel("clip", "clip fraction",
@@ -62,6 +60,8 @@ PANELS: tuple[Panel, ...] = (
     Panel("sync", "weight sync", _any(mn.SYNC_GBPS), "GB/s"),
     Panel("idle", "idle seconds per role", _any(mn.ROLE_IDLE), "seconds"),
     Panel("staleness", "policy lag of the trained samples", _any(mn.ASYNC_STALENESS_MEAN, mn.ASYNC_STALENESS_MAX), "versions"),
+    Panel("distill", "reverse KL to the teacher (on-policy distillation)",
+          _any(mn.DISTILL_REVERSE_KL_MEAN, mn.DISTILL_REVERSE_KL_SEQ_MEAN), "nats per token"),
 )  # fmt: skip
 """The panels, in the order of the overview grid; patterns built from :mod:`rlvr.metrics.names`."""
 

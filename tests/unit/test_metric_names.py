@@ -212,13 +212,14 @@ def test_plot_panels_choose_the_names_they_chose_before():
     from rlvr.plot import PANELS
 
     # the panels of before, then the two of asynchronous rollout (roles' idle seconds, the policy lag)
-    assert [p.slug for p in PANELS] == [*OLD_PANELS, "idle", "staleness"]
+    assert [p.slug for p in PANELS] == [*OLD_PANELS, "idle", "staleness", "distill"]
     samples = {e.pattern.replace("<k>", "4").replace("<n>", "8").replace("<verifier>", "numeric").replace("<role>", "engines")
                for e in mn.CATALOGUE}  # fmt: skip
     samples |= {"train/clip_frac", "train/clipped_x", "train/clippedness", "passk/16", "val/pass@16", "val/maj@x",
                 "timing/_s", "timing/a b_s", "reward/mean_x", "xreward/mean", "train/rollout_gap_abs_maxx", "step"}
     new_only = {p.slug: {s for s in samples if re.fullmatch(p.pattern, s)} for p in PANELS if p.slug not in OLD_PANELS}
-    assert new_only == {"idle": {"roles/engines_idle_s"}, "staleness": {"async/staleness_mean", "async/staleness_max"}}
+    assert new_only == {"idle": {"roles/engines_idle_s"}, "staleness": {"async/staleness_mean", "async/staleness_max"},
+                        "distill": {"distill/reverse_kl_mean", "distill/reverse_kl_seq_mean"}}
     for p in (p for p in PANELS if p.slug in OLD_PANELS):
         old, new = re.compile(OLD_PANELS[p.slug]), re.compile(p.pattern)
         assert {s for s in samples if new.fullmatch(s)} == {s for s in samples if old.fullmatch(s)}, p.slug
