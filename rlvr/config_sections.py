@@ -408,7 +408,7 @@ class TrainerLoraConfig:
     start), and the trainer optimises only A and B; the reference policy of the KL terms is the same model with the
     adapters switched off (no second copy). "LoRA without regret" (Thinking Machines, 2025) measured rank-1 to 32
     adapters on every layer learning like full fine-tuning in RL, at about 10x full fine-tuning's learning rate
-    (set ``trainer.lr``). Needs ``pip install 'rlvr[lora]'`` (peft)."""
+    (set ``trainer.lr``; on rlvr's smoke task rank 16 needed 30x: docs/lora.md). Needs ``pip install 'rlvr[lora]'`` (peft)."""
 
     rank: int = 0
     """Adapter rank r (0: off, full fine-tuning). At most the smallest dimension of every targeted module
