@@ -48,6 +48,12 @@ sys.path.insert(0, str(REPO))
 from rlvr.eval_cli import _cell  # noqa: E402 - "value [low, high]", as rlvr eval's table prints a metric
 
 TEMPLATE = "{question} Answer with only the final number, in \\boxed{}."
+FEW_SHOT_EXAMPLES = (("What is 23 plus 45?", "68"), ("What is 57 minus 19?", "38"), ("What is 12 times 3?", "36"))
+FEW_SHOT = "Answer with only the final number, in \\boxed{}.\n" + "".join(
+    f"{q} \\boxed{{{a}}}\n" for q, a in FEW_SHOT_EXAMPLES) + "{question}"
+"""A few-shot user message (issue 30: a start already in format): three worked examples of the answer's form;
+:func:`holdout_file` refuses a task whose held-out questions include one of them."""
+TEMPLATES = {"plain": TEMPLATE, "fewshot": FEW_SHOT}
 """The user message: a short answer keeps responses (and so every stage) short on a CPU; the ``math`` verifier
 reads the last ``\\boxed{}`` (or the last number)."""
 CANDIDATES: dict[str, dict[str, Any]] = {
@@ -55,6 +61,8 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "times1": {"kind": "arithmetic", "ops": ["times"], "digits": 1},
     "mixed1": {"kind": "arithmetic", "ops": ["plus", "minus", "times"], "digits": 1},
     "plus2": {"kind": "arithmetic", "ops": ["plus"], "digits": 2},
+    "mixed2": {"kind": "arithmetic", "ops": ["plus", "minus"], "digits": 2},
+    "plus3": {"kind": "arithmetic", "ops": ["plus"], "digits": 3},
 }
 """Candidate generated tasks (``data.generated`` settings), each with :data:`SIZE` rows, the last :data:`HOLDOUT` held out."""
 SIZE, HOLDOUT = 1000, 100
@@ -82,7 +90,11 @@ def write_holdout(task: dict[str, Any], path: Path, seed: int) -> Path:
 
 def holdout_file(name: str, out: Path, seed: int) -> Path:
     """The held-out rows of a candidate task (rows 900-999 for ``run.seed``) as JSONL."""
-    return write_holdout(dict(CANDIDATES[name], size=SIZE, holdout=HOLDOUT), out / f"holdout_{name}.jsonl", seed)
+    path = write_holdout(dict(CANDIDATES[name], size=SIZE, holdout=HOLDOUT), out / f"holdout_{name}.jsonl", seed)
+    shown = {q for q, _ in FEW_SHOT_EXAMPLES} & {json.loads(x)["question"] for x in path.read_text().splitlines()}
+    if shown:
+        raise SystemExit(f"{name}: the few-shot examples {sorted(shown)} are held-out questions: change FEW_SHOT_EXAMPLES")
+    return path
 
 
 RLVR = [sys.executable, "-c", "import sys; from rlvr.cli import main; sys.exit(main())"]
@@ -107,7 +119,7 @@ def probe(args: argparse.Namespace, out: Path) -> None:
         dest = out / f"probe_{name}"
         seconds = _run([*RLVR, "eval", "smollm2-135m-instruct", "--data", str(data),
                         "--n", str(args.n), "--limit", str(args.problems), "--max-new-tokens", str(args.max_new_tokens),
-                        "--prompt-template", TEMPLATE, "--threads", "2", "--seed", str(args.seed),
+                        "--prompt-template", TEMPLATES[args.template], "--threads", "2", "--seed", str(args.seed),
                         "--output", str(dest)], out / f"probe_{name}.log")  # fmt: skip
         res = json.loads((dest / "results.json").read_text())
         m = res["overall"]["metrics"]
@@ -138,7 +150,7 @@ def common_overrides(args: argparse.Namespace, method: str, out: Path) -> list[s
     """The recipe overrides every method shares: same task, template, start, seed, batch, steps and validation."""
     return [
         f"run.name={method}", f"run.output_dir={out / 'runs'}", f"run.seed={args.seed}", f"run.steps={args.steps}",
-        f"data.generated={task_settings(args.task)}", f"data.prompt_template={json.dumps(TEMPLATE)}",
+        f"data.generated={task_settings(args.task)}", f"data.prompt_template={json.dumps(TEMPLATES[args.template])}",
         f"rollout.max_new_tokens={args.max_new_tokens}", f"rollout.prompts_per_step={args.prompts_per_step}",
         f"rollout.samples_per_prompt={args.group}", f"trainer.lr={args.lr}",
         f"validation.every_steps={args.val_every}", "validation.at_start=false", f"validation.limit={args.problems}",
@@ -286,6 +298,7 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=2e-5)
     ap.add_argument("--set", nargs="*", default=[], help="more recipe overrides for every method")
     ap.add_argument("--again", action="store_true", help="train: rerun methods whose run exists")
+    ap.add_argument("--template", default="plain", choices=list(TEMPLATES), help="the user message (fewshot: issue 30)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     for stage in args.stages:
