@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from passk_preservation import RLVR, _run, method_table, start_record, write_holdout  # noqa: E402 - one home
+from passk_preservation import RLVR, _run, add_run_args, method_table, start_record, write_holdout  # noqa: E402 - one home
 from passk_preservation import train as passk_train  # noqa: E402
 
 from rlvr.eval_cli import _cell  # noqa: E402
@@ -174,15 +174,7 @@ def main() -> None:
     ap.add_argument("stages", nargs="+", choices=["teacher", "train", "report"])
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "distill_vs_grpo")
     ap.add_argument("--teacher", default=None, help="a finished run's folder (its final/ is the teacher)")
-    ap.add_argument("--methods", nargs="+", default=list(METHODS))
-    ap.add_argument("--seed", type=int, default=1, help="run.seed of both methods (the methods' recipes use 1)")
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--val-every", type=int, default=2)
-    ap.add_argument("--problems", type=int, default=50, help="held-out problems validated")
-    ap.add_argument("--n", type=int, default=4, help="validation samples per problem")
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--set", nargs="*", default=[], help="more recipe overrides for both methods")
-    ap.add_argument("--again", action="store_true", help="train: rerun methods whose run exists")
+    add_run_args(ap, methods=METHODS, steps=20, val_every=2, problems=50, n=4, max_new_tokens=64)
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     for stage in args.stages:

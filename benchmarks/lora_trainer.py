@@ -74,6 +74,17 @@ def _variant(rank: int, steps: int, threads: int, seqs: int) -> dict:
             "first_s": times[0], "update_s": statistics.median(times[1:] or times), "ckpt_mb": ckpt / 1e6}  # fmt: skip
 
 
+def measure(rank: int, steps: int, threads: int, seqs: int) -> dict:
+    """:func:`_variant` of ``rank`` (0: full fine-tuning) in a fresh subprocess (its own peak RSS): its numbers.
+    Exits with the child's stderr when it fails."""
+    cmd = [sys.executable, __file__, "--_child", str(rank), "--steps", str(steps), "--threads", str(threads), "--seqs", str(seqs)]
+    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])})
+    res = [x for x in out.stdout.splitlines() if x.startswith("RESULT=")]
+    if not res:
+        sys.exit(out.stderr[-3000:])
+    return json.loads(res[-1].removeprefix("RESULT="))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rank", type=int, default=16)
@@ -85,14 +96,7 @@ def main() -> None:
     if a._child is not None:
         print("RESULT=" + json.dumps(_variant(a._child, a.steps, a.threads, a.seqs)))
         return
-    rows = []
-    for rank in (0, a.rank):
-        cmd = [sys.executable, __file__, "--_child", str(rank), "--steps", str(a.steps), "--threads", str(a.threads), "--seqs", str(a.seqs)]
-        out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])})
-        res = [x for x in out.stdout.splitlines() if x.startswith("RESULT=")]
-        if not res:
-            sys.exit(out.stderr[-3000:])
-        rows.append(json.loads(res[-1].removeprefix("RESULT=")))
+    rows = [measure(rank, a.steps, a.threads, a.seqs) for rank in (0, a.rank)]
     full = rows[0]
     print(f"{'variant':10} {'dtype':9} {'trainable':>11} {'peak MB':>8} {'x full':>6} {'1st s':>6} {'update s':>8} "
           f"{'x full':>6} {'ckpt MB':>8}")  # fmt: skip

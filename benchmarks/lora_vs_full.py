@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -63,16 +62,9 @@ def train(args: argparse.Namespace, out: Path) -> None:
 
 
 def trainer(args: argparse.Namespace, out: Path) -> None:
-    rows = []
-    for rank in (0, args.rank):
-        cmd = [sys.executable, str(REPO / "benchmarks" / "lora_trainer.py"), "--_child", str(rank), "--steps", "2",
-               "--threads", "2", "--seqs", str(args.trainer_seqs)]  # fmt: skip
-        res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
-        got = [x for x in res.stdout.splitlines() if x.startswith("RESULT=")]
-        if not got:
-            sys.exit(res.stderr[-3000:])
-        rows.append(json.loads(got[-1].removeprefix("RESULT=")))
-        print(rows[-1])
+    from lora_trainer import measure
+
+    rows = [measure(rank, steps=2, threads=2, seqs=args.trainer_seqs) for rank in (0, args.rank)]
     (out / "trainer.json").write_text(json.dumps(rows, indent=2))
 
 

@@ -283,24 +283,31 @@ def figure(results: dict[str, Any], n: int, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def add_run_args(ap: argparse.ArgumentParser, *, methods: tuple[str, ...], steps: int, val_every: int, problems: int,
+                 n: int, max_new_tokens: int) -> None:
+    """The options every method-comparison benchmark shares (this one and ``distill_vs_grpo.py``): seed, steps,
+    validation cadence and size, the response budget, extra overrides, rerunning."""
+    ap.add_argument("--methods", nargs="+", default=list(methods))
+    ap.add_argument("--seed", type=int, default=1, help="run.seed of every method (the methods' recipes use 1)")
+    ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--val-every", type=int, default=val_every)
+    ap.add_argument("--problems", type=int, default=problems, help="held-out problems validated")
+    ap.add_argument("--n", type=int, default=n, help="validation samples per problem (pass@k for k <= n)")
+    ap.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    ap.add_argument("--set", nargs="*", default=[], help="more recipe overrides for every method")
+    ap.add_argument("--again", action="store_true", help="train: rerun methods whose run exists")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("stages", nargs="+", choices=["probe", "train", "report"])
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "passk_preservation")
     ap.add_argument("--tasks", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES), help="probe: candidates")
     ap.add_argument("--task", default="plus2", choices=list(CANDIDATES), help="train: the task")
-    ap.add_argument("--methods", nargs="+", default=list(METHODS))
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--val-every", type=int, default=4)
-    ap.add_argument("--problems", type=int, default=32, help="held-out problems validated")
-    ap.add_argument("--n", type=int, default=16, help="validation samples per problem (pass@k for k <= n)")
+    add_run_args(ap, methods=METHODS, steps=8, val_every=4, problems=32, n=16, max_new_tokens=32)
     ap.add_argument("--prompts-per-step", type=int, default=8)
     ap.add_argument("--group", type=int, default=8, help="samples per prompt in training (G)")
-    ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--lr", type=float, default=2e-5)
-    ap.add_argument("--set", nargs="*", default=[], help="more recipe overrides for every method")
-    ap.add_argument("--again", action="store_true", help="train: rerun methods whose run exists")
     ap.add_argument("--template", default="plain", choices=list(TEMPLATES), help="the user message (fewshot: issue 30)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -429,6 +429,12 @@ class TrainerLoraConfig:
     ``LoRARequest`` per policy version, the last ``rollout.max_staleness + 1`` kept registered (vLLM engine only;
     its LoRA kernels add per-token work to generation)."""
 
+    @property
+    def adapter_sync(self) -> bool:
+        """Whether a weight sync sends the adapters alone (``rank`` > 0 and ``sync: adapter``), which the engines
+        serve as a vLLM LoRA, rather than full weights."""
+        return self.rank > 0 and self.sync == "adapter"
+
 
 @dataclass(frozen=True, kw_only=True)
 class TrainerConfig:

@@ -322,19 +322,15 @@ def memory_lines(recipe: Recipe) -> list[str]:
     from rlvr.runtime.memory import GB, format_plan, load_config, memory_plan
 
     try:
-        model_dir = model_context(recipe.model.path)[0]  # fails fast for a hub id neither cached nor reachable
-        try:
-            config = load_config(model_dir, local_only=True)
-        except OSError:
-            config = load_config(model_dir)
-        teacher_config = None
-        if recipe.teacher.model:  # the distillation teacher's engine (its own model)
-            teacher_dir = model_context(recipe.teacher.model)[0]
+        def config_of(name: str) -> dict:
+            model_dir = model_context(name)[0]  # fails fast for a hub id neither cached nor reachable
             try:
-                teacher_config = load_config(teacher_dir, local_only=True)
+                return load_config(model_dir, local_only=True)
             except OSError:
-                teacher_config = load_config(teacher_dir)
-        plan = memory_plan(recipe, config, teacher_config=teacher_config)
+                return load_config(model_dir)
+
+        teacher_config = config_of(recipe.teacher.model) if recipe.teacher.model else None  # the teacher's own model
+        plan = memory_plan(recipe, config_of(recipe.model.path), teacher_config=teacher_config)
     except (ModelUnavailable, OSError, ValueError, KeyError) as e:
         return [f"{NOT_CHECKED} memory model: {e}"]
     lines = format_plan(plan)

@@ -275,8 +275,8 @@ def lora_params(shape: ModelShape, rank: int, targets: tuple[str, ...]) -> tuple
             "up_proj": (h, i), "down_proj": (i, h)}  # fmt: skip
     names = list(dims) if tuple(targets) == ("all-linear",) else [t.rsplit(".", 1)[-1] for t in targets]
     A = shape.layers * sum(rank * sum(dims[n]) for n in names if n in dims)
-    F = shape.layers * (sum(a * b for a, b in dims.values()) + (q + 2 * kv if shape.qkv_bias else 0)
-                        + (h if shape.o_bias else 0) + (2 * i + h if shape.mlp_bias else 0))
+    norms = 2 * h + (2 * shape.head_dim if shape.qk_norm else 0)  # a layer's parameters that are not Linear
+    F = shape.layers * (shape.layer_params() - norms)
     return A, F, ", ".join(n for n in names if n not in dims)
 
 
@@ -398,8 +398,9 @@ def _place(items: list[tuple[str, float]]) -> list[str]:
 def memory_plan(recipe: Recipe, config: dict[str, Any], *, card_bytes: int | None = None,
                 teacher_config: dict[str, Any] | None = None) -> MemoryPlan:
     """Every trainer rank and engine worker of ``recipe`` with the model of ``config`` (its ``config.json`` as a
-    dict), and the distillation teacher's engine with the model of ``teacher_config`` where given, placed on devices (:func:`_place`), summed per device; and the card a GPU recipe needs. Engines on a
-    GPU take ``gpu_memory_utilization`` of ``card_bytes`` (None: of the card needed).
+    dict), and the distillation teacher's engine with the model of ``teacher_config`` where given, placed on
+    devices (:func:`_place`), summed per device; and the card a GPU recipe needs. Engines on a GPU take
+    ``gpu_memory_utilization`` of ``card_bytes`` (None: of the card needed).
 
     Errors: ``ValueError`` from :meth:`ModelShape.from_config` for an architecture not modelled."""
     shape = ModelShape.from_config(config)

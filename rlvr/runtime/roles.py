@@ -125,12 +125,6 @@ GROUP_SETTINGS = {
 """The recipe keys that size each group of :func:`role_resources` (named when a group does not fit)."""
 
 
-def adapter_sync(r: Recipe) -> bool:
-    """Whether a weight sync sends the LoRA adapters alone, which the engines serve as a vLLM LoRA
-    (``trainer.lora.rank`` > 0 with ``trainer.lora.sync: adapter``), rather than full weights."""
-    return r.trainer.lora.rank > 0 and r.trainer.lora.sync == "adapter"
-
-
 def placement_groups(resources: dict[str, list[Resources]]) -> list[Group]:
     """One :class:`Group` per role group of :func:`role_resources` (``PACK``: as few nodes as hold them), with
     the recipe keys that size it (:data:`GROUP_SETTINGS`)."""
@@ -310,7 +304,7 @@ class Roles:
             threads=r.rollout.threads,
             **({"cpus": tuple(r.rollout.cpus)} if r.rollout.cpus else {}),
             **({"tensor_parallel_size": r.rollout.tensor_parallel_size} if r.rollout.tensor_parallel_size > 1 else {}),
-            **({"lora_rank": r.trainer.lora.rank, "lora_slots": r.rollout.max_staleness + 1} if adapter_sync(r) else {}),
+            **({"lora_rank": r.trainer.lora.rank, "lora_slots": r.rollout.max_staleness + 1} if r.trainer.lora.adapter_sync else {}),
             resources=self.res["engines"][i],
         )
 
@@ -358,7 +352,7 @@ class Roles:
         # trainer.lora.sync=adapter: the adapters travel (PEFT names; vLLM checks them against the model when it
         # adds each version), with the PEFT config the engines write beside them
         self.adapter_config: str | None = None
-        if adapter_sync(r):
+        if r.trainer.lora.adapter_sync:
             self.adapter_config = self.get([self.trainers[0].call("adapter_config")], r.timeouts.startup_s,
                                            "reading the trainer's adapter config", "timeouts.startup_s")[0]
         else:

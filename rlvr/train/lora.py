@@ -232,15 +232,20 @@ def adapter_named_weights(model: torch.nn.Module, dtype: torch.dtype) -> Iterato
     ``save_pretrained`` writes in ``adapter_model.safetensors`` (``base_model.model.<module>.lora_A.weight``
     [r, in] and ``....lora_B.weight`` [out, r]: the adapter's own name dropped, ``get_peft_model_state_dict``),
     in the model's order: what an adapter sync sends and the engine writes back as that file."""
-    from peft import get_peft_model_state_dict
-
-    for name, t in get_peft_model_state_dict(model, adapter_name=ADAPTER).items():
+    for name, t in _peft_adapter_state(model).items():
         yield name, t.detach().to(dtype)
 
 
+def _peft_adapter_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """PEFT's ``get_peft_model_state_dict`` of the adapter: {saved name: the parameter itself} (no copy)."""
+    from peft import get_peft_model_state_dict
+
+    return get_peft_model_state_dict(model, adapter_name=ADAPTER)
+
+
 def adapter_shapes(model: torch.nn.Module) -> list[tuple[str, tuple[int, ...]]]:
-    """(name, shape) of what :func:`adapter_named_weights` yields, in order."""
-    return [(n, tuple(t.shape)) for n, t in adapter_named_weights(model, torch.float32)]
+    """(name, shape) of what :func:`adapter_named_weights` yields, in order (no tensor converted)."""
+    return [(n, tuple(t.shape)) for n, t in _peft_adapter_state(model).items()]
 
 
 def adapter_config_json(model: torch.nn.Module) -> str:

@@ -201,7 +201,7 @@ class PolicyWorker:
         # trainer.lora: PEFT adapters, the only trainable parameters; the base weights stay frozen
         self.lora = tr.lora.rank > 0
         # trainer.lora.sync=adapter: a sync sends the adapters alone (the engines serve them as a vLLM LoRA)
-        self.adapter_sync = self.lora and tr.lora.sync == "adapter"
+        self.adapter_sync = tr.lora.adapter_sync
         if self.lora:
             model = lora.wrap(model, tr.lora, recipe.model.path, seed=recipe.run.seed)  # the same A on every rank
         trainable = [p for p in model.parameters() if p.requires_grad]  # all of them without LoRA
@@ -210,7 +210,7 @@ class PolicyWorker:
         # DeepSpeed fp16, whose module is fp16 itself
         lowp = self.dtype != torch.float32 and not (self.ds and self.dtype == torch.float16)
         self.amp_dtype: torch.dtype | None = self.dtype if lowp else None
-        if self.lora and self.amp_dtype == torch.bfloat16:  # frozen Linears stored as autocast computes them
+        if lora_bf16:  # frozen Linears stored as autocast computes them (bf16 is autocast on both backends)
             lora.frozen_linears_to(model, torch.bfloat16)
         if self.ds:
             self._init_deepspeed(model, trainable)
