@@ -79,7 +79,10 @@ def test_chunked_logprobs_equal_the_unchunked_values_and_gradients(dtype, chunk,
     assert torch.isfinite(g).all() and (g[x == -math.inf] == 0).all()  # a banned token gets no gradient
     if dtype == torch.float32:
         assert torch.allclose(g.double(), g_ref.double(), atol=1e-6, rtol=1e-4)
-        assert torch.allclose(g, g1, atol=1e-7, rtol=1e-5)
+        # chunked and one-chunk agree to the same fp32 accuracy each has against float64, not bit for bit: CUDA picks
+        # its reduction kernels by shape, so 7-row chunks round differently from 300 rows (H200, 2026-12-04: at chunk
+        # 7, T = 0.7, max |g - g1| 1.55e-5 while each is within 8.3e-6 of the reference; 0 on CPU)
+        assert torch.allclose(g, g1, atol=1e-6, rtol=1e-4)
     else:  # the gradient rounded to bf16 (8 bits of mantissa) at the end, as ``.float()``'s backward would
         assert torch.allclose(g.float(), g_ref.float(), atol=1e-2, rtol=1e-2)
         assert torch.allclose(g.float(), g1.float(), atol=1e-2, rtol=1e-2)
