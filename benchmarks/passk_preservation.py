@@ -56,9 +56,14 @@ form; :func:`holdout_file` refuses a task whose held-out questions include one o
 plus2 (32 problems x 64): worse than the plain template, pass@1 0.002 against 0.047, 60% of samples cut at 32
 tokens (the model talks about the examples); as chat turns the model answers in form but cannot add two digits
 at once (pass@1 0.004): see issue 30's notes before using it."""
-TEMPLATES = {"plain": TEMPLATE, "fewshot": FEW_SHOT}
+TEMPLATES = {"plain": TEMPLATE, "fewshot": FEW_SHOT, "chat": TEMPLATE}
 """The user message: a short answer keeps responses (and so every stage) short on a CPU; the ``math`` verifier
 reads the last ``\\boxed{}`` (or the last number)."""
+CHAT_EXAMPLES = (("What is 23 plus 45?", "68"), ("What is 57 minus 19?", "38"), ("What is 12 times 13?", "156"))
+"""``--template chat`` (issue 30's second run): these worked examples open every conversation as user/assistant
+turns (the user turn in :data:`TEMPLATE`, the answer ``\\boxed{N}``), then the question's own user turn. Operands
+of two digits, so that no one-digit task's question is among them. Measured 2026-12-03 on plus2: the model then
+answers in form (8.5 tokens, 0.4% cut) where the plain template leaves 61% of samples cut at 32 tokens."""
 CANDIDATES: dict[str, dict[str, Any]] = {
     "plus1": {"kind": "arithmetic", "ops": ["plus"], "digits": 1},
     "times1": {"kind": "arithmetic", "ops": ["times"], "digits": 1},
@@ -68,6 +73,14 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "plus3": {"kind": "arithmetic", "ops": ["plus"], "digits": 3},
 }
 """Candidate generated tasks (``data.generated`` settings), each with :data:`SIZE` rows, the last :data:`HOLDOUT` held out."""
+QUESTION_TASKS: dict[str, dict[str, Any]] = {
+    "mixed1": {"ops": ["plus", "minus", "times"], "digits": [1, 1]},
+    "times1": {"ops": ["times"], "digits": [1, 1]},
+    "times21": {"ops": ["times"], "digits": [2, 1]},
+    "plus21": {"ops": ["plus", "minus"], "digits": [2, 1]},
+}
+"""``--template chat``'s tasks: every distinct question of the operands' digits (first, second operand; minus with
+the larger first), split by question (:func:`question_split`), so that no held-out question is ever trained on."""
 SIZE, HOLDOUT = 1000, 100
 """Rows of every candidate task and how many of them (the last) are held out for validation."""
 METHODS = ("grpo", "passk", "pkpo", "dph")
@@ -100,6 +113,51 @@ def holdout_file(name: str, out: Path, seed: int) -> Path:
     return path
 
 
+def all_questions(name: str) -> list[dict[str, str]]:
+    """Every distinct question of a :data:`QUESTION_TASKS` task, ``{"question", "answer"}``, in a fixed order."""
+    from rlvr.data.generated import OPS
+
+    task = QUESTION_TASKS[name]
+    (d1, d2), seen, rows = task["digits"], set(), []
+    span = [range(0 if d == 1 else 10 ** (d - 1), 10**d) for d in (d1, d2)]
+    for op in task["ops"]:
+        for a in span[0]:
+            for b in span[1]:
+                x, y = (b, a) if op == "minus" and b > a else (a, b)
+                if (q := f"What is {x} {op} {y}?") not in seen:
+                    seen.add(q)
+                    rows.append({"question": q, "answer": str(OPS[op](x, y))})
+    return rows
+
+
+def question_split(name: str, holdout: int, seed: int) -> tuple[list[dict], list[dict]]:
+    """(training rows, held-out rows) of a :data:`QUESTION_TASKS` task: its distinct questions shuffled with
+    ``random.Random(seed)``, the first ``holdout`` held out, the rest trained on (disjoint by question), each row
+    opening with :data:`CHAT_EXAMPLES` as chat turns (a ``messages`` field, read by ``rlvr train`` and ``rlvr
+    eval`` as the row's own opening)."""
+    import random
+
+    rows = all_questions(name)
+    if not 0 < holdout < len(rows):
+        raise SystemExit(f"{name} has {len(rows)} distinct questions: --holdout {holdout} must be in (0, {len(rows)})")
+    random.Random(seed).shuffle(rows)
+    shots = [m for q, a in CHAT_EXAMPLES for m in ({"role": "user", "content": TEMPLATE.replace("{question}", q)},
+                                                    {"role": "assistant", "content": f"\\boxed{{{a}}}"})]
+    out = [dict(r, messages=[*shots, {"role": "user", "content": TEMPLATE.replace("{question}", r["question"])}])
+           for r in rows]
+    if {q for q, _ in CHAT_EXAMPLES} & {r["question"] for r in out}:
+        raise SystemExit(f"{name}: a worked example of CHAT_EXAMPLES is one of the task's questions")
+    return out[holdout:], out[:holdout]
+
+
+def chat_files(name: str, out: Path, holdout: int, seed: int) -> tuple[Path, Path]:
+    """:func:`question_split` written as ``out/train_<name>.jsonl`` and ``out/holdout_<name>.jsonl``."""
+    paths = out / f"train_{name}.jsonl", out / f"holdout_{name}.jsonl"
+    for path, rows in zip(paths, question_split(name, holdout, seed)):
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return paths
+
+
 RLVR = [sys.executable, "-c", "import sys; from rlvr.cli import main; sys.exit(main())"]
 """The ``rlvr`` command of this interpreter and of the rlvr tree this script belongs to (``PYTHONPATH`` wins)."""
 
@@ -118,11 +176,13 @@ def probe(args: argparse.Namespace, out: Path) -> None:
     """Stage 1 (module docstring): ``rlvr eval`` of the starting model on each candidate's held-out problems."""
     rows = []
     for name in args.tasks:
-        data = holdout_file(name, out, args.seed)
+        chat = args.template == "chat"
+        data = chat_files(name, out, args.holdout, args.split_seed)[1] if chat else holdout_file(name, out, args.seed)
         dest = out / f"probe_{name}"
-        seconds = _run([*RLVR, "eval", "smollm2-135m-instruct", "--data", str(data),
+        template = [] if chat else ["--prompt-template", TEMPLATES[args.template]]  # chat rows carry their messages
+        seconds = _run([*RLVR, "eval", "smollm2-135m-instruct", "--data", str(data), *template,
                         "--n", str(args.n), "--limit", str(args.problems), "--max-new-tokens", str(args.max_new_tokens),
-                        "--prompt-template", TEMPLATES[args.template], "--threads", "2", "--seed", str(args.seed),
+                        "--threads", "2", "--seed", str(args.seed),
                         "--output", str(dest)], out / f"probe_{name}.log")  # fmt: skip
         res = json.loads((dest / "results.json").read_text())
         m = res["overall"]["metrics"]
@@ -151,9 +211,15 @@ def probe(args: argparse.Namespace, out: Path) -> None:
 
 def common_overrides(args: argparse.Namespace, method: str, out: Path) -> list[str]:
     """The recipe overrides every method shares: same task, template, start, seed, batch, steps and validation."""
+    if args.template == "chat":  # files split by question; each row opens with its own few-shot messages
+        train_rows, held = chat_files(args.task, out, args.holdout, args.split_seed)
+        data = [f"data.source={train_rows}", f"validation.source={held}", "data.max_prompt_tokens=192"]  # 175 here
+    else:
+        data = [f"data.generated={task_settings(args.task)}",
+                f"data.prompt_template={json.dumps(TEMPLATES[args.template])}"]
     return [
-        f"run.name={method}", f"run.output_dir={out / 'runs'}", f"run.seed={args.seed}", f"run.steps={args.steps}",
-        f"data.generated={task_settings(args.task)}", f"data.prompt_template={json.dumps(TEMPLATES[args.template])}",
+        f"run.name={method}{getattr(args, 'tag', '')}", f"run.output_dir={out / 'runs'}", f"run.seed={args.seed}", f"run.steps={args.steps}",
+        *data,
         f"rollout.max_new_tokens={args.max_new_tokens}", f"rollout.prompts_per_step={args.prompts_per_step}",
         f"rollout.samples_per_prompt={args.group}", f"trainer.lr={args.lr}",
         f"validation.every_steps={args.val_every}", "validation.at_start=false", f"validation.limit={args.problems}",
@@ -167,7 +233,7 @@ def train(args: argparse.Namespace, out: Path, overrides=None) -> None:
     method, out)`` (default :func:`common_overrides`) and ``args.set`` on top of ``recipes/methods/<method>.yaml``."""
     overrides = overrides or common_overrides
     for method in args.methods:
-        run_dir = out / "runs" / method
+        run_dir = out / "runs" / f"{method}{getattr(args, 'tag', '')}"
         if (run_dir / "validation.jsonl").exists() and not args.again:
             print(f"{method}: {run_dir} exists, kept (--again to rerun)")
             continue
@@ -177,8 +243,8 @@ def train(args: argparse.Namespace, out: Path, overrides=None) -> None:
             shutil.rmtree(run_dir)
         cmd = [*RLVR, "train", str(REPO / "recipes" / "methods" / f"{method}.yaml"),
                *overrides(args, method, out), *args.set]
-        seconds = _run(cmd, out / f"train_{method}.log")
-        print(f"{method}: {seconds:.0f} s", flush=True)
+        seconds = _run(cmd, out / f"train_{run_dir.name}.log")
+        print(f"{run_dir.name}: {seconds:.0f} s", flush=True)
         (run_dir / "wall_s.txt").write_text(f"{seconds:.1f}\n")
 
 
@@ -216,7 +282,9 @@ def method_table(run_dir: Path, ks: list[int], start: dict[str, Any] | None = No
 
 
 def report(args: argparse.Namespace, out: Path) -> None:
-    """Stage 3 (module docstring): the table, ``results.json`` and the figure."""
+    """Stage 3 (module docstring): the table, ``results.json`` and the figure. With ``--seeds`` each method's
+    per-problem values are averaged over its seeds' runs (at the steps every seed reached) before the bootstrap
+    over problems, and each row also lists the per-seed means (``seeds``: the spread between seeds)."""
     import numpy as np
 
     from rlvr.metrics.intervals import bootstrap_ci
@@ -225,60 +293,94 @@ def report(args: argparse.Namespace, out: Path) -> None:
     ks = [k for k in [1] + [2**i for i in range(1, 12)] if k < n] + [n]
     probe_dir = out / f"probe_{args.task}"
     start = start_record(probe_dir) if (probe_dir / "samples.jsonl").exists() else None
-    tables = {m: method_table(out / "runs" / m, ks, start) for m in args.methods
-              if (out / "runs" / m / "validation.jsonl").exists()}
+    keys = [f"pass@{k}" for k in ks] + [f"maj@{n}"]
+    tags = [f"_s{seed}" for seed in args.seeds] if args.seeds else [""]
+    tables: dict[str, dict[int, np.ndarray]] = {}  # method -> step -> [P, M], the mean over seeds
+    seed_means: dict[str, dict[int, np.ndarray]] = {}  # method -> step -> [S, M], each seed's mean over problems
+    for m in args.methods:
+        runs = [method_table(out / "runs" / f"{m}{t}", ks, start) for t in tags
+                if (out / "runs" / f"{m}{t}" / "validation.jsonl").exists()]
+        if not runs:
+            continue
+        steps = sorted(set.intersection(*(set(r) for r in runs)))
+        per_seed = {st: np.stack([np.array([r[st][k] for k in keys], dtype=float).T for r in runs]) for st in steps}
+        tables[m] = {st: v.mean(0) for st, v in per_seed.items()}  # [S, P, M] -> [P, M]
+        seed_means[m] = {st: v.mean(1) for st, v in per_seed.items()}  # [S, M]
     if not tables:
         raise SystemExit(f"no runs under {out / 'runs'}: run the train stage first")
-    keys = [f"pass@{k}" for k in ks] + [f"maj@{n}"]
     results: dict[str, Any] = {"settings": vars(args) | {"out": str(out)}, "methods": {}}
     for m, per_step in tables.items():
         results["methods"][m] = {}
-        for step, per in sorted(per_step.items()):
-            vals = np.array([per[k] for k in keys]).T  # [P, M]
+        for step, vals in per_step.items():
             lo, hi = bootstrap_ci(vals)
-            row = {k: {"value": float(vals[:, i].mean()), "ci": [float(lo[i]), float(hi[i])]} for i, k in enumerate(keys)}
+            row = {k: {"value": float(vals[:, i].mean()), "ci": [float(lo[i]), float(hi[i])],
+                       "seeds": [float(x) for x in seed_means[m][step][:, i]]} for i, k in enumerate(keys)}
             base = tables.get("grpo", {}).get(step)
-            if m != "grpo" and base is not None and len(base[keys[0]]) == len(per[keys[0]]):
-                diff = vals - np.array([base[k] for k in keys]).T  # paired: the same problems, in index order
+            if m != "grpo" and base is not None and base.shape == vals.shape:
+                diff = vals - base  # paired: the same problems, in index order
                 dlo, dhi = bootstrap_ci(diff)
                 for i, k in enumerate(keys):
                     row[k]["minus_grpo"] = {"value": float(diff[:, i].mean()), "ci": [float(dlo[i]), float(dhi[i])]}
             results["methods"][m][step] = row
     (out / "results.json").write_text(json.dumps(results, indent=2))
-    show = ["pass@1", f"pass@{ks[len(ks) // 2]}", f"pass@{n}", f"maj@{n}"]
-    print(f"\n## Held-out {args.problems} problems x n = {n} (95% bootstrap intervals over problems)\n")
-    print("| method | step | " + " | ".join(show) + f" | pass@{n} - GRPO's (paired) |")
-    print("|" + "---|" * (len(show) + 3))
+    show = [f"pass@{k}" for k in sorted({k for k in (1, 4, 16, n) if k <= n})] + [f"maj@{n}"]
+    seeds = f", mean of {len(tags)} seeds per method; [per-seed pass@{n}]" if len(tags) > 1 else ""
+    print(f"\n## Held-out {args.problems} problems x n = {n} (95% bootstrap intervals over problems{seeds})\n")
+    print("| method | step | " + " | ".join(show) + f" | pass@{n} - GRPO's (paired) |" + (" seeds |" if seeds else ""))
+    print("|" + "---|" * (len(show) + 3 + bool(seeds)))
     for m, steps in results["methods"].items():
         for step, row in steps.items():
             d = row[f"pass@{n}"].get("minus_grpo")
             dcell = f"{d['value']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]" if d else ""
-            print(f"| {m} | {step} | " + " | ".join(_cell(row[k]) for k in show) + f" | {dcell} |")
+            scell = (" " + ", ".join(f"{x:.3f}" for x in row[f"pass@{n}"]["seeds"]) + " |") if seeds else ""
+            print(f"| {m} | {step} | " + " | ".join(_cell(row[k]) for k in show) + f" | {dcell} |" + scell)
     figure(results, n, out / "passk_preservation.png")
     print(f"\nresults: {out / 'results.json'}\nfigure: {out / 'passk_preservation.png'}")
 
 
 def figure(results: dict[str, Any], n: int, path: Path) -> None:
-    """pass@1 (left) and pass@n (right) against the step for every method, 95% interval bands (matplotlib Agg)."""
+    """pass@1 (left) and pass@n (middle) against the step for every method, 95% interval bands, each seed's mean as
+    a small dot; pass@k against k at the last step shared by every method, with the start's curve (right)
+    (matplotlib Agg)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(11, 4.2))
+    fig = Figure(figsize=(16, 4.4))
     FigureCanvasAgg(fig)
+    colors = {}
     for j, key in enumerate(["pass@1", f"pass@{n}"]):
-        ax = fig.add_subplot(1, 2, j + 1)
+        ax = fig.add_subplot(1, 3, j + 1)
         for m, steps in results["methods"].items():
             xs = sorted(steps)
             ys = [steps[s][key]["value"] for s in xs]
             lo = [steps[s][key]["ci"][0] for s in xs]
             hi = [steps[s][key]["ci"][1] for s in xs]
-            (line,) = ax.plot(xs, ys, marker="o", label=m)
+            (line,) = ax.plot(xs, ys, marker="o", label=m, color=colors.get(m))
+            colors[m] = line.get_color()
             ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.12)
+            for s in xs:
+                if len(steps[s][key].get("seeds", [])) > 1:
+                    ax.plot([s] * len(steps[s][key]["seeds"]), steps[s][key]["seeds"], ".", color=line.get_color(), ms=4)
         ax.set_xlabel("training step")
         ax.set_ylabel(f"held-out {key}")
         ax.set_title(f"{key} (95% bootstrap interval over problems)")
         ax.grid(alpha=0.3)
         ax.legend()
+    ax = fig.add_subplot(1, 3, 3)
+    last = min(max(steps) for steps in results["methods"].values())
+    for m, steps in results["methods"].items():
+        for step, style in ((last, "-"), (0, ":")):
+            if step not in steps or (step == 0 and m != next(iter(results["methods"]))):
+                continue
+            ks = sorted(int(k.split("@")[1]) for k in steps[step] if k.startswith("pass@"))
+            ax.plot(ks, [steps[step][f"pass@{k}"]["value"] for k in ks], style, marker=".",
+                    color="black" if step == 0 else colors[m], label="start" if step == 0 else f"{m}, step {step}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("k (samples per problem)")
+    ax.set_ylabel("held-out pass@k")
+    ax.set_title(f"pass@k against k: the start and step {last}")
+    ax.grid(alpha=0.3)
+    ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -302,17 +404,30 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("stages", nargs="+", choices=["probe", "train", "report"])
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "passk_preservation")
-    ap.add_argument("--tasks", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES), help="probe: candidates")
-    ap.add_argument("--task", default="plus2", choices=list(CANDIDATES), help="train: the task")
+    tasks = [*CANDIDATES, *QUESTION_TASKS]
+    ap.add_argument("--tasks", nargs="+", default=list(CANDIDATES), choices=tasks, help="probe: candidates")
+    ap.add_argument("--task", default="plus2", choices=tasks, help="train: the task")
+    ap.add_argument("--holdout", type=int, default=60, help="--template chat: distinct questions held out")
+    ap.add_argument("--split-seed", type=int, default=1, help="--template chat: the shuffle of the question split")
+    ap.add_argument("--seeds", type=int, nargs="+", default=None,
+                    help="train/report: run.seed of each run (runs METHOD_s<seed>); default: --seed alone (runs METHOD)")
     add_run_args(ap, methods=METHODS, steps=8, val_every=4, problems=32, n=16, max_new_tokens=32)
     ap.add_argument("--prompts-per-step", type=int, default=8)
     ap.add_argument("--group", type=int, default=8, help="samples per prompt in training (G)")
     ap.add_argument("--lr", type=float, default=2e-5)
     ap.add_argument("--template", default="plain", choices=list(TEMPLATES), help="the user message (fewshot: issue 30)")
     args = ap.parse_args()
+    chat = args.template == "chat"
+    for name in args.tasks if "probe" in args.stages else [args.task]:
+        if chat != (name in QUESTION_TASKS):
+            ap.error(f"task {name}: --template chat takes {list(QUESTION_TASKS)}, the other templates {list(CANDIDATES)}")
     args.out.mkdir(parents=True, exist_ok=True)
     for stage in args.stages:
-        {"probe": probe, "train": train, "report": report}[stage](args, args.out)
+        if stage == "train" and args.seeds:
+            for seed in args.seeds:  # every method at one seed, then the next seed: a stopped run stays balanced
+                train(argparse.Namespace(**{**vars(args), "seed": seed, "tag": f"_s{seed}"}), args.out)
+        else:
+            {"probe": probe, "train": train, "report": report}[stage](args, args.out)
 
 
 if __name__ == "__main__":
