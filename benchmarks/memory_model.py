@@ -22,6 +22,16 @@ system and the high-water mark follows live memory, as in benchmarks/logprob_mem
     .venv/bin/python benchmarks/memory_model.py --models smollm2-135m-instruct --steps 1
     .venv/bin/python benchmarks/memory_model.py trainer.gradient_checkpointing=true --roles trainer   # overrides first
 
+On a GPU, ``--cuda --roles trainer``: the trainer on the device, measured by torch's allocator (the peak of
+``max_memory_allocated`` per step less what was allocated before the model loaded; the pool reserved beside it),
+against ``trainer_memory(..., gpu=True)``; ``--models /tmp/qwen2-1.5b-shaped`` adds a random Qwen2-1.5B-shaped
+model; ``--tokenizer-from DIR`` takes the shaped models' tokenizer files from ``DIR`` where the embedded model
+cannot be built (no package index). Written 2026-12-04 for a lent H200 that was withdrawn before it ran: not yet
+run on a GPU.
+
+    python benchmarks/memory_model.py --cuda --roles trainer --models /tmp/qwen2-0.5b-shaped /tmp/qwen2-1.5b-shaped \\
+        --prompt 512 --response 1024
+
 Measured 2026-12-03 on a 2-core, 24 GB CPU machine with AVX512-BF16 (bf16 autocast; other jobs beside it), the
 smoke recipe, sequences of 48 + 64 tokens, the trainer's 16 sequences as two micro-batches of 8, 2 steps, GiB:
 
@@ -56,6 +66,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / ".wtpath")]  # this checkout's rlvr before any installed one
 QWEN_SHAPED = Path(tempfile.gettempdir()) / "qwen2-0.5b-shaped"
+QWEN15_SHAPED = Path(tempfile.gettempdir()) / "qwen2-1.5b-shaped"
+SHAPES = {
+    QWEN_SHAPED: dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                      intermediate_size=4864),
+    QWEN15_SHAPED: dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+                        intermediate_size=8960),
+}
+"""Random models built offline (:func:`build_qwen_shaped`) in the shapes of Qwen2-0.5B and Qwen2-1.5B (their
+config.json: vocabulary 151936, tied embeddings, both)."""
 GIB = 1 << 30
 
 
@@ -72,8 +91,9 @@ def reset_peak() -> None:
     Path("/proc/self/clear_refs").write_text("5")
 
 
-def build_qwen_shaped(out: Path) -> Path:
-    """A random Qwen2-0.5B-shaped model (fp32 safetensors) with the embedded SmolLM2 tokenizer, into ``out``."""
+def build_qwen_shaped(out: Path, tokenizer: Path | None = None) -> Path:
+    """A random model of ``SHAPES[out]`` (fp32 safetensors) with the embedded SmolLM2 tokenizer (or the tokenizer
+    files of the folder ``tokenizer``), into ``out``."""
     if (out / "config.json").exists():
         return out
     import shutil
@@ -83,9 +103,8 @@ def build_qwen_shaped(out: Path) -> Path:
 
     from rlvr.models import resolve_model
 
-    src = Path(resolve_model("smollm2-135m-instruct"))
-    cfg = Qwen2Config(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-                      intermediate_size=4864, vocab_size=151936, tie_word_embeddings=True,
+    src = tokenizer or Path(resolve_model("smollm2-135m-instruct"))
+    cfg = Qwen2Config(**SHAPES[out], vocab_size=151936, tie_word_embeddings=True,
                       max_position_embeddings=32768, bos_token_id=1, eos_token_id=2, pad_token_id=2, rms_norm_eps=1e-6)
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).save_pretrained(out)
@@ -107,21 +126,36 @@ def _recipe(args, role: str):
 def child_trainer(args) -> dict:
     import importlib
 
-    import torch
-
     importlib.import_module("transformers")  # the baseline includes torch and transformers
 
     from rlvr.models import resolve_model
-    from rlvr.train.batch import pack
     from rlvr.train.policy import PolicyWorker
-    from rlvr.types import Completion
 
     r = _recipe(args, "trainer")
     model_dir = resolve_model(r.model.path)
+    if args.cuda:  # the trainer takes the GPU when one is visible (rlvr.train.policy); torch's allocator counts
+        return _cuda_trainer(args, r, model_dir)
     base = status_kib("VmRSS")
     w = PolicyWorker(r, model_dir, 0, 1)
     w.setup(*w.rendezvous_address())  # DeepSpeed (trainer.backend=deepspeed) joins a one-rank group there
     loaded = status_kib("VmRSS") - base
+    batch = _synthetic_batch(args, r)
+    peaks = []
+    for _ in range(args.steps):
+        reset_peak()
+        w.train_step(batch)
+        peaks.append((status_kib("VmHWM") - base) * 1024)
+    return {"measured": max(peaks), "steps": peaks, "after_load": loaded * 1024, "dtype": r.model.dtype}
+
+
+def _synthetic_batch(args, r):
+    """``r.samples_per_step`` sequences of ``--prompt`` + ``--response`` random token ids (the last one 3 shorter),
+    packed as the trainer's batch."""
+    import torch
+
+    from rlvr.train.batch import pack
+    from rlvr.types import Completion
+
     g = torch.Generator().manual_seed(0)
     seqs = []
     for i in range(r.samples_per_step):
@@ -130,14 +164,31 @@ def child_trainer(args) -> dict:
         seqs.append(Completion(prompt_index=i // r.rollout.samples_per_prompt, sample_index=i, prompt_ids=ids[: args.prompt],
                                token_ids=ids[args.prompt :], logprobs=[-1.0] * n, text="", finish_reason="length",
                                policy_version=0))  # fmt: skip
-    adv = torch.randn(len(seqs), generator=g)
-    batch = pack(seqs, adv, pad_id=2, max_new_tokens=args.response)
-    peaks = []
+    return pack(seqs, torch.randn(len(seqs), generator=g), pad_id=2, max_new_tokens=args.response)
+
+
+def _cuda_trainer(args, r, model_dir) -> dict:
+    """``--cuda``: the trainer on the GPU; measured: the peak of ``torch.cuda.max_memory_allocated`` over each step
+    (reset before it), less what was allocated before the model loaded; reserved (the caching allocator's pool) too."""
+    import torch
+
+    from rlvr.train.policy import PolicyWorker
+
+    base = torch.cuda.memory_allocated()
+    w = PolicyWorker(r, model_dir, 0, 1)
+    w.setup(*w.rendezvous_address())
+    loaded = torch.cuda.memory_allocated() - base
+    batch = _synthetic_batch(args, r)
+    peaks, reserved = [], []
     for _ in range(args.steps):
-        reset_peak()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
         w.train_step(batch)
-        peaks.append((status_kib("VmHWM") - base) * 1024)
-    return {"measured": max(peaks), "steps": peaks, "after_load": loaded * 1024, "dtype": r.model.dtype}
+        torch.cuda.synchronize()
+        peaks.append(torch.cuda.max_memory_allocated() - base)
+        reserved.append(torch.cuda.max_memory_reserved())
+    return {"measured": max(peaks), "steps": peaks, "after_load": loaded, "dtype": r.model.dtype,
+            "reserved": max(reserved), "device": torch.cuda.get_device_name()}
 
 
 def child_engine(args) -> dict:
@@ -169,7 +220,8 @@ def modelled(args, role: str) -> int:
     r = _recipe(args, role)
     shape = ModelShape.from_config(load_config(resolve_model(r.model.path)))
     if role == "trainer":
-        return trainer_memory(r, shape, device="cpu", gpu=False, seq_tokens=args.prompt + args.response,
+        return trainer_memory(r, shape, device="gpu0" if args.cuda else "cpu", gpu=args.cuda,
+                              seq_tokens=args.prompt + args.response,
                               response_tokens=args.response)  # fmt: skip
     return engine_memory(r, shape, device="cpu", gpu=False)
 
@@ -178,7 +230,7 @@ def run_child(args, model: str, role: str) -> dict:
     # the overrides first: after the options argparse read the first one as --child's value
     cmd = [sys.executable, __file__, *args.overrides, "--child", role, "--model", model, "--recipe", args.recipe,
            "--prompt", str(args.prompt), "--response", str(args.response), "--steps", str(args.steps),
-           "--trainer-batch", str(args.trainer_batch)]
+           "--trainer-batch", str(args.trainer_batch), *(["--cuda"] if args.cuda else [])]
     tmp = Path(tempfile.gettempdir()) / "rlvr_memory_model"
     tmp.mkdir(exist_ok=True)
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072", PYTHONPATH=os.pathsep.join(
@@ -202,6 +254,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2, help="trainer steps measured (the largest peak is reported)")
     ap.add_argument("--trainer-batch", type=int, default=16, help="sequences of the trainer's synthetic batch")
     ap.add_argument("--roles", nargs="*", default=["trainer", "engine"])
+    ap.add_argument("--cuda", action="store_true", help="the trainer on the GPU (measured by torch's allocator; "
+                    "the trainer role only)")
+    ap.add_argument("--tokenizer-from", type=Path, default=None,
+                    help="the shaped models' tokenizer files from this folder (default: the embedded SmolLM2's)")
     ap.add_argument("--child", choices=["trainer", "engine"], help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("overrides", nargs="*", help="recipe overrides for both roles, e.g. trainer.gradient_checkpointing=true")
@@ -210,8 +266,11 @@ def main() -> None:
         res = (child_trainer if args.child == "trainer" else child_engine)(args)
         print("RESULT " + json.dumps(res), flush=True)
         return
-    if str(QWEN_SHAPED) in args.models:
-        build_qwen_shaped(QWEN_SHAPED)
+    if args.cuda and args.roles != ["trainer"]:
+        ap.error("--cuda measures the trainer role only: add --roles trainer (the engine is vLLM's, not on this path)")
+    for shaped in SHAPES:
+        if str(shaped) in args.models:
+            build_qwen_shaped(shaped, args.tokenizer_from)
     print(f"recipe {args.recipe} {' '.join(args.overrides)}; sequences of {args.prompt} + {args.response} tokens; "
           f"trainer batch {args.trainer_batch}")
     print(f"{'model':<28} {'role':<8} {'dtype':<9} {'model GiB':>9} {'measured GiB':>12} {'measured/model':>14}  detail")
@@ -221,6 +280,7 @@ def main() -> None:
             res = run_child(args, model, role)
             m = modelled(args, role)
             detail = (f"steps {[round(p / GIB, 2) for p in res['steps']]}, after load {res['after_load'] / GIB:.2f}"
+                      + (f", reserved {res['reserved'] / GIB:.2f} ({res['device']})" if args.cuda else "")
                       if role == "trainer" else f"after start {res['after_start'] / GIB:.2f}, {res['tokens']} tokens, RSS anon/file at the end "
                       f"{res['anon_file'][0] / GIB:.2f}/{res['anon_file'][1] / GIB:.2f}")
             terms = (f"; model terms w/g/opt/act/logits/other {m.weights / GIB:.2f}/{m.grads / GIB:.2f}/"
