@@ -56,6 +56,11 @@ class GeneratedTaskConfig:
     """Rows generated (seeded by ``run.seed``)."""
     holdout: int = 0
     """Rows kept out of training at the end (a validation split)."""
+    holdout_by: Literal["row", "question"] = "row"
+    """``row``: the last ``holdout`` rows are held out, by position (with few distinct questions, e.g. one digit and
+    one op: 100, a held-out question is also trained on). ``question``: the held-out questions are the distinct
+    questions of those rows (each validated once), and every training row asking one of them is dropped (counted
+    in the log), so no held-out question is ever trained on."""
 
 
 @dataclass(frozen=True, kw_only=True)

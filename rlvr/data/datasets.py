@@ -347,6 +347,9 @@ def _generated(cfg: DataConfig, seed: int) -> list[dict[str, Any]]:
     else:
         raise ValueError(f"data.split={cfg.split!r} for data.source=generated: use train or holdout")
     gen = generated_split(cfg.generated, seed, part)  # type: ignore[arg-type]
+    if part == "train" and cfg.generated.holdout_by == "question" and cfg.generated.holdout:
+        log.info("data.generated.holdout_by=question: %d of %d training rows dropped (they ask held-out questions)",
+                 cfg.generated.size - cfg.generated.holdout - len(gen), cfg.generated.size - cfg.generated.holdout)
     if not gen:
         raise ValueError("data.split=holdout but data.generated.holdout=0: set data.generated.holdout > 0")
     gen = gen[: cfg.limit] if cfg.limit is not None else gen

@@ -72,15 +72,31 @@ def generated_split(
 ) -> list[dict[str, Any]]:
     """The training rows (the first ``size - holdout``) or the holdout rows (the last ``holdout``).
 
-    Note: with few distinct questions (one digit, one op: 100) and a large ``size``, a holdout question can
-    also appear among the training rows; the split is by position, not by question.
+    ``cfg.holdout_by``: ``row`` splits by position, so with few distinct questions (one digit, one op: 100) and a
+    large ``size`` a holdout question also appears among the training rows. ``question`` splits by question: the
+    holdout rows are the last ``holdout`` rows with repeated questions dropped (the first kept), and the training
+    rows are the first ``size - holdout`` rows less every row asking a held-out question, in order.
 
-    Errors: as :func:`generated_rows`; ``ValueError`` for an unknown ``part``.
+    Errors: as :func:`generated_rows`; ``ValueError`` for an unknown ``part``, and for ``question`` when no
+    training row is left (every training question is also held out: lower ``holdout`` or raise ``size``).
     """
     rows = generated_rows(cfg, seed)
     cut = cfg.size - cfg.holdout
-    if part == "train":
-        return rows[:cut]
+    if part not in ("train", "holdout"):
+        raise ValueError(f"part={part!r}: choose 'train' or 'holdout'")
+    if cfg.holdout_by == "row":
+        return rows[:cut] if part == "train" else rows[cut:]
+    if cfg.holdout_by != "question":
+        raise ValueError(f"data.generated.holdout_by={cfg.holdout_by!r}: choose row or question")
+    held: dict[str, dict[str, Any]] = {}
+    for r in rows[cut:]:
+        held.setdefault(r["question"], r)
     if part == "holdout":
-        return rows[cut:]
-    raise ValueError(f"part={part!r}: choose 'train' or 'holdout'")
+        return list(held.values())
+    train = [r for r in rows[:cut] if r["question"] not in held]
+    if not train:
+        raise ValueError(
+            f"data.generated.holdout_by=question: all {cut} training rows ask held-out questions "
+            f"({len(held)} held out); lower data.generated.holdout or raise data.generated.size"
+        )
+    return train

@@ -415,6 +415,29 @@ def test_generated_holdout_split_and_load_rows():
         generated_rows(GeneratedTaskConfig(ops=("divide",)), 0)
 
 
+def test_generated_holdout_by_question_never_trains_on_a_held_out_question(caplog):
+    """Worked by hand from the rows of (plus, one digit, size 40, seed 5): rows 22-39 are held out and ask 17
+    distinct questions (0+1 at rows 22 and 31); of training rows 0-21, rows 0 (7+7), 3 (9+1), 4 (2+5), 12 (9+6),
+    15 (3+6) and 19 (9+0) ask held-out questions and are dropped, 16 rows left."""
+    every = generated_rows(GeneratedTaskConfig(ops=("plus",), size=40, holdout=18), 5)
+    by_row = GeneratedTaskConfig(ops=("plus",), size=40, holdout=18)
+    by_q = GeneratedTaskConfig(ops=("plus",), size=40, holdout=18, holdout_by="question")
+    assert generated_split(by_row, 5, "train") == every[:22]  # the default: by position, 0+1 also trained on
+    held = generated_split(by_q, 5, "holdout")
+    assert held == [every[i] for i in range(22, 40) if i != 31]
+    assert [(r["a"], r["b"]) for r in held[:4]] == [(0, 1), (1, 7), (9, 3), (5, 7)]
+    train = generated_split(by_q, 5, "train")
+    assert train == [every[i] for i in (1, 2, 5, 6, 7, 8, 9, 10, 11, 13, 14, 16, 17, 18, 20, 21)]
+    with caplog.at_level("INFO", logger="rlvr.data.datasets"):
+        rows = load_rows(DataConfig(source="generated", generated=by_q), 5)
+    assert len(rows) == 16 and "6 of 22 training rows dropped" in caplog.text
+    # seed 33's two rows both ask 6 plus 8: holding out the second leaves no training row
+    lone = GeneratedTaskConfig(ops=("plus",), size=2, holdout=1, holdout_by="question")
+    assert [r["question"] for r in generated_rows(lone, 33)] == ["What is 6 plus 8?"] * 2
+    with pytest.raises(ValueError, match="all 1 training rows ask held-out questions"):
+        generated_split(lone, 33, "train")
+
+
 def test_openings_with_tool_turns_and_no_tools_are_warned(tok, caplog):
     """A row opening with worked tool calls (recipes/tools_cpu.yaml's data) used without tools: the model writes calls
     nobody answers (a new user's `rlvr eval ... --tools none` scored 0 with no word why); one warning with the
