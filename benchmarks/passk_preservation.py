@@ -59,11 +59,14 @@ at once (pass@1 0.004): see issue 30's notes before using it."""
 TEMPLATES = {"plain": TEMPLATE, "fewshot": FEW_SHOT, "chat": TEMPLATE}
 """The user message: a short answer keeps responses (and so every stage) short on a CPU; the ``math`` verifier
 reads the last ``\\boxed{}`` (or the last number)."""
+CHAT_SYSTEM = "Answer with only the final number, in \\boxed{}."
 CHAT_EXAMPLES = (("What is 23 plus 45?", "68"), ("What is 57 minus 19?", "38"), ("What is 12 times 13?", "156"))
-"""``--template chat`` (issue 30's second run): these worked examples open every conversation as user/assistant
-turns (the user turn in :data:`TEMPLATE`, the answer ``\\boxed{N}``), then the question's own user turn. Operands
-of two digits, so that no one-digit task's question is among them. Measured 2026-12-03 on plus2: the model then
-answers in form (8.5 tokens, 0.4% cut) where the plain template leaves 61% of samples cut at 32 tokens."""
+"""``--template chat`` (issue 30's second run): :data:`CHAT_SYSTEM` as the system message, then these worked
+examples as user/assistant turns (the bare question, the answer ``\\boxed{N}``), then the question's own user turn:
+120 prompt tokens with SmolLM2's template (the instruction in every user turn instead: 175, and the trainer's step
+grows with them). Operands of two digits, so that no one-digit task's question is among them. Measured 2026-12-03
+on plus2 (instruction in each user turn): the model then answers in form (8.5 tokens, 0.4% cut) where the plain
+template leaves 61% of samples cut at 32 tokens."""
 CANDIDATES: dict[str, dict[str, Any]] = {
     "plus1": {"kind": "arithmetic", "ops": ["plus"], "digits": 1},
     "times1": {"kind": "arithmetic", "ops": ["times"], "digits": 1},
@@ -141,10 +144,9 @@ def question_split(name: str, holdout: int, seed: int) -> tuple[list[dict], list
     if not 0 < holdout < len(rows):
         raise SystemExit(f"{name} has {len(rows)} distinct questions: --holdout {holdout} must be in (0, {len(rows)})")
     random.Random(seed).shuffle(rows)
-    shots = [m for q, a in CHAT_EXAMPLES for m in ({"role": "user", "content": TEMPLATE.replace("{question}", q)},
-                                                    {"role": "assistant", "content": f"\\boxed{{{a}}}"})]
-    out = [dict(r, messages=[*shots, {"role": "user", "content": TEMPLATE.replace("{question}", r["question"])}])
-           for r in rows]
+    shots = [{"role": "system", "content": CHAT_SYSTEM}] + [
+        m for q, a in CHAT_EXAMPLES for m in ({"role": "user", "content": q}, {"role": "assistant", "content": f"\\boxed{{{a}}}"})]
+    out = [dict(r, messages=[*shots, {"role": "user", "content": r["question"]}]) for r in rows]
     if {q for q, _ in CHAT_EXAMPLES} & {r["question"] for r in out}:
         raise SystemExit(f"{name}: a worked example of CHAT_EXAMPLES is one of the task's questions")
     return out[holdout:], out[:holdout]
@@ -213,7 +215,7 @@ def common_overrides(args: argparse.Namespace, method: str, out: Path) -> list[s
     """The recipe overrides every method shares: same task, template, start, seed, batch, steps and validation."""
     if args.template == "chat":  # files split by question; each row opens with its own few-shot messages
         train_rows, held = chat_files(args.task, out, args.holdout, args.split_seed)
-        data = [f"data.source={train_rows}", f"validation.source={held}", "data.max_prompt_tokens=192"]  # 175 here
+        data = [f"data.source={train_rows}", f"validation.source={held}", "data.max_prompt_tokens=160"]  # 120 here
     else:
         data = [f"data.generated={task_settings(args.task)}",
                 f"data.prompt_template={json.dumps(TEMPLATES[args.template])}"]
@@ -315,12 +317,14 @@ def report(args: argparse.Namespace, out: Path) -> None:
             lo, hi = bootstrap_ci(vals)
             row = {k: {"value": float(vals[:, i].mean()), "ci": [float(lo[i]), float(hi[i])],
                        "seeds": [float(x) for x in seed_means[m][step][:, i]]} for i, k in enumerate(keys)}
-            base = tables.get("grpo", {}).get(step)
-            if m != "grpo" and base is not None and base.shape == vals.shape:
-                diff = vals - base  # paired: the same problems, in index order
-                dlo, dhi = bootstrap_ci(diff)
-                for i, k in enumerate(keys):
-                    row[k]["minus_grpo"] = {"value": float(diff[:, i].mean()), "ci": [float(dlo[i]), float(dhi[i])]}
+            # paired differences (the same problems, in index order): to GRPO at the same step, and to the start
+            for name, base in (("minus_grpo", tables.get("grpo", {}).get(step) if m != "grpo" else None),
+                               ("minus_start", per_step.get(0) if step != 0 else None)):
+                if base is not None and base.shape == vals.shape:
+                    diff = vals - base
+                    dlo, dhi = bootstrap_ci(diff)
+                    for i, k in enumerate(keys):
+                        row[k][name] = {"value": float(diff[:, i].mean()), "ci": [float(dlo[i]), float(dhi[i])]}
             results["methods"][m][step] = row
     (out / "results.json").write_text(json.dumps(results, indent=2))
     show = [f"pass@{k}" for k in sorted({k for k in (1, 4, 16, n) if k <= n})] + [f"maj@{n}"]
@@ -334,6 +338,16 @@ def report(args: argparse.Namespace, out: Path) -> None:
             dcell = f"{d['value']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]" if d else ""
             scell = (" " + ", ".join(f"{x:.3f}" for x in row[f"pass@{n}"]["seeds"]) + " |") if seeds else ""
             print(f"| {m} | {step} | " + " | ".join(_cell(row[k]) for k in show) + f" | {dcell} |" + scell)
+    last = min(max(steps) for steps in results["methods"].values())
+    print(f"\nPaired differences at step {last} (the same problems resampled for both; 95% intervals):\n")
+    print("| method | vs | " + " | ".join(show) + " |")
+    print("|" + "---|" * (len(show) + 2))
+    for m, steps in results["methods"].items():
+        for name, vs in (("minus_start", "start"), ("minus_grpo", "grpo")):
+            if name in steps[last]["pass@1"]:
+                cells = [steps[last][k][name] for k in show]
+                print(f"| {m} | {vs} | " + " | ".join(f"{c['value']:+.3f} [{c['ci'][0]:+.3f}, {c['ci'][1]:+.3f}]"
+                                                       for c in cells) + " |")
     figure(results, n, out / "passk_preservation.png")
     print(f"\nresults: {out / 'results.json'}\nfigure: {out / 'passk_preservation.png'}")
 

@@ -47,10 +47,10 @@ def test_rows_open_with_the_worked_examples_as_chat_turns():
     train, held = pk.question_split("times1", 30, seed=1)
     row = held[0]
     msgs = row["messages"]
-    assert [m["role"] for m in msgs] == ["user", "assistant"] * 3 + ["user"]
-    assert msgs[0]["content"] == "What is 23 plus 45? Answer with only the final number, in \\boxed{}."
-    assert msgs[1]["content"] == "\\boxed{68}" and msgs[5]["content"] == "\\boxed{156}"
-    assert msgs[-1]["content"] == row["question"] + " Answer with only the final number, in \\boxed{}."
+    assert [m["role"] for m in msgs] == ["system"] + ["user", "assistant"] * 3 + ["user"]
+    assert msgs[0]["content"] == "Answer with only the final number, in \\boxed{}."
+    assert msgs[1]["content"] == "What is 23 plus 45?" and msgs[2]["content"] == "\\boxed{68}"
+    assert msgs[6]["content"] == "\\boxed{156}" and msgs[-1]["content"] == row["question"]
 
 
 def test_bad_holdout_is_refused():
