@@ -39,6 +39,14 @@ def pool(tools):
         yield p
 
 
+@pytest.fixture(scope="module")
+def roomy_pool(tools):
+    """For the python tool, whose sandbox starts an interpreter per call: under load (a training run beside the
+    tests) that took over ``TIMEOUT_S`` = 1 s and the call was stopped; 1 s is for the hung-tool test."""
+    with ToolPool(tools, num_workers=1, timeout_s=20.0, max_output_chars=CAP, memory_mb=1024) as p:
+        yield p
+
+
 class ScriptedEngine:
     """Answers round r with ``script[r]`` (then eos) for every prompt; the k-th token's logprob is -(k + 1) / 10."""
 
@@ -152,20 +160,20 @@ def test_a_flood_of_output_is_capped_with_the_count_cut(pool, tools):
     assert text == "x" * 60 + "... [999944 characters cut]" and c["flood/ok"] == 1
 
 
-def test_the_network_is_refused(pool, tools):
+def test_the_network_is_refused(pool, roomy_pool, tools):
     text, c = _one_call(pool, tools, "fetch", {"url": "example.com"})
     assert text == "error: PermissionError: network access is disabled for tools" and c["fetch/error"] == 1
     # the python tool's sandbox: a network namespace with no route (ns-* modes) or the audit hook (plain modes)
-    text, _ = _one_call(pool, tools, "python", {"code": "import socket\nsocket.create_connection(('1.1.1.1', 80))"})
+    text, _ = _one_call(roomy_pool, tools, "python", {"code": "import socket\nsocket.create_connection(('1.1.1.1', 80))"})
     assert text.startswith(("line 2: OSError: [Errno 101] Network is", "line 2: PermissionError")), text
 
 
-def test_garbage_a_crash_and_python_errors_become_messages(pool, tools):
+def test_garbage_a_crash_and_python_errors_become_messages(pool, roomy_pool, tools):
     text, c = _one_call(pool, tools, "garbage", {"x": 1})
     assert text == "error: TypeError: the tool returned a object, not text or a JSON value" and c["garbage/error"] == 1
     text, c = _one_call(pool, tools, "die", {"x": 1})
     assert text == "error: die crashed: its process died (over 1024 MiB of memory?)" and c["die/crashed"] == 1
-    text, c = _one_call(pool, tools, "python", {"code": "print(6 * 7)\n1 / 0"})
+    text, c = _one_call(roomy_pool, tools, "python", {"code": "print(6 * 7)\n1 / 0"})
     assert text == "42\nline 2: ZeroDivisionError: division by zero\n" and c["python/ok"] == 1
     text, _ = _one_call(pool, tools, "calculator", {"expression": "123456789 * 987654321"})
     assert text == "121932631112635269"
