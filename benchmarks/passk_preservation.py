@@ -268,7 +268,8 @@ def start_record(probe_dir: Path) -> dict[str, Any]:
 
 def method_table(run_dir: Path, ks: list[int], start: dict[str, Any] | None = None) -> dict[int, dict[str, list[float]]]:
     """Per validation step: per-problem ``pass@k`` (each k in ``ks``) and ``maj@n`` values [P] from
-    ``RUN/validation.jsonl`` (:func:`rlvr.runtime.validation.problem_metrics`, as ``rlvr eval``)."""
+    ``RUN/validation.jsonl`` (:func:`rlvr.runtime.validation.problem_metrics`, as ``rlvr eval``), and ``distinct``:
+    the number of different parsed answers among each problem's n samples (the policy's spread)."""
     from rlvr.runtime.validation import problem_metrics
 
     out = {}
@@ -279,7 +280,9 @@ def method_table(run_dir: Path, ks: list[int], start: dict[str, Any] | None = No
         n = rec["n"]
         probs = sorted(rec["problems"], key=lambda p: p["index"])
         per = problem_metrics([p["correct"] for p in probs], [p["parsed"] for p in probs], sorted(set(ks) | {n}))
-        out[rec["step"]] = {**{f"pass@{k}": per[f"pass@{k}"] for k in ks}, f"maj@{n}": per[f"maj@{n}"]}
+        distinct = [len({x for x in p["parsed"] if x is not None}) for p in probs]  # different answers in n samples
+        out[rec["step"]] = {**{f"pass@{k}": per[f"pass@{k}"] for k in ks}, f"maj@{n}": per[f"maj@{n}"],
+                            "distinct": distinct}
     return out
 
 
@@ -295,7 +298,7 @@ def report(args: argparse.Namespace, out: Path) -> None:
     ks = [k for k in [1] + [2**i for i in range(1, 12)] if k < n] + [n]
     probe_dir = out / f"probe_{args.task}"
     start = start_record(probe_dir) if (probe_dir / "samples.jsonl").exists() else None
-    keys = [f"pass@{k}" for k in ks] + [f"maj@{n}"]
+    keys = [f"pass@{k}" for k in ks] + [f"maj@{n}", "distinct"]
     tags = [f"_s{seed}" for seed in args.seeds] if args.seeds else [""]
     tables: dict[str, dict[int, np.ndarray]] = {}  # method -> step -> [P, M], the mean over seeds
     seed_means: dict[str, dict[int, np.ndarray]] = {}  # method -> step -> [S, M], each seed's mean over problems
@@ -327,7 +330,7 @@ def report(args: argparse.Namespace, out: Path) -> None:
                         row[k][name] = {"value": float(diff[:, i].mean()), "ci": [float(dlo[i]), float(dhi[i])]}
             results["methods"][m][step] = row
     (out / "results.json").write_text(json.dumps(results, indent=2))
-    show = [f"pass@{k}" for k in sorted({k for k in (1, 4, 16, n) if k <= n})] + [f"maj@{n}"]
+    show = [f"pass@{k}" for k in sorted({k for k in (1, 4, 16, n) if k <= n})] + [f"maj@{n}", "distinct"]
     seeds = f", mean of {len(tags)} seeds per method; [per-seed pass@{n}]" if len(tags) > 1 else ""
     print(f"\n## Held-out {args.problems} problems x n = {n} (95% bootstrap intervals over problems{seeds})\n")
     print("| method | step | " + " | ".join(show) + f" | pass@{n} - GRPO's (paired) |" + (" seeds |" if seeds else ""))
