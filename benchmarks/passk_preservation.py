@@ -29,6 +29,15 @@ by every method's rows (the runs do not validate at the start: ``validation.at_s
     .venv/bin/python benchmarks/passk_preservation.py probe
     # ~60 min on 2 cores: the four methods, then the table and figure
     .venv/bin/python benchmarks/passk_preservation.py train report --out runs/passk_preservation
+
+The second run (issue 30, docs/passk_preservation.md): a start already in format (``--template chat``: worked
+examples as chat turns), one-digit mixed arithmetic split by question (255 distinct questions, 60 held out), two
+seeds per method, 20 steps, n = 64:
+
+    .venv/bin/python benchmarks/passk_preservation.py probe --template chat --tasks mixed1 --n 64 --problems 60 \\
+        --out runs/pk2
+    .venv/bin/python benchmarks/passk_preservation.py train report --template chat --task mixed1 --seeds 1 2 \\
+        --steps 20 --val-every 10 --n 64 --problems 60 --prompts-per-step 4 --group 8 --lr 3e-5 --out runs/pk2
 """
 
 from __future__ import annotations
@@ -421,7 +430,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("stages", nargs="+", choices=["probe", "train", "report"])
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "passk_preservation")
-    tasks = [*CANDIDATES, *QUESTION_TASKS]
+    tasks = list(dict.fromkeys([*CANDIDATES, *QUESTION_TASKS]))  # mixed1 and times1 are in both (chat: by question)
     ap.add_argument("--tasks", nargs="+", default=list(CANDIDATES), choices=tasks, help="probe: candidates")
     ap.add_argument("--task", default="plus2", choices=tasks, help="train: the task")
     ap.add_argument("--holdout", type=int, default=60, help="--template chat: distinct questions held out")
@@ -436,7 +445,7 @@ def main() -> None:
     args = ap.parse_args()
     chat = args.template == "chat"
     for name in args.tasks if "probe" in args.stages else [args.task]:
-        if chat != (name in QUESTION_TASKS):
+        if name not in (QUESTION_TASKS if chat else CANDIDATES):
             ap.error(f"task {name}: --template chat takes {list(QUESTION_TASKS)}, the other templates {list(CANDIDATES)}")
     args.out.mkdir(parents=True, exist_ok=True)
     for stage in args.stages:
