@@ -97,6 +97,9 @@ SIZE, HOLDOUT = 1000, 100
 """Rows of every candidate task and how many of them (the last) are held out for validation."""
 METHODS = ("grpo", "passk", "pkpo", "dph")
 """``recipes/methods/<name>.yaml``; every one runs with :func:`common_overrides` on top of its own settings."""
+VARIANTS: dict[str, tuple[str, list[str]]] = {"grpo_nokl": ("grpo", ["algorithm.kl_coef=0.0"])}
+"""Controls: a name -> (the method recipe, overrides on top). ``grpo_nokl``: GRPO without its KL-to-reference term
+(the other three recipes have none), so that GRPO's difference from them is the advantage alone."""
 
 
 def task_settings(name: str) -> str:
@@ -252,8 +255,9 @@ def train(args: argparse.Namespace, out: Path, overrides=None) -> None:
             import shutil
 
             shutil.rmtree(run_dir)
-        cmd = [*RLVR, "train", str(REPO / "recipes" / "methods" / f"{method}.yaml"),
-               *overrides(args, method, out), *args.set]
+        recipe, extra = VARIANTS.get(method, (method, []))
+        cmd = [*RLVR, "train", str(REPO / "recipes" / "methods" / f"{recipe}.yaml"),
+               *overrides(args, method, out), *extra, *args.set]
         seconds = _run(cmd, out / f"train_{run_dir.name}.log")
         print(f"{run_dir.name}: {seconds:.0f} s", flush=True)
         (run_dir / "wall_s.txt").write_text(f"{seconds:.1f}\n")
