@@ -129,20 +129,19 @@ def holdout_file(name: str, out: Path, seed: int) -> Path:
 
 
 def all_questions(name: str) -> list[dict[str, str]]:
-    """Every distinct question of a :data:`QUESTION_TASKS` task, ``{"question", "answer"}``, in a fixed order."""
-    from rlvr.data.generated import OPS
+    """Every distinct question of a :data:`QUESTION_TASKS` task, ``{"question", "answer"}``, in a fixed order
+    (rows by :func:`rlvr.data.generated.question_row`, as the generated task writes them)."""
+    from rlvr.data.generated import question_row
 
     task = QUESTION_TASKS[name]
-    (d1, d2), seen, rows = task["digits"], set(), []
-    span = [range(0 if d == 1 else 10 ** (d - 1), 10**d) for d in (d1, d2)]
+    spans = [range(0 if d == 1 else 10 ** (d - 1), 10**d) for d in task["digits"]]
+    rows: dict[str, dict[str, str]] = {}
     for op in task["ops"]:
-        for a in span[0]:
-            for b in span[1]:
-                x, y = (b, a) if op == "minus" and b > a else (a, b)
-                if (q := f"What is {x} {op} {y}?") not in seen:
-                    seen.add(q)
-                    rows.append({"question": q, "answer": str(OPS[op](x, y))})
-    return rows
+        for a in spans[0]:
+            for b in spans[1]:
+                r = question_row(op, a, b)
+                rows.setdefault(r["question"], {"question": r["question"], "answer": r["answer"]})
+    return list(rows.values())
 
 
 def question_split(name: str, holdout: int, seed: int) -> tuple[list[dict], list[dict]]:

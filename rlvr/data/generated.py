@@ -24,6 +24,14 @@ OPS: dict[str, Any] = {
 """Operation word -> integer function; the words appear in the question as is."""
 
 
+def question_row(op: str, a: int, b: int) -> dict[str, Any]:
+    """One row: ``{"question": "What is A op B?", "answer": str(exact integer), "a", "b", "op"}``; for ``minus``
+    the larger operand comes first, so no gold is negative."""
+    if op == "minus" and b > a:
+        a, b = b, a
+    return {"question": f"What is {a} {op} {b}?", "answer": str(OPS[op](a, b)), "a": a, "b": b, "op": op}
+
+
 def _check(cfg: GeneratedTaskConfig) -> None:
     bad = [op for op in cfg.ops if op not in OPS]
     if not cfg.ops or bad:
@@ -61,9 +69,7 @@ def generated_rows(cfg: GeneratedTaskConfig, seed: int) -> list[dict[str, Any]]:
         op = cfg.ops[int(rng.random() * len(cfg.ops))]
         a = lo + int(rng.random() * n)
         b = lo + int(rng.random() * n)
-        if op == "minus" and b > a:
-            a, b = b, a
-        rows.append({"question": f"What is {a} {op} {b}?", "answer": str(OPS[op](a, b)), "a": a, "b": b, "op": op})
+        rows.append(question_row(op, a, b))
     return rows
 
 
