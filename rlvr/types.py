@@ -78,6 +78,15 @@ class Completion:
     """The environment's reward after each assistant turn (None where it gave none); None without an environment."""
     end_reason: str | None = None
     """Why the trajectory ended (``done``, ``max_turns``, ``length``, ``budget``, ``env: <reason>``); None: one turn."""
+    turn_info: list[dict[str, Any]] | None = None
+    """The environment's ``info`` after each assistant turn it answered (JSON-able dicts); None without an
+    environment."""
+    failure: str | None = None
+    """An infrastructure failure that ended the trajectory (an environment's reset or step that raised, hung, crashed
+    or returned bad output; a chat-template error on its message): the whole text the runner gave, its first line
+    the reason (``end_reason`` is ``env: <first line>``), a traceback after it where one was kept. Such a
+    trajectory is not the policy's outcome: it is left out of the update and of its group's baseline
+    (:func:`rlvr.runtime.rollout_stage.infra_failed`). None: no such failure."""
 
     @property
     def truncated(self) -> bool:

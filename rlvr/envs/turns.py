@@ -91,6 +91,9 @@ class Trajectory:
     released: bool = False
     """Its state was handed to the runner's ``release`` (once, when it ended)."""
     opening: int = 0
+    failure: str | None = None
+    """The runner's whole text for the infrastructure failure that ended it (first line: the reason; a traceback
+    may follow); None: none."""
 
     @property
     def used(self) -> int:
@@ -107,7 +110,7 @@ class Trajectory:
             token_ids=list(s.ids), logprobs=list(s.logprobs), text=self.last_text, finish_reason=self.last_finish,
             policy_version=min(self.versions) if self.versions else 0, loss_mask=list(s.mask), turns=self.turns,
             messages=[dict(m) for m in self.messages], turn_rewards=list(self.turn_rewards), end_reason=self.end,
-            opening_messages=self.opening,
+            opening_messages=self.opening, turn_info=[dict(i) for i in self.info], failure=self.failure,
         )  # fmt: skip
 
 
@@ -165,8 +168,7 @@ def run_turns(starts: list[Prompt], openings: list[list[Message]], g: int, gener
         for t, (state, opening) in zip(trajs, runner.reset([env_rows[i] for i in range(len(starts))
                                                             for _ in range(g)])):  # fmt: skip
             if state is None:
-                t.end = f"env: {opening}"
-                counters["env_failures"] += 1
+                _fail(t, opening, counters)
             elif opening:  # the environment's own opening replaces the row's
                 t.messages = [dict(m) for m in opening]
                 t.seq = Segment(prompt_ids=renderer.opening_ids(opening))
@@ -225,12 +227,20 @@ def _sample_round(live: list[Trajectory], generate: Generate, settings: TurnSett
             t.end = "max_turns"
 
 
+def _fail(t: Trajectory, why: Any, counters: dict[str, float]) -> None:
+    """End ``t`` on an infrastructure failure: ``end`` is ``env: <the first line of why>``, ``failure`` the whole
+    text (a traceback may follow the first line)."""
+    text = str(why)
+    t.end = "env: " + (text.splitlines()[0] if text.strip() else "unknown failure")
+    t.failure = text
+    counters["env_failures"] += 1
+
+
 def _answer(t: Trajectory, state: Any, step: Any, renderer: ChatRenderer, settings: TurnSettings,
             counters: dict[str, float]) -> None:
     """Append an environment's answer (or end the trajectory on a failure, ``done`` or the budget)."""
     if state is None:
-        t.end = f"env: {step}"
-        counters["env_failures"] += 1
+        _fail(t, step, counters)
         return
     assert isinstance(step, EnvStep)
     t.state = state
