@@ -2,7 +2,9 @@
 the scoring pool uses): each ``reset`` and ``step`` call runs in a worker, with ``timeout_s`` wall-clock seconds and
 ``memory_mb`` of address space; the environment's state travels as its pickle (:mod:`rlvr.envs.base`), so any worker
 takes any trajectory's next step and a call that hangs, crashes or raises ends only its own trajectory, with the
-reason (``timeout``, ``crashed``, ``error: <ExcType>: msg``, ``bad output: ...``).
+reason (``timeout``, ``crashed``, ``error: <ExcType>: msg``, ``bad output: ...``) on the first line of its failure
+text and, after it, the traceback of an exception the environment raised (:func:`rlvr.envs.runner.failure`) or what
+is known of a worker killed at its time limit or dead (:meth:`EnvPool.failure_text`).
 """
 
 from __future__ import annotations
@@ -41,7 +43,22 @@ class EnvPool:
                                  what="the environment runner", preload=("rlvr.envs.runner", *preload))
 
     def _run(self, jobs: list[tuple]) -> list[tuple[Any, Any]]:
-        return [o.value if o.ok else (None, o.reason) for o in self._pool.run(jobs)]
+        return [o.value if o.ok else (None, self.failure_text(o.reason)) for o in self._pool.run(jobs)]
+
+    def failure_text(self, reason: str | None) -> str:
+        """The whole text of a call the process pool ended (:attr:`rlvr.types.Completion.failure`): the reason
+        (``timeout``, ``crashed``, ``error: ...``) on the first line, then what is known of it. A killed or dead
+        worker sends no traceback, so it says what happened and which limit applies (the pool does not report a
+        dead worker's exit code or signal)."""
+        limit = "" if self._pool.memory_mb is None else f", environment.memory_mb={self._pool.memory_mb} MiB exceeded"
+        detail = {
+            "timeout": (f"the call ran past environment.timeout_s={self._pool.timeout_s:g} s: its worker was killed "
+                        "(SIGKILL) and replaced; no traceback (the process was killed mid-call)"),
+            "crashed": (f"the environment's worker process died during the call (a segfault, os._exit, the OOM "
+                        f"killer{limit}) and was replaced; no traceback (the process ended before it could send one)"),
+        }.get(reason or "")  # fmt: skip
+        text = reason or "unknown failure"
+        return text if detail is None else f"{text}\n{detail}"
 
     def reset(self, rows: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
         """One ``(state, opening messages)`` or ``(None, reason)`` per row, in order."""

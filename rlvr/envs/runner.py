@@ -11,6 +11,7 @@ import importlib
 import importlib.metadata
 import inspect
 import pickle
+import traceback
 from typing import Any
 
 from rlvr.envs.base import ENTRY_POINT_GROUP, BadEnvOutput, check_messages, check_step
@@ -74,11 +75,24 @@ def env_step(state: tuple[str, bytes], history: list[Message], reply: Message) -
     return (name, pickle.dumps(env)), step
 
 
+TRACEBACK_CHARS = 3000
+"""The most of a failure's traceback kept (its end: the innermost frames and the exception)."""
+
+
 def failure(exc: BaseException) -> str:
-    """The reason a call failed, as a trajectory's end reason shows it."""
+    """Why a call failed, as the turn loop keeps it (:attr:`rlvr.types.Completion.failure`): a first line, the
+    reason the trajectory's end reason shows (``bad output: ...`` for an environment's output that breaks the
+    protocol, else ``error: <ExcType>: msg``; on one line, at most 300 characters), then, for an exception the
+    environment raised, a newline and its formatted traceback (the last :data:`TRACEBACK_CHARS` characters, the cut
+    said). ``bad output`` has no traceback: it is rlvr's check that raised, the reason says what was wrong."""
+    msg = " ".join(str(exc).split())  # one line: the first line is the reason
     if isinstance(exc, BadEnvOutput):
-        return f"bad output: {exc}"[:300]
-    return f"error: {type(exc).__name__}: {exc}"[:300]
+        return f"bad output: {msg}"[:300]
+    reason = f"error: {type(exc).__name__}: {msg}"[:300]
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip("\n")
+    if len(tb) > TRACEBACK_CHARS:
+        tb = f"[traceback: its first {len(tb) - TRACEBACK_CHARS} characters cut]\n" + tb[-TRACEBACK_CHARS:]
+    return f"{reason}\n{tb}"
 
 
 class InlineRunner:
