@@ -332,7 +332,7 @@ class AlgorithmConfig:
     """KL estimator (registry ``rlvr.algos.kl.KL_ESTIMATORS``)."""
     ppo_epochs: int = 1
     """Passes over each rollout batch."""
-    tis_cap: float = 0.0
+    tis_cap: float | None = None
     """Truncated importance sampling (every policy loss) between the rollout engine's and the trainer's old logprobs: each
     token's loss is multiplied by the detached ``min(exp(old - rollout), tis_cap)``; 0: off, else >= 1. With
     ``rollout_correction: decoupled``, the cap above which a token is dropped instead (0: no cap, else > 1)."""
@@ -342,9 +342,9 @@ class AlgorithmConfig:
     objective (Fu et al. 2025, arXiv 2505.24298, eq. 5; ``policy_loss: ppo_clip`` only): the trainer's pi_old (the
     weights before this update, recomputed) is the proximal policy the ratio is clipped against, and every token is
     weighted by ``pi_prox / pi_behav`` (pi_behav: the engine's logprobs, N versions older under
-    ``rollout.max_staleness``), uncapped, or dropped from the loss above ``tis_cap`` (AReaL's
-    ``behav_imp_weight_cap``); ``none``: no correction, said on purpose (asynchronous rollout then trains the
-    on-policy gradient on stale samples, with a warning at start). ``auto`` (the default) resolves at load:
+    ``rollout.max_staleness``), dropped from the loss above ``tis_cap`` (AReaL's ``behav_imp_weight_cap``; 5
+    unless set, ``tis_cap: 0`` for no cap); ``none``: no correction, said on purpose (asynchronous rollout then
+    trains the on-policy gradient on stale samples, with a warning at start). ``auto`` (the default) resolves at load:
     ``decoupled`` under asynchronous rollout (``rollout.max_staleness`` >= 1) with ``ppo_clip``, else ``tis``.
     Asynchronous rollout with no correction that was not asked for (``tis`` at ``tis_cap: 0``) is refused."""
     dynamic_sampling: bool = False

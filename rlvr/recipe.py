@@ -14,6 +14,7 @@ from typing import Any
 
 from rlvr.algos import ADVANTAGES, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
 from rlvr.algos.gae import CRITIC_ADVANTAGES
+from rlvr.algos.losses import correction_cap
 from rlvr.config import (AlgorithmConfig, Recipe, RecipeError, Spec, TimeoutsConfig, build_settings, plain,
                          read_recipe)
 from rlvr.registry import Registry
@@ -64,8 +65,9 @@ def _resolve_spec(spec: Spec, reg: Registry, where: str, near_extra: list[str] =
 
 def resolve(recipe: Recipe) -> Recipe:
     """``recipe`` with every named entry (:class:`rlvr.config.Spec`) resolved to its registered settings
-    dataclass, defaults filled in. Errors: :class:`RecipeError` listing each unknown name (with the nearest) and
-    each unknown or mistyped setting (with the nearest field)."""
+    dataclass, defaults filled in, and ``algorithm.rollout_correction`` / ``algorithm.tis_cap`` resolved
+    (:func:`resolved_correction`, :func:`rlvr.algos.losses.correction_cap`). Errors: :class:`RecipeError` listing
+    each unknown name (with the nearest) and each unknown or mistyped setting (with the nearest field)."""
     al = recipe.algorithm
     adv_reg = advantage_registry(al.advantage.name)
     other = CRITIC_ADVANTAGES.names() if adv_reg is ADVANTAGES else ADVANTAGES.names()
@@ -74,8 +76,8 @@ def resolve(recipe: Recipe) -> Recipe:
     if errs + loss_errs:
         raise RecipeError("invalid recipe:\n  - " + "\n  - ".join(errs + loss_errs))
     return dataclasses.replace(recipe, algorithm=dataclasses.replace(
-        al, advantage=advantage, policy_loss=policy_loss,
-        rollout_correction=resolved_correction(al.rollout_correction, recipe.rollout.max_staleness, policy_loss.name)))
+        al, advantage=advantage, policy_loss=policy_loss, rollout_correction=mode,
+        tis_cap=correction_cap(al.tis_cap, mode)))  # None: the mode's default (decoupled: AReaL's cap, 5)
 
 
 def resolved_correction(mode: str, max_staleness: int, policy_loss: str) -> str:

@@ -65,6 +65,28 @@ def _advantages_b1(advantages: Tensor, like: Tensor) -> Tensor:
     )
 
 
+DECOUPLED_CAP = 5.0
+"""The default ``algorithm.tis_cap`` under ``rollout_correction: decoupled``: a token whose behaviour weight
+pi_prox / pi_behav exceeds 5 leaves the loss. AReaL's value: its ``behave_imp_weight_cap`` defaulted to 5.0 in
+``token_mask`` mode (said by AReaL's own migration warning in ``areal/api/cli_args.py``,
+``PPOActorConfig.__post_init__``, inclusionAI/AReaL at 4aef98d; its replacement ``RejectionSamplingConfig.upper``
+defaults to 5.0 there too), AReaL's recipes set ``behave_imp_weight_cap: 5.0`` (e.g.
+``examples/math/gsm8k_grpo_megatron_lora.yaml``) and its best-practice guide recommends 5
+(``docs/zh/best_practices/algo_perf.md``). Without a cap a token's weight is bounded only by
+e^``LOG_RATIO_CLAMP`` = 4.9e8. (TIS clamps lower, C = 2: Yao et al. 2025; verl's ``tis_imp_ratio_cap``, now
+``algorithm.rollout_correction.rollout_is_threshold: 2.0`` in verl's docs/algo/rollout_corr.md at b178a3c. TIS
+stays off by default on-policy, where it would correct engine/trainer numerics only.)"""
+
+
+def correction_cap(tis_cap: float | None, mode: str) -> float:
+    """``algorithm.tis_cap`` as it runs under the resolved ``algorithm.rollout_correction`` ``mode``: as given when
+    set; None (the default) is :data:`DECOUPLED_CAP` under ``decoupled`` and 0 (off) under ``tis`` and ``none``
+    (an asynchronous ``tis`` at 0 is refused at load, :func:`rlvr.recipe.correction_errors`)."""
+    if tis_cap is not None:
+        return float(tis_cap)
+    return DECOUPLED_CAP if mode == "decoupled" else 0.0
+
+
 def _rollout_correction(
     old_logprobs: Tensor, rollout_logprobs: Tensor | None, mask: Tensor, tis_cap: float, mode: str = "tis"
 ) -> tuple[Tensor | None, dict[str, Tensor]]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from rlvr.algos.kl import KL_ESTIMATORS, entropy_bonus
-from rlvr.algos.losses import LOSS_AGGREGATIONS, POLICY_LOSSES
+from rlvr.algos.losses import LOSS_AGGREGATIONS, POLICY_LOSSES, correction_cap
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -65,7 +65,7 @@ def micro_batch_loss(
     token_loss, stats = POLICY_LOSSES.get(cfg.policy_loss.name)(
         logprobs, old_logprobs, advantages, mask, POLICY_LOSSES.settings_of(cfg.policy_loss),
         rollout_logprobs=rollout_logprobs,
-        tis_cap=cfg.tis_cap,
+        tis_cap=correction_cap(cfg.tis_cap, cfg.rollout_correction),  # as resolved at load; None: the mode's default
         # passed only when set, so a user's loss written before the option keeps working with the default
         # (``none`` is ``tis`` at tis_cap 0, which the recipe checks enforce; ``auto`` is resolved at recipe load,
         # and a settings object built by hand without it reads as ``tis``)

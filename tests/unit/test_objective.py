@@ -68,3 +68,38 @@ def test_dph_term_by_hand():
     assert torch.allclose(div, torch.tensor([[0.0, -0.5, 1.0], [0.0, -1.0, 0.0]]))
     assert float(loss) == pytest.approx(-0.25)
     assert float(dph_term(dph_forward_kl, _lp(), REF, MASK, coef=2.0, total_tokens=4.0, weight=0.0)[0]) == 0.0
+
+
+def test_asynchronous_default_caps_the_behaviour_weight():
+    """Issue 38 item 6: the asynchronous default (``rollout.max_staleness=1``: ``rollout_correction`` auto ->
+    AReaL's decoupled objective) weighted every token by pi_prox / pi_behav with no cap but e^20. Now it drops a
+    token over AReaL's cap of 5 (``rlvr.algos.losses.DECOUPLED_CAP``) unless ``tis_cap`` says otherwise.
+
+    By hand: one sequence, three response tokens, current = old (ratio 1, unclipped), A = 1, behaviour logprobs
+    2, 1 and -1 nats below old: weights e^2 = 7.389 (over 5: dropped), e = 2.718, e^-1 = 0.368. Token loss
+    -A * w; token mean over the 3 tokens: -(e + e^-1) / 3 = -1.0287; uncapped (``tis_cap: 0``) it was
+    -(e^2 + e + e^-1) / 3 = -3.4917."""
+    import math
+    from pathlib import Path
+
+    from rlvr.recipe import load_recipe
+
+    tiny = Path(__file__).resolve().parents[2] / "recipes" / "tiny_test.yaml"
+    old = torch.tensor([[-1.0, -1.0, -1.0]])
+    rollout = old - torch.tensor([[2.0, 1.0, -1.0]])
+
+    def loss(cfg) -> float:
+        lp = old.clone().requires_grad_(True)
+        out = micro_batch_loss(cfg, lp, old, torch.tensor([1.0]), torch.ones(1, 3), rollout_logprobs=rollout,
+                               num_tokens=3.0, num_seqs=1.0, max_len=3)  # fmt: skip
+        return float(out.loss.detach())
+
+    default = load_recipe(tiny, ["rollout.max_staleness=1"]).algorithm
+    assert (default.rollout_correction, default.tis_cap) == ("decoupled", 5.0)
+    assert loss(default) == pytest.approx(-(math.e + math.exp(-1)) / 3, abs=1e-6)
+    uncapped = load_recipe(tiny, ["rollout.max_staleness=1", "algorithm.tis_cap=0"]).algorithm
+    assert loss(uncapped) == pytest.approx(-(math.exp(2) + math.e + math.exp(-1)) / 3, abs=1e-5)
+    # a config built by hand (not resolved at load) takes the same default
+    assert loss(AlgorithmConfig(rollout_correction="decoupled")) == pytest.approx(-(math.e + math.exp(-1)) / 3, abs=1e-6)
+    on_policy = load_recipe(tiny).algorithm  # on-policy: tis, off (0) as before
+    assert (on_policy.rollout_correction, on_policy.tis_cap) == ("tis", 0.0)
