@@ -335,7 +335,10 @@ class AlgorithmConfig:
     tis_cap: float | None = None
     """Truncated importance sampling (every policy loss) between the rollout engine's and the trainer's old logprobs: each
     token's loss is multiplied by the detached ``min(exp(old - rollout), tis_cap)``; 0: off, else >= 1. With
-    ``rollout_correction: decoupled``, the cap above which a token is dropped instead (0: no cap, else > 1)."""
+    ``rollout_correction: decoupled``, the cap above which a token is dropped instead (0: no cap, else > 1).
+    None (the default) resolves at load by the mode (:func:`rlvr.algos.losses.correction_cap`): 5 under
+    ``decoupled`` (AReaL's ``behave_imp_weight_cap``, :data:`rlvr.algos.losses.DECOUPLED_CAP`), 0 (off) under
+    ``tis`` and ``none``."""
     rollout_correction: Literal["auto", "tis", "decoupled", "none"] = "auto"
     """How the loss corrects for the sampler not being the policy it updates: ``tis`` weights each token by
     ``min(pi_old / pi_rollout, tis_cap)`` (off at ``tis_cap: 0``); ``decoupled`` is AReaL's decoupled PPO
