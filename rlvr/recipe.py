@@ -75,6 +75,7 @@ def resolve(recipe: Recipe) -> Recipe:
     policy_loss, loss_errs = _resolve_spec(al.policy_loss, POLICY_LOSSES, "algorithm.policy_loss")
     if errs + loss_errs:
         raise RecipeError("invalid recipe:\n  - " + "\n  - ".join(errs + loss_errs))
+    mode = resolved_correction(al.rollout_correction, recipe.rollout.max_staleness, policy_loss.name)
     return dataclasses.replace(recipe, algorithm=dataclasses.replace(
         al, advantage=advantage, policy_loss=policy_loss, rollout_correction=mode,
         tis_cap=correction_cap(al.tis_cap, mode)))  # None: the mode's default (decoupled: AReaL's cap, 5)
