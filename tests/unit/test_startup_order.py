@@ -1,7 +1,7 @@
 """Start-up order on a shared GPU (issue 27, rlvr.runtime.roles.shares_devices): vLLM sizes its KV cache from the
 free GPU memory it measures while it starts (``gpu_memory_utilization``), so where the engines share a GPU with the
-trainer (fractions of one, or every role in one process) each engine, then the judge, has finished construction
-before the next role is created, the trainer last. Fakes (tests/unit/loop_fakes.py) record each role's spawn and the
+trainer (fractions of one, or every role in one process) each engine, then the judge, then the teacher (on-policy
+distillation) has finished construction before the next role is created, the trainer last. Fakes (tests/unit/loop_fakes.py) record each role's spawn and the
 end of its construction; their constructors run in parallel threads, as Ray actors do."""
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from rlvr.runtime.roles import Roles, shares_devices
 TINY = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny_test.yaml")
 JUDGE = ["reward.verifiers=[{name: numeric}, {name: judge, weight: 0.0, args: {parse: boxed_step}}]",
          "judge.model=tiny-random"]  # fmt: skip
+DISTILL = ["algorithm.advantage=distill", "teacher.model=tiny-random", "rollout.samples_per_prompt=2"]
+"""On-policy distillation: a teacher role (a vLLM engine of its own, rlvr.rollout.teacher) on teacher.model."""
 BUILD_S = 0.3
-"""How long a fake engine or judge takes to build (vLLM measuring the GPU): long enough that a role created
+"""How long a fake engine, judge or teacher takes to build (vLLM measuring the GPU): long enough that a role created
 without waiting for it is created first."""
 
 
@@ -33,7 +35,7 @@ class ParallelExecutor(FakeExecutor):
 
     def _construct(self, cls, args, kwargs):
         role = kwargs["role"]
-        if role.startswith("engine") or role == "judge":
+        if role.startswith("engine") or role in ("judge", "teacher"):
             time.sleep(BUILD_S)
         obj = cls(*args, **kwargs)
         self.log.add(role, "built")
@@ -59,6 +61,24 @@ def test_on_a_shared_gpu_each_engine_and_the_judge_are_built_before_the_next_rol
     assert events[:4] == [("engine0", "spawn"), ("engine0", "built"), ("engine1", "spawn"), ("engine1", "built")]
 
 
+def test_on_a_shared_gpu_the_teacher_is_built_before_the_next_role(tmp_path):
+    """The teacher is a vLLM engine too (it sizes its KV cache from the free memory it measures): on a shared GPU
+    it is built after the engines and the judge and before the reward worker and the trainer are created."""
+    events = _start_events(tmp_path, "rollout.num_gpus=0.4", "trainer.num_gpus=0.3", "teacher.num_gpus=0.2",
+                           *DISTILL, *JUDGE)  # fmt: skip
+    assert events[:8] == [("engine0", "spawn"), ("engine0", "built"), ("engine1", "spawn"), ("engine1", "built"),
+                          ("judge", "spawn"), ("judge", "built"), ("teacher", "spawn"), ("teacher", "built")]
+    assert ("reward", "spawn") in events[8:] and ("trainer0", "spawn") in events[8:]
+    # the teacher's fraction alone makes the GPU shared (engines and trainer on whole GPUs): the same wait
+    events = _start_events(tmp_path / "teacher", "rollout.num_gpus=1", "trainer.num_gpus=1", "teacher.num_gpus=0.5",
+                           *DISTILL)  # fmt: skip
+    assert events[:6] == [("engine0", "spawn"), ("engine0", "built"), ("engine1", "spawn"), ("engine1", "built"),
+                          ("teacher", "spawn"), ("teacher", "built")]  # fmt: skip
+    # on CPU nothing waits: the trainer is created while the teacher is still building
+    events = _start_events(tmp_path / "cpu", *DISTILL)
+    assert events.index(("trainer0", "spawn")) < events.index(("teacher", "built"))
+
+
 def test_on_whole_gpus_or_cpu_the_roles_start_side_by_side(tmp_path):
     """No shared device: nothing waits, the trainer is created while the engines are still building (as before:
     on CPU their starts overlap)."""
@@ -78,4 +98,6 @@ def test_which_layouts_share_a_device():
     assert shared("rollout.num_gpus=1", "trainer.num_gpus=1", "algorithm.advantage=gae", "critic.num_gpus=0.5")
     assert not shared("critic.num_gpus=0.5")  # no critic in this recipe (grpo): its setting is unused
     assert shared(*JUDGE, "judge.num_gpus=0.3")
+    assert shared(*DISTILL, "rollout.num_gpus=1", "trainer.num_gpus=1", "teacher.num_gpus=0.5")
+    assert not shared("teacher.num_gpus=0.5")  # no teacher in this recipe (grpo): its setting is unused
     assert shared("run.executor=local")  # one process, one device
