@@ -90,7 +90,9 @@ class Completion:
 
     @property
     def truncated(self) -> bool:
-        return self.finish_reason == "length"
+        """Cut by a length limit: a turn cut at the token limit, or a trajectory ended by its token budget
+        (``budget``: the next turn would not fit), whatever its last turn's finish."""
+        return self.finish_reason == "length" or self.end_reason == "budget"
 
     @property
     def sampled_tokens(self) -> int:

@@ -208,6 +208,10 @@ class PassKSettings:
     k: int = 4
     """k of the pass@k objective: 1 <= k <= rollout.samples_per_prompt (k = 1 is GRPO with the population std)."""
 
+    def min_group(self) -> int:
+        """The fewest samples a group needs for this k (:func:`valid_advantages`)."""
+        return self.k
+
     def errors(self, recipe: Recipe, where: str) -> list[str]:
         g = recipe.rollout.samples_per_prompt
         if 1 <= self.k <= g:
@@ -222,6 +226,10 @@ class PKPOSettings:
     baseline: Literal["loo_minus_one", "loo"] = "loo_minus_one"
     """Walder & Karkhanis 2025, sec. 4: ``loo_minus_one`` (their recommended k-1 estimator; needs k >= 2) or
     ``loo`` (leave-one-out pass@k of the other samples; needs k <= G - 1)."""
+
+    def min_group(self) -> int:
+        """The fewest samples a group needs for this k and baseline (:func:`valid_advantages`)."""
+        return self.k + 1 if self.baseline == "loo" else self.k
 
     def errors(self, recipe: Recipe, where: str) -> list[str]:
         g, k = recipe.rollout.samples_per_prompt, self.k
@@ -324,3 +332,64 @@ def pkpo(rewards: Tensor, cfg: PKPOSettings) -> Tensor:
         raise ValueError(f"algorithm.advantage.baseline must be 'loo_minus_one' or 'loo', got {cfg.baseline!r}")
     adv = torch.where(r == 1, pos, neg)
     return torch.where(_no_signal(r), torch.zeros_like(adv), adv).to(torch.float32)
+
+
+# ------------------------------------------------------------------------------------------------------
+# groups with samples left out (infrastructure failures: rlvr.runtime.rollout_stage.infra_failed)
+
+
+def per_valid_group(fn, rewards: Tensor, valid: Tensor, cfg, min_size: int = 1) -> Tensor:
+    """``fn`` (an estimator's signature: ``[P', c] -> [P', c]``) applied to each group's VALID samples only, as if
+    the invalid ones had never been drawn: the groups with c valid samples are stacked into one ``[P_c, c]`` call
+    (so a per-group estimator gives exactly what it gives a group of c samples), and the results are put back in
+    place. Invalid samples, and every sample of a group with fewer than ``min_size`` valid ones, get 0.
+    rewards, valid: [P, G] (valid bool) -> [P, G] float32."""
+    r = _rewards_f32(rewards)
+    out = torch.zeros_like(r)
+    counts = valid.sum(dim=-1)  # [P] valid samples per group
+    for c in sorted(set(counts.tolist())):
+        if c < max(min_size, 1):
+            continue
+        rows = (counts == c).nonzero().squeeze(-1)  # the groups with c valid samples, ascending
+        pick = torch.zeros_like(valid)
+        pick[rows] = valid[rows]
+        out[pick] = fn(r[pick].view(len(rows), c), cfg).reshape(-1).to(torch.float32)  # row-major both ways
+    return out
+
+
+def valid_advantages(name: str, rewards: Tensor, valid: Tensor | None, cfg) -> Tensor:
+    """The advantages of estimator ``name`` (:data:`ADVANTAGES`) for ``rewards`` [P, G] with the samples where
+    ``valid`` [P, G] is False left out of every baseline and statistic, as if they had never been sampled; they get
+    0 (their loss mask is zeroed too: :func:`rlvr.train.batch.pack`). ``valid`` None or all True: the estimator
+    itself.
+
+    - Per-group estimators (grpo, dr_grpo, rloo, passk, pkpo): each group over its c valid samples
+      (:func:`per_valid_group`); GRPO's std has normaliser c - 1, RLOO's leave-one-out c - 1, pass@k counts over
+      c. A group with fewer valid samples than the estimator needs (``cfg.min_group()``: k for passk and pkpo's
+      loo_minus_one, k + 1 for pkpo's loo) gets 0: pass@k cannot be estimated from it.
+    - The batch-normalised estimators (``before_batch_norm``: reinforce_pp, reinforce_pp_global): their first
+      stage per group over the valid samples, then the batch normalisation (``reinforce_pp_global``'s
+      ``(x - mean) / (std + STD_EPS)``, UNBIASED std) over the N valid samples of the batch (normalisers N and
+      N - 1); reinforce_pp's groups whose valid rewards are all equal stay 0.
+
+    rewards: [P, G], valid: [P, G] bool -> [P, G] float32. Errors: those of the estimator.
+    Example (GRPO): rewards (1, 0, 0, 1) with the last invalid -> the group (1, 0, 0): mean 1/3, unbiased std
+    0.5774 -> (+1.1547, -0.5774, -0.5774, 0).
+    """
+    fn = ADVANTAGES.get(name)
+    if valid is None or bool(valid.all()):
+        return fn(rewards, cfg)
+    valid = valid.to(torch.bool)
+    first = getattr(fn, "before_batch_norm", None)
+    if first is None:
+        min_group = getattr(cfg, "min_group", None)
+        return per_valid_group(fn, rewards, valid, cfg, min_group() if callable(min_group) else 1)
+    stage = per_valid_group(lambda x, _: first(x), rewards, valid, None)  # [P, G], 0 where invalid
+    out = torch.zeros_like(stage)
+    out[valid] = reinforce_pp_global(stage[valid].unsqueeze(0), NoSettings()).squeeze(0)  # over the N valid
+    if ADVANTAGES.flag(name, "needs_groups"):  # reinforce_pp: a group whose valid rewards are equal carries nothing
+        r = _rewards_f32(rewards)
+        hi = torch.where(valid, r, torch.full_like(r, -torch.inf)).amax(dim=-1, keepdim=True)
+        lo = torch.where(valid, r, torch.full_like(r, torch.inf)).amin(dim=-1, keepdim=True)
+        out = torch.where(hi == lo, torch.zeros_like(out), out)
+    return out

@@ -62,7 +62,8 @@ class TurnRollouts:
         e = env
         self.settings = TurnSettings(max_turns=e.max_turns, max_tokens=e.max_tokens, max_new_tokens=max_new_tokens,
                                      max_observation_tokens=e.max_observation_tokens,
-                                     end_on_length=e.end_on_length)  # fmt: skip
+                                     end_on_length=e.end_on_length, step_last=e.reward != "verifiers",
+                                     max_prompt_tokens=data.max_prompt_tokens)  # fmt: skip
         self.pool: Any = EnvPool(e.num_workers, e.timeout_s, e.memory_mb) if e.enabled else None
         self.tool_runner = None
         if self.tools is not None and listing is not None:
@@ -96,7 +97,8 @@ class TurnRollouts:
                                     sampling, rows)  # fmt: skip
         total = time.perf_counter() - t0
         metrics = {mn.ROLLOUT_ENV_S: timer.seconds, mn.ROLLOUT_ENGINE_IDLE_FRAC: timer.seconds / max(total, 1e-9),
-                   mn.ROLLOUT_OBS_TOKENS_CUT: counters["obs_tokens_cut"]}  # fmt: skip
+                   mn.ROLLOUT_OBS_TOKENS_CUT: counters["obs_tokens_cut"],
+                   mn.ROLLOUT_RENDER_S: counters["render_s"]}  # fmt: skip
         if self.tool_runner is not None:
             metrics.update(tool_metrics(before, self.tool_runner.counters(), total))
         return [t.completion() for t in trajs], metrics

@@ -57,6 +57,16 @@ class ChatRenderer:
         eos = tokenizer.eos_token_id
         self.eos_id: int | None = eos
         self.eos_text: str = tokenizer.convert_ids_to_tokens(eos) if eos is not None else ""
+        self._max_token_chars: int | None = None
+
+    @property
+    def max_token_chars(self) -> int:
+        """The most characters one token of the vocabulary decodes to, bounded above by its longest vocabulary
+        string (a byte-level token's string has a character per byte): a text of ``n * max_token_chars`` characters
+        holds at least ``n`` tokens, so a flood can be cut or refused before it is tokenised."""
+        if self._max_token_chars is None:
+            self._max_token_chars = max(1, max((len(t) for t in self.tokenizer.get_vocab()), default=1))
+        return self._max_token_chars
 
     def render(self, messages: list[Message], generation_prompt: bool) -> str:
         """The template's text for ``messages`` (with the assistant header at the end when ``generation_prompt``)."""

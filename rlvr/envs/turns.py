@@ -22,6 +22,7 @@ not yet released when the loop stops, raising or not.
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
@@ -48,6 +49,14 @@ class TurnSettings:
     end_on_length: bool = True
     """A turn cut at ``max_new_tokens`` ends the trajectory (``length``); False: the template closes the turn and
     the environment answers it (benchmarks that fix each turn's length)."""
+    step_last: bool = False
+    """The environment also answers the reply that ends a trajectory at ``max_turns``, at the token limit or on an
+    end id other than the template's (``stop_id``): its reward and info are kept, its messages dropped (nobody
+    answers them). True where the environment's reward is used (``environment.reward: environment`` or ``both``),
+    so that the last reply a trajectory keeps is the one scored."""
+    max_prompt_tokens: int = 0
+    """The most tokens an environment's own opening (from ``reset``) may render to (``data.max_prompt_tokens``, the
+    limit every row's prompt is held to); over it the trajectory ends as an environment failure. 0: no limit."""
 
 
 @dataclass
@@ -133,17 +142,34 @@ Generate = Callable[[list[Prompt], SamplingConfig], list[Completion]]
 
 def cap_observation(messages: list[Message], renderer: ChatRenderer, cap: int) -> tuple[list[Message], int]:
     """Each message's content cut to its first ``cap`` tokens (the end cut, replaced by ``"... [N tokens cut]"``);
-    returns the messages and the tokens cut in all. ``cap`` 0: unchanged."""
+    returns the messages and the tokens cut in all. ``cap`` 0: unchanged.
+
+    A content longer than ``cap`` tokens can be in characters (``cap * renderer.max_token_chars``: no token is
+    longer) is cut to that many characters before it is tokenised, so a flood (a 1 MB observation) costs the
+    tokenisation of its head only; the tokens cut are then estimated from the head's characters per token and the
+    marker says ``about``."""
     if cap <= 0:
         return messages, 0
     out, cut = [], 0
     for m in messages:
-        ids = renderer.encode(m["content"])
-        if len(ids) > cap:
-            cut += len(ids) - cap
-            m = {**m, "content": renderer.tokenizer.decode(ids[:cap]) + f"... [{len(ids) - cap} tokens cut]"}
-        out.append(m)
+        text, head_chars = m["content"], cap * renderer.max_token_chars
+        head = text if len(text) <= head_chars else text[:head_chars]
+        ids = renderer.encode(head)
+        if head is text and len(ids) > cap:
+            n, about = len(ids) - cap, ""
+        elif head is not text:  # at least cap tokens in the head; the rest estimated at the head's rate
+            n, about = len(ids) - cap + round((len(text) - len(head)) * len(ids) / max(len(head), 1)), "about "
+        else:
+            out.append(m)
+            continue
+        cut += n
+        out.append({**m, "content": renderer.tokenizer.decode(ids[:cap]) + f"... [{about}{n} tokens cut]"})
     return out, cut
+
+
+LAST_REPLY_ENDS = ("max_turns", "length", "stop_id")
+"""Ends at which the trajectory keeps a reply nobody answered: with ``TurnSettings.step_last`` the environment
+still scores it."""
 
 
 def run_turns(starts: list[Prompt], openings: list[list[Message]], g: int, generate: Generate, runner: EnvRunner,
@@ -153,35 +179,37 @@ def run_turns(starts: list[Prompt], openings: list[list[Message]], g: int, gener
     then rounds of (one engine call for every live trajectory's turn, one runner call for every environment step)
     until all have ended. ``openings[i]``: start i's opening conversation (the messages its prompt ids render);
     ``env_rows[i]``: the row its environments start from; an environment whose ``reset`` returns messages starts
-    from those instead (rendered with the generation prompt). ``sampling.seed`` seeds round r
+    from those instead (rendered with the generation prompt; over ``settings.max_prompt_tokens``, or not rendered by
+    the template, the trajectory ends as an environment failure). ``sampling.seed`` seeds round r
     (:func:`rlvr.seeding.turn_seed`).
 
-    Returns (trajectories [P x G], counters: ``turns``, ``env_failures``, ``prefix_breaks``, ``obs_tokens_cut``).
+    Returns (trajectories [P x G], counters: ``turns``, ``env_failures``, ``prefix_breaks``, ``obs_tokens_cut``,
+    ``render_s``: seconds spent rendering and tokenising the environments' messages in this thread).
     """
     trajs: list[Trajectory] = []
     for i, p in enumerate(starts):
         for j in range(g):
             trajs.append(Trajectory(start=p, sample_index=j, messages=[dict(m) for m in openings[i]],
                                     seq=Segment(prompt_ids=list(p.prompt_ids))))  # fmt: skip
-    counters = {"turns": 0.0, "env_failures": 0.0, "prefix_breaks": 0.0, "obs_tokens_cut": 0.0}
+    counters = {"turns": 0.0, "env_failures": 0.0, "prefix_breaks": 0.0, "obs_tokens_cut": 0.0, "render_s": 0.0}
     try:
         for t, (state, opening) in zip(trajs, runner.reset([env_rows[i] for i in range(len(starts))
                                                             for _ in range(g)])):  # fmt: skip
+            t.state = state
             if state is None:
                 _fail(t, opening, counters)
             elif opening:  # the environment's own opening replaces the row's
-                t.messages = [dict(m) for m in opening]
-                t.seq = Segment(prompt_ids=renderer.opening_ids(opening))
-            t.state, t.opening = state, len(t.messages)
+                _open(t, opening, renderer, settings, counters)
+            t.opening = len(t.messages)
         round_ = 0
         while True:
             live = [t for t in trajs if t.end is None]
             if not live:
                 break
-            _sample_round(live, generate, settings, sampling, round_)
+            _sample_round(live, generate, settings, sampling, round_, renderer.eos_id)
             counters["turns"] += len(live)
-            asking = [t for t in live if t.end is None]
-            outcomes = runner.step([(t.state, t.messages[:-1], t.messages[-1]) for t in asking])
+            asking = [t for t in live if t.end is None or (settings.step_last and t.end in LAST_REPLY_ENDS)]
+            outcomes = runner.step([(t.state, t.messages[:-1], t.messages[-1]) for t in asking]) if asking else []
             for t, (state, step) in zip(asking, outcomes):
                 _answer(t, state, step, renderer, settings, counters)
             _release(runner, [t for t in live if t.end is not None])
@@ -189,6 +217,41 @@ def run_turns(starts: list[Prompt], openings: list[list[Message]], g: int, gener
     finally:
         _release(runner, trajs)
     return trajs, counters
+
+
+def _open(t: Trajectory, opening: list[Message], renderer: ChatRenderer, settings: TurnSettings,
+          counters: dict[str, float]) -> None:
+    """Start ``t`` from its environment's own ``opening``; an opening over ``settings.max_prompt_tokens`` (checked
+    on characters first, so a flood is not tokenised) or that the template refuses ends it as a failure."""
+    limit = settings.max_prompt_tokens
+    t0 = time.perf_counter()
+    try:
+        chars = sum(len(m["content"]) for m in opening)
+        if limit and chars > limit * renderer.max_token_chars:
+            _fail(t, f"reset's opening has {chars} characters, over data.max_prompt_tokens={limit} tokens: shorten "
+                     "the environment's opening or raise data.max_prompt_tokens", counters)
+            return
+        ids = renderer.opening_ids(opening)
+    except Exception as e:  # noqa: BLE001 - a template that refuses the environment's messages ends this trajectory
+        _fail(t, _template_failure("reset's opening", e), counters)
+        return
+    finally:
+        counters["render_s"] += time.perf_counter() - t0
+    if limit and len(ids) > limit:
+        _fail(t, f"reset's opening renders to {len(ids)} tokens, over data.max_prompt_tokens={limit}: shorten the "
+                 "environment's opening or raise data.max_prompt_tokens", counters)
+        return
+    t.messages = [dict(m) for m in opening]
+    t.seq = Segment(prompt_ids=ids)
+
+
+def _template_failure(where: str, e: BaseException) -> str:
+    """A chat-template error on an environment's or tool's messages as a failure text (the reason line, then the
+    traceback)."""
+    import traceback
+
+    head = f"template error on {where}: {type(e).__name__}: {e}".splitlines()[0][:300]
+    return head + "\n" + "".join(traceback.format_exception(e))[-3000:]
 
 
 def _release(runner: EnvRunner, trajs: list[Trajectory]) -> None:
@@ -204,9 +267,12 @@ def _release(runner: EnvRunner, trajs: list[Trajectory]) -> None:
 
 
 def _sample_round(live: list[Trajectory], generate: Generate, settings: TurnSettings, sampling: SamplingConfig,
-                  round_: int) -> None:
+                  round_: int, turn_end_id: int | None) -> None:
     """One engine call: each live trajectory's next assistant turn, appended with its logprobs; ends those cut at
-    the token limit or at ``max_turns``."""
+    the token limit (``length``, unless ``settings.end_on_length`` is False), those whose turn stopped on an end id
+    other than ``turn_end_id`` (the template's turn end, the tokenizer's eos: ``stop_id``; Qwen2.5's
+    ``<|endoftext|>``, Llama-3.1's ``<|eom_id|>``: the template would close the turn after it, training the model
+    to emit that id mid-conversation) and those at ``max_turns``."""
     prompts = []
     for k, t in enumerate(live):
         seg = t.seq
@@ -223,6 +289,8 @@ def _sample_round(live: list[Trajectory], generate: Generate, settings: TurnSett
         t.messages.append({"role": "assistant", "content": c.text})
         if c.finish_reason != "stop" and (settings.end_on_length or c.finish_reason != "length"):
             t.end = "length" if c.finish_reason == "length" else c.finish_reason
+        elif c.finish_reason == "stop" and turn_end_id is not None and c.token_ids[-1:] != [turn_end_id]:
+            t.end = "stop_id"
         elif t.turns >= settings.max_turns:
             t.end = "max_turns"
 
@@ -238,7 +306,10 @@ def _fail(t: Trajectory, why: Any, counters: dict[str, float]) -> None:
 
 def _answer(t: Trajectory, state: Any, step: Any, renderer: ChatRenderer, settings: TurnSettings,
             counters: dict[str, float]) -> None:
-    """Append an environment's answer (or end the trajectory on a failure, ``done`` or the budget)."""
+    """Append an environment's answer (or end the trajectory on a failure, ``done``, the budget, a template that
+    rewrites history or refuses the answer). A trajectory that already ended (its last reply, stepped for its
+    reward: ``settings.step_last``) keeps the reward and info only. The answer's messages join ``t.messages`` only
+    when their ids join the sequence: the conversation shows what the model saw."""
     if state is None:
         _fail(t, step, counters)
         return
@@ -246,14 +317,26 @@ def _answer(t: Trajectory, state: Any, step: Any, renderer: ChatRenderer, settin
     t.state = state
     t.turn_rewards.append(step.reward)
     t.info.append(step.info)
+    if t.end is not None:  # the last reply, scored; nothing answers it
+        return
     if step.done:
         t.end = "done"
         return
-    new, cut = cap_observation(step.messages, renderer, settings.max_observation_tokens)
-    counters["obs_tokens_cut"] += cut
-    history, reply = t.messages[:-1], t.messages[-1]
-    b = renderer.between(history, reply["content"], t.seq.ids[-1:] == [renderer.eos_id], new)
-    t.messages += new
+    t0 = time.perf_counter()
+    try:
+        new, cut = cap_observation(step.messages, renderer, settings.max_observation_tokens)
+        counters["obs_tokens_cut"] += cut
+        room = settings.max_tokens - t.used - 1  # the next turn needs one token at least
+        if sum(len(m["content"]) for m in new) > max(room, 0) * renderer.max_token_chars:
+            t.end = "budget"  # more characters than the budget's tokens could hold: not tokenised
+            return
+        history, reply = t.messages[:-1], t.messages[-1]
+        b = renderer.between(history, reply["content"], t.seq.ids[-1:] == [renderer.eos_id], new)
+    except Exception as e:  # noqa: BLE001 - a template that refuses the environment's messages ends this trajectory
+        _fail(t, _template_failure("the environment's answer", e), counters)
+        return
+    finally:
+        counters["render_s"] += time.perf_counter() - t0
     if not b.prefix_ok:  # the template rewrote history: end here, never train on ids the template would not give
         t.broken += 1
         counters["prefix_breaks"] += 1
@@ -263,4 +346,5 @@ def _answer(t: Trajectory, state: Any, step: Any, renderer: ChatRenderer, settin
     if t.used + len(b.ids) + 1 > settings.max_tokens:
         t.end = "budget"
         return
+    t.messages += new
     t.seq.add(b.ids, None)

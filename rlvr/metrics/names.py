@@ -203,6 +203,9 @@ ROLLOUT_LENGTH_END_FRAC = _name(NS_ROLLOUT, "length_end_frac")
 ROLLOUT_ENV_S = _name(NS_ROLLOUT, "env_s")
 ROLLOUT_ENGINE_IDLE_FRAC = _name(NS_ROLLOUT, "engine_idle_frac")
 ROLLOUT_OBS_TOKENS_CUT = _name(NS_ROLLOUT, "obs_tokens_cut")
+ROLLOUT_RENDER_S = _name(NS_ROLLOUT, "render_s")
+ROLLOUT_EXCLUDED_FRAC = _name(NS_ROLLOUT, "excluded_frac")
+ROLLOUT_STOP_ID_END_FRAC = _name(NS_ROLLOUT, "stop_id_end_frac")
 # tools/ (rlvr.envs.rollout.TurnRollouts with a recipe's tools: rlvr.tools.runner)
 TOOLS_CALLS_PER_TRAJ = _name(NS_TOOLS, "calls_per_traj")
 TOOLS_MALFORMED_FRAC = _name(NS_TOOLS, "malformed_frac")
@@ -356,6 +359,11 @@ _ENTRIES: tuple[Metric, ...] = (
     _M(ROLLOUT_ENV_S, "s", "wall time of the environments' resets and steps in the step's rollout"),
     _M(ROLLOUT_ENGINE_IDLE_FRAC, "fraction", "share of the turn loop's time the engines waited for environments"),
     _M(ROLLOUT_OBS_TOKENS_CUT, "tokens", "environment message tokens cut by environment.max_observation_tokens"),
+    _M(ROLLOUT_RENDER_S, "s", "the turn loop's own time rendering and tokenising the environments' messages"),
+    _M(ROLLOUT_EXCLUDED_FRAC, "fraction", "samples left out of the update and of their group's baseline as "
+       "infrastructure failures (an environment that failed; rlvr.runtime.rollout_stage.infra_failed)"),
+    _M(ROLLOUT_STOP_ID_END_FRAC, "fraction", "trajectories ended by a turn that stopped on an end id other than the "
+       "template's turn end (stop_id: Qwen2.5's <|endoftext|>, Llama-3.1's <|eom_id|>)"),
     _M(TOOLS_CALLS_PER_TRAJ, "calls", "tool calls per trajectory, mean (malformed ones included)"),
     _M(TOOLS_MALFORMED_FRAC, "fraction", "tool calls answered with an error before running (bad JSON, unknown tool, "
                                          "arguments off the schema, over tools.max_calls_per_turn)"),

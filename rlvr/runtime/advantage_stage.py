@@ -16,7 +16,7 @@ from typing import Callable
 import torch
 
 from rlvr.algos import ADVANTAGES, KL_ESTIMATORS
-from rlvr.algos.advantages import normalise_token_advantages
+from rlvr.algos.advantages import normalise_token_advantages, per_valid_group, valid_advantages
 from rlvr.algos.distill import teacher_term
 from rlvr.algos.gae import CRITIC_ADVANTAGES, outcome_token_rewards
 from rlvr.algos.kl import reward_to_go
@@ -51,11 +51,15 @@ def uses_teacher(recipe: Recipe) -> bool:
 
 def form_advantages(batch: TrainBatch, rewards: torch.Tensor, recipe: Recipe, *, ref_logprobs: torch.Tensor | None = None,
                     values: torch.Tensor | None = None,
-                    teacher_logprobs: torch.Tensor | None = None) -> tuple[TrainBatch, dict | None, dict[str, float]]:
+                    teacher_logprobs: torch.Tensor | None = None,
+                    valid: torch.Tensor | None = None) -> tuple[TrainBatch, dict | None, dict[str, float]]:
     """Advantages for ``batch`` (B = P x G sequences; rewards: [P, G], prompt-major like the batch). Pure: the
     reference's logprobs ([B, S-1], when :func:`needs_reference`) and the critic's values ([B, S-1], when
     :func:`uses_critic`) and the teacher's ([B, S-1] nats, when :func:`uses_teacher`) come in as tensors.
-    Errors: ``ValueError`` when a needed one is missing.
+    ``valid`` [P, G] bool (None: all): False on samples left out as infrastructure failures
+    (:func:`rlvr.runtime.rollout_stage.infra_failed`): they are out of every group baseline and batch statistic
+    (:func:`rlvr.algos.advantages.valid_advantages`) and, their loss mask being 0 (:func:`rlvr.train.batch.pack`),
+    out of the update. Errors: ``ValueError`` when a needed one is missing.
 
     - KL in the reward (``kl_coef > 0`` and ``kl_penalty=reward``): the per-token penalty ``-kl_coef * KL_t`` with
       ``KL_t`` the ``algorithm.kl_estimator`` (k1 = rollout logprob - reference logprob is InstructGPT's eq. 2;
@@ -104,10 +108,11 @@ def form_advantages(batch: TrainBatch, rewards: torch.Tensor, recipe: Recipe, *,
         pre_norm = getattr(estimator, "before_batch_norm", None)
         if penalty is not None and pre_norm is not None:
             # REINFORCE++: A_t = r - beta * sum_{s>=t} KL_s is formed first, then normalised over the batch's tokens
-            raw = pre_norm(rewards).reshape(-1).unsqueeze(-1) * mask + reward_to_go(penalty, mask)  # [B, S-1]
+            first = pre_norm(rewards) if valid is None else per_valid_group(lambda x, _: pre_norm(x), rewards, valid, None)
+            raw = first.reshape(-1).unsqueeze(-1) * mask + reward_to_go(penalty, mask)  # [B, S-1]
             adv = normalise_token_advantages(raw, mask)
         else:
-            adv = estimator(rewards, ADVANTAGES.settings_of(spec)).reshape(-1)  # [B]
+            adv = valid_advantages(spec.name, rewards, valid, ADVANTAGES.settings_of(spec)).reshape(-1)  # [B]
             if uses_teacher(recipe):  # on-policy distillation: the teacher's per-token term on the sampled tokens
                 if teacher_logprobs is None:
                     raise ValueError(f"algorithm.advantage={spec.name} needs the teacher's logprobs of the batch")

@@ -29,8 +29,8 @@ from rlvr.runtime.advantage_stage import (build_dph_buffer, dph_batch, form_adva
 from rlvr.runtime.checks import preflight  # noqa: F401 (rlvr.runtime.controller.preflight: checks at load)
 from rlvr.runtime.roles import Roles
 from rlvr.runtime.rundir import prepare_run_dir, resume_point, write_recipe  # noqa: F401 (cli, tests)
-from rlvr.runtime.rollout_stage import (Rollout, collect_rollout, drop_stale, finish_rollout, start_rollout,
-                                        step_sampling)
+from rlvr.runtime.rollout_stage import (Rollout, collect_rollout, drop_stale, finish_rollout, infra_valid,
+                                        start_rollout, step_sampling)
 from rlvr.runtime.validation import run_validation, validation_prompts
 from rlvr.seeding import DPH_BUFFER_ROUND
 from rlvr.train.batch import TrainBatch, pack
@@ -414,7 +414,8 @@ def _advantage_batch(roll: Rollout, roles: "Roles", r: Recipe, pad_id: int) -> t
         teacher_lp = roles.teacher_logprobs(batch)
         metrics[mn.TIMING_TEACHER_S] = time.perf_counter() - t0
     batch, critic_inputs, adv_metrics = form_advantages(batch, roll.rewards, r, ref_logprobs=ref_lp, values=values,
-                                                        teacher_logprobs=teacher_lp)  # fmt: skip
+                                                        teacher_logprobs=teacher_lp,
+                                                        valid=infra_valid(roll.completions, roll.rewards.shape[1]))  # fmt: skip
     return batch, critic_inputs, {**metrics, **adv_metrics}
 
 

@@ -125,7 +125,9 @@ def finish_rollout(started: Started, roles: "Roles", prompts: list[Prompt], samp
 
 def shaped_rewards(completions: list[Completion], scored: list[Scored], r: Recipe) -> torch.Tensor:
     """Rewards [P, G] the advantage sees: the verifiers' weighted sum, plus DAPO's soft overlong punishment
-    (Yu et al. 2025, eq. 13) when ``algorithm.overlong_buffer`` > 0, plus FAPO's flawed-positive penalty
+    (Yu et al. 2025, eq. 13) when ``algorithm.overlong_buffer`` > 0 (the length limit is the one a sample is held
+    to: ``rollout.max_new_tokens`` for one turn, a trajectory's token budget ``environment.max_tokens`` with an
+    environment or tools; :func:`budget_lengths`), plus FAPO's flawed-positive penalty
     (Ding et al. 2025, sec. 4: ``-algorithm.flawed_penalty`` where the primary verifier marks a sample correct and
     the first judge verifier marks it flawed; :func:`rlvr.reward.judge.flawed_penalties`) when it is > 0."""
     from rlvr.reward.judge import flawed_penalties, judge_keys
@@ -135,13 +137,45 @@ def shaped_rewards(completions: list[Completion], scored: list[Scored], r: Recip
     rewards = torch.tensor([s.reward for s in scored], dtype=torch.float32)  # [B]
     al = r.algorithm
     if al.overlong_buffer > 0:
-        lengths = torch.tensor([c.sampled_tokens for c in completions])
-        rewards = rewards + overlong_penalty(lengths, r.rollout.max_new_tokens, al.overlong_buffer, al.overlong_penalty)
+        rewards = rewards + overlong_penalty(budget_lengths(completions), r.response_budget[1], al.overlong_buffer,
+                                             al.overlong_penalty)  # fmt: skip
     if al.flawed_penalty > 0:  # the recipe check guarantees a judge verifier
         specs = r.reward.verifiers
         key = judge_keys(specs)[0][1]
         rewards = rewards + torch.tensor(flawed_penalties(scored, verifier_keys(specs)[0], al.flawed_penalty, key))
     return rewards.view(-1, g)
+
+
+def infra_failed(completions: list[Completion]) -> list[bool]:
+    """[B] True where a sample ended by an infrastructure failure (``Completion.failure``: an environment that
+    raised, hung past its limit, crashed, answered garbage, gave an opening over ``data.max_prompt_tokens``, or
+    whose messages the chat template refused), never the policy's outcome.
+
+    The rule (issue 38; NeMo-RL's and open-instruct's users found such failures trained as zero rewards cost 5-15%
+    of their data): such a sample is left out of the update (loss mask 0: :func:`rlvr.train.batch.pack`), out of
+    its group's baseline and every batch statistic (:func:`rlvr.algos.advantages.valid_advantages`: the group is
+    estimated over its other samples, as if the failed one had never been drawn), and out of the reward and pass@k
+    metrics; ``rollout/excluded_frac`` counts it per step. rlvr keeps the group's other samples rather than
+    failing the whole group (tinker-cookbook's choice): with a 25% failure rate and 8 samples a group, a clean
+    group is 10% of groups, so dropping groups would drop most of the batch, while a group's other samples are as
+    on-policy as ever. A verifier that judges an answer wrong, or runs out of time on it, is the policy's 0 and
+    stays in."""
+    return [c.failure is not None for c in completions]
+
+
+def infra_valid(completions: list[Completion], g: int) -> torch.Tensor | None:
+    """[P, G] bool: False on :func:`infra_failed` samples; None when there are none."""
+    failed = infra_failed(completions)
+    return torch.tensor([not f for f in failed]).view(-1, g) if any(failed) else None
+
+
+def budget_lengths(completions: list[Completion]) -> torch.Tensor:
+    """[B] each sample's length as its limit counts it (:attr:`rlvr.config.Recipe.response_budget`): a single-turn
+    sample's response tokens (held to ``rollout.max_new_tokens``), a trajectory's every token after its first
+    prompt, sampled, environment and template tokens alike (held to ``environment.max_tokens``, the budget at
+    which :mod:`rlvr.envs.turns` ends it). A correct answer over three turns is measured against the budget of
+    three turns, not one turn's limit."""
+    return torch.tensor([len(c.token_ids) if c.end_reason is not None else c.sampled_tokens for c in completions])
 
 
 def filter_signal(scored: list[Scored], rewards: torch.Tensor, r: Recipe, primary: str) -> torch.Tensor:
@@ -150,9 +184,21 @@ def filter_signal(scored: list[Scored], rewards: torch.Tensor, r: Recipe, primar
     ``0 < #correct < G`` (Yu et al. 2025, eq. 11; verl filters on accuracy too), so a length penalty alone cannot
     keep an all-correct group; ``reward``: the shaped rewards the advantage sees (``rewards`` [P, G])."""
     if r.algorithm.dynamic_sampling_filter == "reward":
-        return rewards
-    correct = torch.tensor([float(s.results[primary].score >= 1.0) for s in scored])  # [B]
-    return correct.view(rewards.shape)
+        signal = rewards
+    else:
+        signal = torch.tensor([float(s.results[primary].score >= 1.0) for s in scored]).view(rewards.shape)  # [P, G]
+    return signal
+
+
+def _no_spread_from(signal: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+    """``signal`` [P, G] with each infrastructure failure's entry (``valid`` False) set to its group's first valid
+    entry, so that failures add no spread to a group (:func:`refill_groups`); a group with no valid sample is made
+    constant."""
+    if valid is None:
+        return signal
+    first = torch.where(valid.any(-1), valid.float().argmax(-1), torch.zeros(valid.shape[0], dtype=torch.long))
+    fill = signal.gather(1, first.unsqueeze(-1)).expand_as(signal)
+    return torch.where(valid, signal, fill)
 
 
 def refill_groups(generate, prompts, sampler, sampling, completions, scored, rewards, r: Recipe, step: int = 0,
@@ -168,14 +214,14 @@ def refill_groups(generate, prompts, sampler, sampling, completions, scored, rew
     primary = primary or verifier_keys(r.reward.verifiers)[0]
     p, g = rewards.shape
     comps, scs, rws, rounds = list(completions), list(scored), [rewards], 0
-    signals = [filter_signal(scored, rewards, r, primary)]
+    signals = [_no_spread_from(filter_signal(scored, rewards, r, primary), infra_valid(completions, g))]
     while int(informative_groups(torch.cat(signals)).sum()) < p and rounds < r.algorithm.dynamic_sampling_max_rounds:
         c2, s2, _ = generate([prompts[i] for i in sampler.next_batch()],
                                              step_sampling(sampling, r.run.seed, step, rounds + 1))
         comps += c2
         scs += s2
         rws.append(shaped_rewards(c2, s2, r))
-        signals.append(filter_signal(s2, rws[-1], r, primary))
+        signals.append(_no_spread_from(filter_signal(s2, rws[-1], r, primary), infra_valid(c2, g)))
         rounds += 1
     all_rewards = torch.cat(rws)  # [P x (rounds + 1), G]
     informative = informative_groups(torch.cat(signals))
@@ -199,35 +245,50 @@ def rollout_metrics(completions: list[Completion], scored: list[Scored], ks: tup
     model's); means are over the B samples; ``reward/std`` is the population std (normaliser B); pass@k means are
     over the P prompts. With a judge verifier, its fractions (:func:`rlvr.reward.judge.judge_metrics`); with an
     environment (trajectories: ``end_reason`` set), the turn metrics: turns per trajectory, the share solved after
-    turn 1, and the shares ended by an environment failure, a broken template prefix, the token budget and a turn
-    cut at the token limit (all over the B trajectories).
+    turn 1, and the shares ended by an environment failure, a broken template prefix, the token budget, a turn
+    cut at the token limit and a turn that stopped on another end id (all over the B trajectories), and
+    ``rollout/excluded_frac``.
+
+    Infrastructure failures (:func:`infra_failed`) are not the policy's outcome: the reward, correctness and pass@k
+    metrics are over the B' samples left (normaliser B'; a group's pass@k over its n' samples left, from the groups
+    with n' >= k, the metric left out when none has); lengths and turn metrics are over all B.
     """
     from rlvr.reward.judge import judge_metrics
     from rlvr.reward.pool import reward_metrics
 
     b = len(completions)
+    failed = infra_failed(completions)
+    kept = [s for s, f in zip(scored, failed) if not f]
     correct = [s.results[primary].score >= 1.0 for s in scored]
     lengths = [c.sampled_tokens for c in completions]
     out: dict[str, float] = {
-        **reward_metrics(scored),
-        mn.REWARD_STD: float(torch.tensor([s.reward for s in scored]).std(unbiased=False)),
-        mn.REWARD_CORRECT_FRAC: sum(correct) / b,
         mn.RESPONSE_LENGTH_MEAN: sum(lengths) / b,
         mn.RESPONSE_LENGTH_MAX: float(max(lengths)),
         mn.RESPONSE_TRUNCATED_FRAC: sum(c.truncated for c in completions) / b,
     }
-    groups = [correct[i : i + g] for i in range(0, b, g)]
+    if kept:
+        out.update(reward_metrics(kept))
+        out[mn.REWARD_STD] = float(torch.tensor([s.reward for s in kept]).std(unbiased=False))
+        out[mn.REWARD_CORRECT_FRAC] = sum(ok for ok, f in zip(correct, failed) if not f) / len(kept)
+        out.update(judge_metrics(kept, primary))  # reward/flawed_positive_frac ... when a judge verifier ran
+    groups = [[ok for ok, f in zip(correct[i : i + g], failed[i : i + g]) if not f] for i in range(0, b, g)]
     for k in ks:
-        out[mn.passk(k)] = sum(pass_at_k(g, sum(gr), k) for gr in groups) / len(groups)
-    out[mn.GROUPS_ALL_CORRECT_FRAC] = sum(all(gr) for gr in groups) / len(groups)
-    out[mn.GROUPS_NONE_CORRECT_FRAC] = sum(not any(gr) for gr in groups) / len(groups)
-    out.update(judge_metrics(scored, primary))  # reward/flawed_positive_frac ... when a judge verifier ran
+        counted = [gr for gr in groups if len(gr) >= k]
+        if counted:
+            out[mn.passk(k)] = sum(pass_at_k(len(gr), sum(gr), k) for gr in counted) / len(counted)
+    seen = [gr for gr in groups if gr]
+    if seen:
+        out[mn.GROUPS_ALL_CORRECT_FRAC] = sum(all(gr) for gr in seen) / len(seen)
+        out[mn.GROUPS_NONE_CORRECT_FRAC] = sum(not any(gr) for gr in seen) / len(seen)
     if any(c.end_reason is not None for c in completions):  # multi-turn trajectories
         ends = [c.end_reason or "" for c in completions]
         out[mn.ROLLOUT_TURNS_MEAN] = sum(c.turns for c in completions) / b
-        out[mn.ROLLOUT_SOLVED_AFTER_TURN_1] = sum(ok and c.turns > 1 for ok, c in zip(correct, completions)) / b
+        out[mn.ROLLOUT_SOLVED_AFTER_TURN_1] = sum(ok and c.turns > 1 and not f for ok, c, f
+                                                  in zip(correct, completions, failed)) / max(len(kept), 1)  # fmt: skip
         out[mn.ROLLOUT_ENV_FAILED_FRAC] = sum(e.startswith("env:") for e in ends) / b
         out[mn.ROLLOUT_PREFIX_BROKEN_FRAC] = sum(e == "prefix_broken" for e in ends) / b
         out[mn.ROLLOUT_BUDGET_END_FRAC] = sum(e == "budget" for e in ends) / b
         out[mn.ROLLOUT_LENGTH_END_FRAC] = sum(e == "length" for e in ends) / b
+        out[mn.ROLLOUT_STOP_ID_END_FRAC] = sum(e == "stop_id" for e in ends) / b
+        out[mn.ROLLOUT_EXCLUDED_FRAC] = sum(failed) / b
     return out

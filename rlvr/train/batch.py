@@ -54,7 +54,9 @@ class TrainBatch:
 def pack(completions: list[Completion], advantages: torch.Tensor, pad_id: int, max_new_tokens: int) -> TrainBatch:
     """Pack B completions (with ``advantages``: [B]) into a :class:`TrainBatch`.
 
-    Completions with an empty response keep a zero loss mask (they contribute nothing, counted in no normaliser).
+    Completions with an empty response, and those ended by an infrastructure failure (``Completion.failure``: an
+    environment that raised, hung, crashed or answered garbage; not the policy's outcome), keep a zero loss mask
+    (they contribute nothing, counted in no normaliser).
     A multi-turn trajectory's ``loss_mask`` (:attr:`rlvr.types.Completion.loss_mask`) is copied in: its environment
     and template tokens are inputs, never targets, so every loss, KL, entropy and normaliser counts sampled tokens
     only.
@@ -69,7 +71,7 @@ def pack(completions: list[Completion], advantages: torch.Tensor, pad_id: int, m
         lp, lr = len(c.prompt_ids), len(c.token_ids)
         ids[i, : lp + lr] = torch.tensor(c.prompt_ids + c.token_ids)
         am[i, : lp + lr] = 1
-        if lr:  # position lp - 1 + t predicts response token t; a trajectory's mask keeps sampled tokens only
+        if lr and c.failure is None:  # position lp - 1 + t predicts response token t; sampled tokens only
             mask = torch.ones(lr) if c.loss_mask is None else torch.tensor(c.loss_mask, dtype=torch.float32)
             lm[i, lp - 1 : lp - 1 + lr] = mask
             rl[i, lp - 1 : lp - 1 + lr] = torch.tensor(c.logprobs, dtype=torch.float32) * mask
