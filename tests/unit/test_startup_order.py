@@ -1,8 +1,9 @@
 """Start-up order on a shared GPU (issue 27, rlvr.runtime.roles.shares_devices): vLLM sizes its KV cache from the
 free GPU memory it measures while it starts (``gpu_memory_utilization``), so where the engines share a GPU with the
 trainer (fractions of one, or every role in one process) each engine, then the judge, then the teacher (on-policy
-distillation) has finished construction before the next role is created, the trainer last. Fakes (tests/unit/loop_fakes.py) record each role's spawn and the
-end of its construction; their constructors run in parallel threads, as Ray actors do."""
+distillation) has finished construction before the next role is created, the trainer last. Fakes
+(tests/unit/loop_fakes.py) record each role's spawn and the end of its construction; their constructors run in
+parallel threads, as Ray actors do."""
 
 from __future__ import annotations
 
