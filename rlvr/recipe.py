@@ -361,6 +361,7 @@ def _check(r: Recipe) -> None:
     errs.extend(teacher_errors(r))
     errs.extend(verifier_errors(r))
     errs.extend(environment_errors(r))
+    errs.extend(multiturn_errors(r))  # issue 38: an environment reward no one gives, raw text with chat turns
     for k in r.metrics.pass_k:
         if not 1 <= k <= ro.samples_per_prompt:
             errs.append(
@@ -580,6 +581,44 @@ def teacher_errors(r: Recipe) -> list[str]:
     if tc.threads < 1 or not tc.kv_cache_gib > 0 or not 0 < tc.gpu_memory_utilization <= 1:
         errs.append("teacher.threads must be >= 1, teacher.kv_cache_gib > 0 and teacher.gpu_memory_utilization in "
                     "(0, 1]")  # fmt: skip
+    return errs
+
+
+def multiturn_errors(r: Recipe) -> list[str]:
+    """Settings a multi-turn rollout (:mod:`rlvr.envs`) cannot honour, refused at load:
+
+    - ``environment.reward: environment`` or ``both`` where no environment is named (``environment.name`` and
+      ``environment.row_field`` unset): nothing gives an environment reward (the rollout counts a missing one as
+      0, :func:`rlvr.envs.rollout.trajectory_rewards`), so under ``environment`` every reward would be 0 (a
+      tools-only recipe), under ``both`` the verifiers' alone; single-turn, the key is never read.
+    - ``data.chat_template: false`` with an environment or tools: a trajectory's later turns are chat messages
+      rendered by the tokenizer's chat template (token-in/token-out, :mod:`rlvr.envs.tokens`), the first prompt
+      would be raw text, so one sequence would mix the two formats.
+    """
+    errs: list[str] = []
+    e, t = r.environment, r.tools
+    named = e.name is not None or e.row_field is not None
+    if e.reward != "verifiers" and not named:
+        if t.enabled:
+            outcome = ("every reward would be 0" if e.reward == "environment"
+                       else "the reward would be the verifiers' alone")  # fmt: skip
+            what = (f"tools ({', '.join(t.names)}) but no environment (environment.name and environment.row_field "
+                    f"unset): a tool answers calls and gives no reward, and nothing else does, so {outcome}")
+        else:
+            what = ("no environment or tools: a single-turn rollout never reads environment.reward (the verifiers "
+                    "score every sample), so the setting would be ignored")
+        errs.append(f"environment.reward={e.reward} with {what}. Set environment.reward=verifiers (the recipe's "
+                    "verifiers score the final answer, as tools-only recipes do), or name an environment that "
+                    "returns rewards (environment.name)")  # fmt: skip
+    if not r.data.chat_template and (e.enabled or t.enabled):
+        uses = " and ".join(x for x in (f"environment.name={e.name}" if e.name else "",
+                                        f"environment.row_field={e.row_field}" if e.row_field else "",
+                                        f"tools.names={list(t.names)}" if t.enabled else "") if x)  # fmt: skip
+        errs.append(f"data.chat_template=false with {uses}: a multi-turn trajectory's later turns (the environment's "
+                    "and tools' messages, the model's replies) are chat turns rendered by the tokenizer's chat "
+                    "template, while chat_template=false gives the first prompt as raw text, so one sequence would "
+                    "mix raw text and chat turns. Set data.chat_template=true (a model with a chat template), or "
+                    "drop the environment and tools for a raw-text single-turn run")  # fmt: skip
     return errs
 
 

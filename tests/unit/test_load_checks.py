@@ -122,3 +122,40 @@ def test_an_environments_own_check_refuses_a_bad_feedback_verifier_at_load():
         preflight(_recipe(*env, "environment.args={verifier: mth}"))
     with pytest.raises(RecipeError, match=r"environment.args.args.*tolerence.*tolerance"):
         preflight(_recipe(*env, "environment.args={verifier: numeric, args: {tolerence: 0.1}}"))
+
+
+# -- issue 38: recipe checks at load (items 4, 5, 11, 12) --------------------------------------------------------
+
+
+def test_an_environment_reward_nothing_gives_is_refused_at_load():
+    """Issue 38 item 4: a tools-only recipe with environment.reward=environment loaded, and every reward was 0 (a
+    tool gives no reward; the rollout counts a missing environment reward as 0). Now refused, naming the keys and
+    the fix; ``both`` (the verifiers' alone) and a single-turn recipe (the key ignored) too; with an environment
+    named it loads."""
+    tools = ["tools.names=[calculator]", "environment.max_tokens=64"]
+    with pytest.raises(RecipeError) as e:
+        _recipe(*tools, "environment.reward=environment")
+    msg = str(e.value)
+    for words in ("environment.reward=environment with tools (calculator) but no environment", "every reward would "
+                  "be 0", "Set environment.reward=verifiers", "environment.name"):  # fmt: skip
+        assert words in msg
+    with pytest.raises(RecipeError, match=r"environment.reward=both with tools \(calculator\).*the verifiers' alone"):
+        _recipe(*tools, "environment.reward=both")
+    with pytest.raises(RecipeError, match=r"environment.reward=environment with no environment or tools.*ignored"):
+        _recipe("environment.reward=environment")
+    _recipe(*tools)  # the default (verifiers) loads
+    _recipe(*tools, "environment.name=feedback", "environment.reward=environment")
+
+
+def test_raw_text_prompts_with_chat_turns_are_refused_at_load():
+    """Issue 38 item 11: data.chat_template=false with an environment or tools loaded, and a trajectory mixed a
+    raw-text first prompt with chat-template turns. Now refused naming the keys; single-turn raw text loads."""
+    for keys, named in ((["environment.name=feedback"], "environment.name=feedback"),
+                        (["tools.names=[calculator]"], "tools.names=['calculator']")):  # fmt: skip
+        with pytest.raises(RecipeError) as e:
+            _recipe(*keys, "environment.max_tokens=64", "data.chat_template=false")
+        msg = str(e.value)
+        for words in (f"data.chat_template=false with {named}", "mix raw text and chat turns",
+                      "Set data.chat_template=true"):  # fmt: skip
+            assert words in msg
+    _recipe("data.chat_template=false")
