@@ -36,6 +36,12 @@ factorial (exact value over ``_exact.MAX_DIGITS`` = 10,000 digits, estimated bef
 evaluated: it equals only an answer that parses to the identical expression. ``exact=False`` restores
 math-verify's own comparison.
 
+Scientific notation (issue 38, item 19): before math-verify parses either side (:meth:`MathVerifier.read`),
+numbers written ``4.5e33``, ``4.5E33``, ``1e+05``, ``4.5 \\times 10^{33}`` are rewritten to their exact values
+(:mod:`rlvr_verifiers._scientific`), so math-verify no longer reads ``4.5e33`` as 4.5 * e * 33; Euler's e
+stays itself where it is one (``2e``, ``e^2``, ``4.5e``); ``2e+1`` is 2e + 1 when Euler's e appears elsewhere
+in the gold or the answer, else 20.
+
 Unit rule (item 12, ``units="number"``, the default): a gold or answer that is one number followed by a label
 (``9 (apples)``, ``5 cents``, ``12 km/h``: :func:`rlvr_verifiers.numeric.split_label`) is compared by its
 number; units are not converted. ``units="refuse"``: such a gold is refused at load (``rlvr.reward.golds``).
@@ -49,6 +55,7 @@ from __future__ import annotations
 import logging
 import re
 from rlvr.types import VerifyResult
+from rlvr_verifiers._scientific import mentions_euler, read_scientific
 from rlvr_verifiers.numeric import NUMBER_RE, UNITS, number_token, split_label
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
@@ -313,7 +320,8 @@ class MathVerifier:
     ``verify`` never raises: math-verify or sympy failures become reason ``error: <ExcType>: msg``.
     """
 
-    preload_modules = ("math_verify", "rlvr_verifiers.math", "rlvr_verifiers._exact")
+    preload_modules = ("math_verify", "rlvr_verifiers.math", "rlvr_verifiers._exact",
+                       "rlvr_verifiers._scientific")
     """Imported once by the scoring pool's fork server (see ``rlvr.reward.pool.ScoringPool``)."""
 
     def __init__(
@@ -366,12 +374,19 @@ class MathVerifier:
         found = split_label(answer, known)
         return found[0] if found else answer
 
+    def read(self, answer: str, euler: bool = False) -> list:
+        """``math_verify.parse`` of a cleaned answer (its own timeout off), scientific notation first rewritten
+        to exact values (:func:`rlvr_verifiers._scientific.read_scientific`; ``euler``: Euler's e is written
+        elsewhere in the comparison, so ``2e+1`` is 2e + 1). The one reading of gold and answer alike."""
+        return self._mv.parse(f"${read_scientific(answer, euler)}$", extraction_config=self._latex,
+                              parsing_timeout=None)
+
     def equivalent(self, gold_answer: str, answer: str) -> bool:
         """math-verify's verdict on two cleaned answers, gold first (case V1), with exact answers compared
         exactly (``exact``, module docstring); text equality (ignoring spaces and case) when math-verify
         extracts nothing from either."""
-        g = self._mv.parse(f"${gold_answer}$", extraction_config=self._latex, parsing_timeout=None)
-        p = self._mv.parse(f"${answer}$", extraction_config=self._latex, parsing_timeout=None)
+        euler = mentions_euler(gold_answer) or mentions_euler(answer)  # ambiguous ``2e+1`` read in context
+        g, p = self.read(gold_answer, euler), self.read(answer, euler)
         if g and p and self.exact:
             from rlvr_verifiers import _exact
 

@@ -8,6 +8,9 @@ Also the number-reading rules shared with :mod:`rlvr_verifiers.math`:
 - A minus sign belongs to the number only when it does not follow a word character, a closing bracket or a
   dot (``5-3`` holds 5 and 3, ``x = -3`` holds -3); the Unicode minus ``−`` counts as ``-``.
 - ``a/b`` is one number (a fraction); ``$`` (currency) and ``%`` around a number are ignored.
+- Scientific notation is one number: ``4.5e33``, ``1.6E-19``, ``1e+05`` (the exponent written with no space,
+  not followed by a letter or digit); ``numeric`` reads ``2e+1`` as 20 (Euler's e is the ``math`` verifier's
+  business: :mod:`rlvr_verifiers._scientific`). Before, ``1.6e-19`` held the numbers 1.6 and 19.
 - **Unit rule** (``units="number"``, the default of ``numeric`` and ``math``): a gold that is one number
   followed by a label (:func:`split_label`: ``9 (apples)``, ``5 cents``, ``12 km/h``, ``18 \\text{ dollars}``)
   is that number; the label is not compared and units are not converted (``180 minutes`` is not ``3 hours``).
@@ -29,6 +32,7 @@ from rlvr.types import VerifyResult
 NUMBER_RE = re.compile(
     r"(?<![\w.])(?:(?<![\w.)])-)?"  # a sign only after a non-word, non-')' character
     r"(?:(?:[1-9]\d{0,2}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|\.\d+)"  # thousands groups (V8) or digits (V6)
+    r"(?:[eE][+-]?\d+(?![\w]|\.\d))?"  # an exponent: 4.5e33, 1.6E-19, 1e+05 (issue 38, item 19)
     r"(?:/\d+(?:\.\d+)?)?"  # a/b
 )
 """One number token in free text (see the module docstring for the rules)."""

@@ -161,10 +161,11 @@ def math_gold_problem(verifier: Any, gold: str) -> str | None:
     The gold must not be a whole worked solution (:func:`solution_problem`); its answer
     (:meth:`MathVerifier.gold_answer`: its last box, cleaned; a trailing label dropped under ``units:
     number``) must be non-empty, must not be a number with a label under ``units: refuse``, must not be prose
-    (:func:`prose_problem`), and ``math_verify.parse`` of it must give an expression (a result with more
-    than the raw string; math-verify's own timeout off, like the verifier's).
+    (:func:`prose_problem`), and the verifier's reading of it (:meth:`MathVerifier.read`: ``math_verify.parse``
+    after scientific notation is rewritten, math-verify's own timeout off) must give an expression (a result
+    with more than the raw string).
     """
-    import math_verify
+    from rlvr_verifiers._scientific import mentions_euler
     from rlvr_verifiers.math import find_boxes
     from rlvr_verifiers.numeric import split_label
 
@@ -180,9 +181,7 @@ def math_gold_problem(verifier: Any, gold: str) -> str | None:
     prose = prose_problem(answer)
     if prose is not None:
         return prose
-    parsed = math_verify.parse(
-        f"${answer}$", extraction_config=[math_verify.LatexExtractionConfig()], parsing_timeout=None
-    )
+    parsed = verifier.read(answer, mentions_euler(answer))  # as the verifier reads it (scientific notation)
     if not any(not isinstance(p, str) for p in parsed):
         return "math_verify.parse finds no expression in it"
     return None
