@@ -581,6 +581,13 @@ def teacher_errors(r: Recipe) -> list[str]:
     if tc.threads < 1 or not tc.kv_cache_gib > 0 or not 0 < tc.gpu_memory_utilization <= 1:
         errs.append("teacher.threads must be >= 1, teacher.kv_cache_gib > 0 and teacher.gpu_memory_utilization in "
                     "(0, 1]")  # fmt: skip
+    temp = r.rollout.temperature
+    if needs and temp != 1.0 and temp > 0:  # issue 38 item 5 (temperature <= 0 is refused on its own)
+        errs.append(f"algorithm.advantage={al.advantage.name} with rollout.temperature={temp}: the teacher scores at "
+                    "temperature 1 (vLLM's prompt logprobs ignore a temperature, rlvr.rollout.teacher.TeacherWorker."
+                    f"score) while log p_S is the sampler's at {temp}, so the advantage log p_T - log p_S would "
+                    "compare two temperatures (a teacher equal to the student would still give a nonzero advantage). "
+                    "Set rollout.temperature=1.0")  # fmt: skip
     return errs
 
 

@@ -53,7 +53,8 @@ class DistillSettings:
     student_logprobs: Literal["rollout"] = "rollout"
     """The source of log p_S: ``rollout``, the sampling engine's own logprobs of the sampled tokens (at the rollout
     temperature), as the Thinking Machines write-up uses the sampler's logprobs; the trainer's recomputed ones are
-    not available before the update."""
+    not available before the update. The teacher scores at temperature 1 (vLLM's prompt logprobs ignore a
+    temperature), so the recipe check holds ``rollout.temperature`` at 1 (:func:`rlvr.recipe.teacher_errors`)."""
 
     def errors(self, recipe: Recipe, where: str) -> list[str]:
         errs = []

@@ -159,3 +159,18 @@ def test_raw_text_prompts_with_chat_turns_are_refused_at_load():
                       "Set data.chat_template=true"):  # fmt: skip
             assert words in msg
     _recipe("data.chat_template=false")
+
+
+def test_distillation_at_another_temperature_than_the_teachers_is_refused_at_load():
+    """Issue 38 item 5: on-policy distillation loaded with rollout.temperature=0.7, while the teacher scores at
+    temperature 1 (vLLM's prompt logprobs ignore a temperature) and log p_S is the sampler's at 0.7: the advantage
+    compared two temperatures. Now refused naming both keys and the fix; at 1.0 it loads."""
+    distill = ["algorithm.advantage=distill", "teacher.model=tiny-random"]
+    with pytest.raises(RecipeError) as e:
+        _recipe(*distill, "rollout.temperature=0.7")
+    msg = str(e.value)
+    for words in ("algorithm.advantage=distill with rollout.temperature=0.7", "the teacher scores at temperature 1",
+                  "Set rollout.temperature=1.0"):  # fmt: skip
+        assert words in msg
+    assert _recipe(*distill, "rollout.temperature=1.0").rollout.temperature == 1.0
+    _recipe("rollout.temperature=0.7")  # without distillation a temperature is the user's choice
