@@ -81,6 +81,12 @@ class DataConfig:
     """System message for the chat template (None: none)."""
     chat_template: bool = True
     """Apply the tokenizer's chat template (with the generation prompt)."""
+    chat_template_path: str | None = None
+    """The chat template to render with instead of the model tokenizer's own (TRL's ``chat_template_path``): a Jinja
+    file, or a template shipped in rlvr: ``chatml`` (turns ended by the eos token, history kept: the fix for
+    Qwen3-style templates that drop earlier reasoning and for Llama-3-style ones whose turn end is not the eos) or
+    ``mistral`` (Mistral's layout, tools before the first user message). Used for the prompts, every turn of a
+    multi-turn trajectory and ``rlvr eval``, and saved with the policy (:mod:`rlvr.data.chat_templates`)."""
     max_prompt_tokens: int = 256
     """Prompts longer than this (after templating) are dropped, with a logged count."""
     limit: int | None = None

@@ -10,6 +10,7 @@ folder with an editable install): see :func:`resolve_data_path`.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import logging
 import os
@@ -357,6 +358,58 @@ def _generated(cfg: DataConfig, seed: int) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------------------------------------------
+# the chat template (data.chat_template_path)
+
+
+def chat_template_text(value: str) -> str:
+    """The Jinja source ``value`` (``data.chat_template_path``) names: a template shipped in rlvr
+    (:data:`rlvr.data.chat_templates.BUILTIN`), else a file (``~`` expanded; a relative path is tried as data files
+    are: :func:`resolve_data_path`). A file is parsed here, so a syntax error is found at load.
+
+    Errors: :class:`~rlvr.config.RecipeError` naming ``data.chat_template_path``: no such name or file (the nearest
+    shipped name when one is near), a file that cannot be read, a template that does not parse (its line)."""
+    import jinja2
+
+    from rlvr.config import RecipeError
+    from rlvr.data.chat_templates import BUILTIN, KEY
+
+    if value in BUILTIN:
+        return BUILTIN[value]
+    path = resolve_data_path(value)
+    if path is None or not path.is_file():
+        near = difflib.get_close_matches(value, list(BUILTIN), n=1)
+        hint = f" Did you mean {near[0]!r}?" if near else ""
+        raise RecipeError(f"{KEY}={value!r}: no such file and not a template shipped in rlvr ({', '.join(BUILTIN)}); "
+                          f"give a Jinja file's path (relative paths are tried from the working directory, then from "
+                          f"the rlvr repository) or one of those names.{hint}")
+    try:
+        return _read_template(str(path), path.stat().st_mtime_ns)
+    except (OSError, UnicodeDecodeError) as e:
+        raise RecipeError(f"{KEY}={value!r}: cannot read {path}: {e}") from None
+    except jinja2.TemplateSyntaxError as e:
+        raise RecipeError(f"{KEY}={value!r}: {path} line {e.lineno} is not valid Jinja: {e.message}") from None
+
+
+@functools.lru_cache(maxsize=8)
+def _read_template(path: str, mtime_ns: int) -> str:
+    """The file's text, parsed once as Jinja (prompts are rendered per row: a file is read once per change)."""
+    import jinja2
+
+    text = Path(path).read_text(encoding="utf-8")
+    jinja2.Environment(extensions=["jinja2.ext.loopcontrols"]).parse(text)
+    return text
+
+
+def with_chat_template(tokenizer: Any, cfg: DataConfig) -> Any:
+    """``tokenizer`` with the run's chat template: ``cfg.chat_template_path``'s (:func:`chat_template_text`) set as
+    its ``chat_template`` (in place, so every later rendering and ``save_pretrained`` use it), or unchanged when the
+    key is None (its own). Returns ``tokenizer``. Errors: those of :func:`chat_template_text`."""
+    if cfg.chat_template_path is not None:
+        tokenizer.chat_template = chat_template_text(cfg.chat_template_path)
+    return tokenizer
+
+
+# ------------------------------------------------------------------------------------------------------
 # rows -> prompts
 
 
@@ -364,18 +417,21 @@ def render_prompt(question: str, tokenizer: Any, cfg: DataConfig) -> str:
     """The full prompt text for one question.
 
     ``cfg.prompt_template`` with ``{question}`` replaced literally (questions hold braces: no ``str.format``),
-    then the tokenizer's chat template (system message if ``cfg.system_prompt``, generation prompt added)
-    when ``cfg.chat_template``; without it, the raw text (after ``system_prompt + "\\n\\n"`` if one is set).
+    then the run's chat template (the tokenizer's, or ``cfg.chat_template_path``'s, set on ``tokenizer``:
+    :func:`with_chat_template`; system message if ``cfg.system_prompt``, generation prompt
+    added) when ``cfg.chat_template``; without it, the raw text (after ``system_prompt + "\\n\\n"`` if one is set).
 
-    Errors: ``ValueError`` when ``cfg.chat_template`` is set and the tokenizer has none.
+    Errors: ``ValueError`` when ``cfg.chat_template`` is set and the tokenizer has none;
+    :class:`~rlvr.config.RecipeError` for a ``cfg.chat_template_path`` that names no template.
     """
     user = cfg.prompt_template.replace("{question}", question)
     if not cfg.chat_template:
         return f"{cfg.system_prompt}\n\n{user}" if cfg.system_prompt else user
-    if not getattr(tokenizer, "chat_template", None):
+    if not getattr(with_chat_template(tokenizer, cfg), "chat_template", None):
         raise ValueError(
             f"the tokenizer ({getattr(tokenizer, 'name_or_path', type(tokenizer).__name__)}) has no chat template; "
-            "set data.chat_template=false to use the raw prompt text, or use an instruct model"
+            "set data.chat_template=false to use the raw prompt text, give one (data.chat_template_path: a Jinja "
+            "file or chatml), or use an instruct model"
         )
     return tokenizer.apply_chat_template(opening_messages(question, cfg), tokenize=False, add_generation_prompt=True)
 
@@ -401,6 +457,8 @@ def build_prompts(rows: list[dict[str, Any]], tokenizer: Any, cfg: DataConfig,
     ``add_special_tokens=False``, since the template already holds BOS (no doubled BOS); raw text gets the
     tokenizer's special tokens (its BOS) added. ``context``: (the model's context, the tokens after a prompt[,
     their recipe key]) when known, so that the advice for prompts that are all too long stays within what the context holds.
+    With ``cfg.chat_template``, ``cfg.chat_template_path``'s template (if set) is set on ``tokenizer`` first
+    (:func:`with_chat_template`).
     ``tools``: the recipe's tools listing (:class:`rlvr.tools.formats.ToolListing`), or None: with it each chat
     prompt is rendered as a trajectory's first prompt carries it (the template's ``tools=`` rendering, or the
     listing's system message: :meth:`rlvr.tools.runner.ToolRunner.reset`), so ``max_prompt_tokens`` counts the
@@ -412,6 +470,8 @@ def build_prompts(rows: list[dict[str, Any]], tokenizer: Any, cfg: DataConfig,
     """
     if not rows:
         raise ValueError("no rows to build prompts from; check data.source and data.limit")
+    if cfg.chat_template:  # the run's template: the tokenizer's, or data.chat_template_path's
+        with_chat_template(tokenizer, cfg)
     if tools is not None and cfg.chat_template:  # the opening as the tool environment renders it
         texts = [tokenizer.apply_chat_template(tools.opening(row_messages(r["row"]) or opening_messages(r["question"],
                                                                                                      cfg)),

@@ -11,7 +11,8 @@ import time
 from typing import Any, Callable
 
 from rlvr.config import DataConfig, EnvironmentConfig, ToolsConfig
-from rlvr.envs.tokens import ChatRenderer, Message
+from rlvr.envs.template_check import list_tools, tool_settings  # noqa: F401 - list_tools: re-exported (tests)
+from rlvr.envs.tokens import Message
 from rlvr.envs.turns import TurnSettings, run_turns
 from rlvr.metrics import names as mn
 from rlvr.types import Completion, Prompt, SamplingConfig
@@ -39,26 +40,21 @@ class TurnRollouts:
     submission order). ``env``: the recipe's ``environment`` section; ``data``: its ``data`` section (the opening
     of a row without ``messages``); ``max_new_tokens``: the most one turn samples (``rollout.max_new_tokens``).
 
-    Errors: ``ValueError`` when the model's tokenizer has no chat template or its template rewrites history
-    (:func:`rlvr.envs.tokens.check_template`); those of :class:`~rlvr.envs.pool.EnvPool`."""
+    Errors: :class:`~rlvr.config.RecipeError` (a ``ValueError``) when the run's chat template is missing or cannot
+    carry a trajectory token for token (:func:`rlvr.envs.template_check.checked_renderer`); those of
+    :class:`~rlvr.envs.pool.EnvPool`."""
 
     def __init__(self, env: EnvironmentConfig, data: DataConfig, max_new_tokens: int, model_dir: str,
                  tools: ToolsConfig | None = None) -> None:
         from transformers import AutoTokenizer
 
         from rlvr.envs.pool import EnvPool
-        from rlvr.envs.tokens import check_template
+        from rlvr.envs.template_check import checked_renderer
 
         self.env, self.data, self.tools = env, data, tools if tools is not None and tools.enabled else None
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        self.renderer = ChatRenderer(tokenizer)
-        listing = None
-        if self.tools is not None:  # the tools listed first: the probe renders what every prompt will carry
-            listing = list_tools(self.tools, self.renderer)
-        why = check_template(self.renderer, listing.system if listing is not None else None)
-        if why:
-            raise ValueError(f"the chat template of {model_dir} cannot carry a multi-turn trajectory token for token: "
-                             f"{why}; use a model whose template extends the conversation (environment.name)")
+        # the run's template (data.chat_template_path) with the tools listed, probed as --dry-run probes it
+        self.renderer, listing = checked_renderer(AutoTokenizer.from_pretrained(model_dir), data, env.enabled,
+                                                  self.tools, model_dir)  # fmt: skip
         e = env
         self.settings = TurnSettings(max_turns=e.max_turns, max_tokens=e.max_tokens, max_new_tokens=max_new_tokens,
                                      max_observation_tokens=e.max_observation_tokens,
@@ -113,28 +109,14 @@ class TurnRollouts:
             self.pool.close()
 
 
-def list_tools(tools: ToolsConfig, renderer: ChatRenderer) -> Any:
-    """The recipe's tools resolved and listed for the model (:func:`rlvr.tools.formats.tool_listing`): the call
-    format (``tools.format``, else the template's, else hermes), and the template's ``tools=`` rendering (set in
-    ``renderer.template_kwargs`` here, so every later rendering carries it) or, for a template without one, the
-    system text :class:`~rlvr.tools.runner.ToolRunner` adds to each opening."""
-    from rlvr.tools.formats import tool_listing
-
-    listing = tool_listing(tools.names, tools.format, renderer.tokenizer.chat_template)
-    renderer.template_kwargs.update(listing.template_kwargs())
-    return listing
-
-
 def tool_runner(tools: ToolsConfig, listing: Any, inner: Any) -> Any:
     """The recipe's tool environment (:class:`rlvr.tools.runner.ToolRunner`) around ``inner`` (the environment pool,
-    or None), for the tools ``listing`` (:func:`list_tools`) lists, on a new tool pool."""
+    or None), for the tools ``listing`` (:func:`rlvr.envs.template_check.list_tools`) lists, on a new tool pool."""
     from rlvr.tools.execute import ToolPool
-    from rlvr.tools.runner import ToolRunner, ToolSettings
+    from rlvr.tools.runner import ToolRunner
 
     pool = ToolPool(listing.tools, tools.num_workers, tools.timeout_s, tools.max_output_chars, tools.memory_mb)
-    settings = ToolSettings(fmt=listing.fmt, max_calls_per_turn=tools.max_calls_per_turn, system=listing.system,
-                            call_ids=listing.call_ids)  # fmt: skip
-    return ToolRunner(listing.tools, settings, pool, inner)
+    return ToolRunner(listing.tools, tool_settings(tools, listing), pool, inner)
 
 
 def tool_metrics(before: dict[str, float], after: dict[str, float], total_s: float) -> dict[str, float]:

@@ -18,7 +18,7 @@ silently drifted from what was sampled).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 Message = dict[str, Any]
 """One chat message in the Hugging Face format: ``{"role": "user" | "assistant" | "system" | "tool", "content": str}``."""
@@ -109,22 +109,66 @@ class ChatRenderer:
         nxt = self.render(history + [asst_msg] + list(new), generation_prompt=True)
         if not nxt.startswith(with_asst):
             return Between([], False, "the template rewrites earlier turns when the conversation grows (history "
-                                      "is not a prefix of the longer rendering)")
+                                      f"is not a prefix of the longer rendering: {_first_difference(with_asst, nxt)})")
         return Between(self.encode(closing + nxt[len(with_asst):]), True)
 
 
-PROBE_REPLY = "<think>\nFirst, 2 + 2 = 4.\n</think>\n\nThe answer is 4."
-"""An assistant reply with a reasoning block, as reasoning models write them: templates that strip earlier turns'
-reasoning (Qwen3-style) show it on the next turn."""
+def _first_difference(shorter: str, longer: str) -> str:
+    """Where ``longer`` stops starting with ``shorter``: the character index and 30 characters of each from there."""
+    i = next((k for k, (a, b) in enumerate(zip(shorter, longer)) if a != b), min(len(shorter), len(longer)))
+    return f"at character {i} {shorter[i:i + 30]!r} became {longer[i:i + 30]!r}"
 
 
-def check_template(renderer: ChatRenderer, system: str | None = None) -> str | None:
-    """None when the chat template extends a conversation through one assistant turn with reasoning and one user
-    turn (the prefix property, :meth:`ChatRenderer.between`); else the reason. Multi-turn recipes are refused at
-    load with it (``rlvr.runtime.checks``), naming the template's model. The probe renders with the renderer's
-    ``template_kwargs`` (a recipe's ``tools=``: set them first) and, when given, starts with the ``system`` message
-    (the tools' listing for a template that does not render ``tools``)."""
-    history = ([{"role": "system", "content": system}] if system else []) + \
-        [{"role": "user", "content": "What is 2 + 2?"}]
-    b = renderer.between(history, PROBE_REPLY, True, [{"role": "user", "content": "Are you sure?"}])
-    return None if b.prefix_ok else b.reason
+PROBE_REASONING = "<think>\nFirst, 2 + 2 = 4.\n</think>\n\n"
+"""A reasoning block, as reasoning models write them, that starts every probe reply: templates that strip earlier
+turns' reasoning (Qwen3-style) show it on the next turn."""
+PROBE_REPLY = PROBE_REASONING + "The answer is 4."
+"""The probe's final answer (a reply without a tool call)."""
+PROBE_SYSTEM = "You are a careful assistant."
+"""The probe's system message when the run gives none (:func:`probe_opening`)."""
+PROBE_QUESTION = "What is 2 + 2?"
+PROBE_FOLLOWUP: Message = {"role": "user", "content": "Are you sure?"}
+"""What the probe's environment says after a reply (an environment's message is a user turn)."""
+
+ToolRound = tuple[str, Callable[[list[Message], str], list[Message]]]
+"""A probe's tool round: (a reply calling a tool, in the run's call format; a function of (history, reply) giving
+the ``tool`` messages the run's tool environment appends for it)."""
+
+
+def probe_opening(system: str | None = None) -> list[Message]:
+    """The probe's opening: a system message (``system``, else :data:`PROBE_SYSTEM`: a template that drops or moves
+    a system message once the conversation grows is found whether or not the recipe sets one, since rows and
+    environments may bring one), then the user's question."""
+    return [{"role": "system", "content": system or PROBE_SYSTEM}, {"role": "user", "content": PROBE_QUESTION}]
+
+
+def check_template(renderer: ChatRenderer, opening: list[Message] | None = None, tool_round: ToolRound | None = None,
+                   environment: bool = True) -> str | None:
+    """None when the chat template carries the probe trajectory token for token; else the reason. The probe is the
+    trajectory a run makes, every reply starting with a reasoning block (:data:`PROBE_REASONING`): from ``opening``
+    (default :func:`probe_opening`), with ``tool_round`` two rounds of a reply calling a tool and the ``tool``
+    messages answering it (a second round: templates that check role order fail on the reply after a tool
+    message), then, with ``environment`` (or without tools), a final answer and the environment's user message
+    (:data:`PROBE_FOLLOWUP`). Each reply is checked as the turn loop checks it (:meth:`ChatRenderer.between`, the
+    reply closed by the eos token); a template that raises while rendering the probe is refused with its error.
+    The renderer's ``template_kwargs`` are used (a recipe's ``tools=``: set them first). The load-time check of a
+    multi-turn recipe (:func:`rlvr.envs.template_check.checked_renderer`, for the run and ``--dry-run`` alike)."""
+    history = [dict(m) for m in (opening if opening is not None else probe_opening())]
+    rounds: list[tuple[str, Callable[[list[Message], str], list[Message]], str]] = []
+    if tool_round is not None:
+        call, respond = tool_round
+        rounds += [(PROBE_REASONING + call, respond, "a reply calling a tool, answered by its tool message")] * 2
+    if environment or tool_round is None:
+        rounds.append((PROBE_REPLY, lambda h, r: [dict(PROBE_FOLLOWUP)], "a final reply answered by an "
+                                                                        "environment's user message"))
+    for k, (reply, respond, what) in enumerate(rounds):
+        where = f"probe turn {k + 1}, {what}"
+        try:
+            new = respond(history, reply)
+            b = renderer.between(history, reply, True, new)
+        except Exception as e:  # noqa: BLE001 - a user's Jinja can raise anything: the reason, not a crash
+            return f"the template fails to render {where}: {type(e).__name__}: {e}"
+        if not b.prefix_ok:
+            return f"{b.reason} (at {where})"
+        history = history + [{"role": "assistant", "content": reply}] + new
+    return None

@@ -7,6 +7,8 @@ to change and the value that fits.
 - :func:`load_prompts`: the data load the run itself uses (:func:`rlvr.runtime.controller.train`): rows, their
   golds (``data.bad_gold``, ``timeouts.gold_check_s``), prompts tokenised and filtered by length.
 - :func:`build_verifiers`: every rule verifier built with its args, in this process.
+- :func:`check_chat_template`: a multi-turn recipe's chat template probed with the run's own check
+  (:func:`rlvr.envs.template_check.checked_renderer`, which the run's :class:`~rlvr.envs.rollout.TurnRollouts` calls).
 - :func:`dry_run` (``rlvr train --dry-run``): all of the above with the tokenizer and the model's config only (no
   Ray, no engine, no weights), one line per thing checked; so a green dry run means the run's own loading passes.
 - :func:`memory_lines` (``--dry-run`` too): the memory model per role and device (:mod:`rlvr.runtime.memory`).
@@ -32,7 +34,8 @@ def preflight(recipe: Recipe, *, model_optional: bool = False) -> list[str]:
     (:func:`rlvr.reward.base.check_verifier_args`), the data source and validation source exist (or may be
     ``datasets`` names), the model name is embedded, a folder, or a hub id, and its context holds a prompt and its
     response (:func:`check_context`; reads the model's config, building an embedded model on first use), and
-    ``trainer.lora``'s targets and rank against the model's modules (:func:`rlvr.train.lora.check_lora`).
+    ``trainer.lora``'s targets and rank against the model's modules (:func:`rlvr.train.lora.check_lora`), and
+    ``data.chat_template_path`` names a template (:func:`rlvr.data.datasets.chat_template_text`).
     ``model_optional`` (``--dry-run``): a model whose config cannot be read here (a hub id neither cached nor
     reachable) is a ``not checked`` line instead of an error. Returns one line per check made (``checked: ...``)
     or skipped (``not checked: ...``).
@@ -79,6 +82,11 @@ def _preflight(recipe: Recipe, model_optional: bool) -> tuple[list[str], tuple[s
             raise FileNotFoundError(f"{key}={source!r}: no such file (relative paths are tried from the working "
                                     f"directory, then from the rlvr repository); fix the path.{hint}")
     lines = [f"checked: verifier args {', '.join(f'reward.verifiers[{i}]' for i, _ in rules)} fit their constructors"]
+    if recipe.data.chat_template_path is not None:  # the file or shipped name is read and parses as Jinja
+        from rlvr.data.datasets import chat_template_text
+
+        chat_template_text(recipe.data.chat_template_path)
+        lines.append(f"checked: data.chat_template_path {recipe.data.chat_template_path} reads as a Jinja template")
     if recipe.environment.name is not None:  # multi-turn: the environment resolves and takes its args
         from rlvr.envs.runner import resolve_environment
         from rlvr.registry import check_kwargs
@@ -279,8 +287,29 @@ def build_verifiers(recipe: Recipe) -> str:
     return f"checked: verifiers {', '.join(s.name for _, s in rules)} built"
 
 
+def check_chat_template(recipe: Recipe, tokenizer: Any) -> str | None:
+    """The chat template of a multi-turn recipe (``environment`` or ``tools``) probed by the check the run makes
+    when it starts its turns (:func:`rlvr.envs.template_check.checked_renderer`: a system message, the tools
+    listing, tool calls in ``tools.format`` answered by tool messages, an environment's user message), on
+    ``tokenizer`` (the model's; ``data.chat_template_path``'s template is set on it). Returns the line saying what
+    was checked; None for a single-turn recipe (its template renders prompts only: :func:`load_prompts`).
+
+    Errors: :class:`~rlvr.config.RecipeError` with the reason and the fix (``data.chat_template_path``)."""
+    from rlvr.envs.template_check import checked_renderer
+
+    r = recipe
+    if not (r.environment.enabled or r.tools.enabled):
+        return None
+    _, listing = checked_renderer(tokenizer, r.data, r.environment.enabled, r.tools, r.model.path)
+    which = f"data.chat_template_path={r.data.chat_template_path}" if r.data.chat_template_path else r.model.path
+    parts = ["a system message"] + ([f"tool calls ({listing.fmt}) and tool messages"] if listing else []) + \
+        (["an environment's user message"] if r.environment.enabled else [])
+    return f"checked: chat template ({which}) carries a trajectory token for token ({', '.join(parts)})"
+
+
 def dry_run(recipe: Recipe) -> list[str]:
-    """``rlvr train --dry-run``: :func:`preflight`, then the data loaded as the run loads it (:func:`load_prompts`,
+    """``rlvr train --dry-run``: :func:`preflight`, then a multi-turn recipe's chat template probed as the run
+    probes it (:func:`check_chat_template`), the data loaded as the run loads it (:func:`load_prompts`,
     and the validation prompts when ``validation.every_steps``) with the model's tokenizer, and every verifier
     built (:func:`build_verifiers`); no Ray, no engine, no weights. Where the model is not available here (a hub
     id neither cached nor reachable) the rows and golds are still checked, and the prompt lengths are a
@@ -299,12 +328,17 @@ def dry_run(recipe: Recipe) -> list[str]:
         lines += [f"checked: data {r.data.source}: {len(rows)} rows, golds usable {report.kept}/{report.total} "
                   f"(verifier {report.verifier})",
                   f"{NOT_CHECKED} prompt lengths (data.max_prompt_tokens): the model's tokenizer is not available here"]
+        if r.environment.enabled or r.tools.enabled:
+            lines.append(f"{NOT_CHECKED} the chat template's multi-turn probe: the model's tokenizer is not "
+                         "available here")
     else:
         from transformers import AutoTokenizer
 
         from rlvr.runtime.validation import validation_prompts
 
         tokenizer = AutoTokenizer.from_pretrained(model[0])
+        template_line = check_chat_template(r, tokenizer)  # the run's own template check (TurnRollouts)
+        lines += [template_line] if template_line else []
         lines.append(load_prompts(r, tokenizer, model[1])[1])
         if r.validation.every_steps:
             va = r.validation

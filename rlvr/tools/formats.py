@@ -5,7 +5,10 @@
 - ``llama3``: the whole reply is a JSON object ``{"name": ..., "parameters": {...}}`` (Llama-3.1/3.2/3.3's JSON tool
   calling), optionally after ``<|python_tag|>``; several objects may be separated by ``;``;
 - ``mistral``: ``[TOOL_CALLS]`` then a JSON list ``[{"name": ..., "arguments": {...}}, ...]`` (or the newer
-  ``[TOOL_CALLS]name[ARGS]{...}`` form).
+  ``[TOOL_CALLS]name[ARGS]{...}`` form). ``[TOOL_CALLS]`` is a special token of Mistral's tokenizers, which the
+  engines' text leaves out (vLLM's and transformers' ``skip_special_tokens``), so a reply that is only such a JSON
+  list of calls (each an object with a ``"name"``) is read as calls too, as ``llama3`` reads a reply without its
+  ``<|python_tag|>``.
 
 A reply holds calls (each parsed, or the reason it is malformed) or none (a final answer). Parsing never raises:
 model output is untrusted. :func:`detect_format` picks the format from a chat template's source.
@@ -110,10 +113,25 @@ def _llama3(text: str) -> list[ParsedCall]:
 _MISTRAL_NAMED = re.compile(r"\s*([A-Za-z_][\w.-]*)\s*(?:\[CALL_ID\]\s*(\S+?)\s*)?\[ARGS\]")
 
 
+def _bare_mistral_list(text: str) -> list[ParsedCall]:
+    """The calls of a reply that is only a JSON list of call objects (``[TOOL_CALLS]`` dropped by the engine's
+    text); ``[]`` (a final answer) for anything else, however it starts."""
+    body = text.strip()
+    if not body.startswith("["):
+        return []
+    try:
+        value, end = json.JSONDecoder().raw_decode(body)
+    except json.JSONDecodeError:
+        return []
+    if body[end:].strip() or not value or not all(isinstance(v, dict) and "name" in v for v in value):
+        return []
+    return [_from_object(obj, json.dumps(obj), ("arguments", "parameters")) for obj in value]
+
+
 def _mistral(text: str) -> list[ParsedCall]:
     at = text.find("[TOOL_CALLS]")
     if at < 0:
-        return []
+        return _bare_mistral_list(text)
     rest = text[at + len("[TOOL_CALLS]"):]
     out: list[ParsedCall] = []
     if rest.lstrip().startswith("["):
@@ -155,11 +173,12 @@ def parse_calls(text: str, fmt: str) -> list[ParsedCall]:
 
 def detect_format(chat_template: str | None) -> str | None:
     """The call format a chat template teaches its model, from its source: ``<tool_call>`` -> hermes,
-    ``[TOOL_CALLS]`` -> mistral, ``<|python_tag|>`` or an ``ipython`` role -> llama3; None when it names none."""
+    ``[TOOL_CALLS]``, ``[AVAILABLE_TOOLS]`` or ``[TOOL_RESULTS]`` -> mistral, ``<|python_tag|>`` or an ``ipython``
+    role -> llama3; None when it names none."""
     src = chat_template or ""
     if "<tool_call>" in src:
         return "hermes"
-    if "[TOOL_CALLS]" in src:
+    if any(m in src for m in ("[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[TOOL_RESULTS]")):
         return "mistral"
     if "<|python_tag|>" in src or "ipython" in src:
         return "llama3"
@@ -179,6 +198,17 @@ _HOWTO = {
     "mistral": 'To call functions, reply with [TOOL_CALLS] followed by a JSON list: [TOOL_CALLS][{"name": '
                '<function-name>, "arguments": <args-json-object>}]',
 }  # fmt: skip
+
+
+def example_call(name: str, arguments: dict[str, Any], fmt: str) -> str:
+    """A reply that calls ``name`` with ``arguments`` in ``fmt``, written as the format's how-to teaches it
+    (:data:`_HOWTO`): what the load-time template check (:func:`rlvr.envs.template_check.checked_renderer`) has
+    the model reply, so the probe renders the replies the run will. :func:`parse_calls` reads it back."""
+    if fmt == "hermes":
+        return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
+    if fmt == "llama3":
+        return json.dumps({"name": name, "parameters": arguments})
+    return "[TOOL_CALLS]" + json.dumps([{"name": name, "arguments": arguments}])
 
 
 def describe_tools(schemas: list[dict[str, Any]], fmt: str) -> str:
@@ -243,14 +273,18 @@ def tool_listing(names: tuple[str, ...] | list[str], fmt: str, chat_template: st
 
 
 def recipe_tool_listing(tools: Any, data: Any, tokenizer: Any) -> ToolListing | None:
-    """The listing of a ``tools`` section (:class:`~rlvr.config.ToolsConfig`) for ``tokenizer``'s chat template
-    (:func:`tool_listing`), so that prompt lengths count the tool schemas the first prompt carries (training, its
-    validation, ``rlvr eval``); None without tools or when ``data`` (:class:`~rlvr.config.DataConfig`) renders no
-    chat template. Errors: :class:`~rlvr.config.RecipeError` naming ``tools.names`` when a tool does not resolve."""
+    """The listing of a ``tools`` section (:class:`~rlvr.config.ToolsConfig`) for the run's chat template (the
+    tokenizer's, or ``data.chat_template_path``'s, which is set on ``tokenizer``:
+    :func:`rlvr.data.datasets.with_chat_template`) (:func:`tool_listing`), so that prompt lengths count the
+    tool schemas the first prompt carries (training, its validation, ``rlvr eval``); None without tools or when
+    ``data`` (:class:`~rlvr.config.DataConfig`) renders no chat template. Errors: :class:`~rlvr.config.RecipeError`
+    naming ``tools.names`` when a tool does not resolve, those of ``with_chat_template``."""
     if not tools.enabled or not data.chat_template:
         return None
     from rlvr.config import RecipeError
+    from rlvr.data.datasets import with_chat_template
 
+    with_chat_template(tokenizer, data)  # the run's template (data.chat_template_path) decides format and listing
     try:
         return tool_listing(tools.names, tools.format, getattr(tokenizer, "chat_template", None))
     except (KeyError, ImportError, AttributeError, TypeError, ValueError, OSError) as e:

@@ -636,7 +636,8 @@ class PolicyWorker:
         return float(sum(float(t.double().sum()) for _, t in self._named_weights()))
 
     def save_pretrained(self, out_dir: str) -> str:
-        """Save the policy in Hugging Face format (safetensors + config + tokenizer files) under ``out_dir``; under
+        """Save the policy in Hugging Face format (safetensors + config + tokenizer files, with the run's chat
+        template: ``data.chat_template_path``'s when set) under ``out_dir``; under
         LoRA the merged weights (:meth:`_named_weights`), and the PEFT adapter folder in ``out_dir/adapter``
         (``adapter_config.json``, ``adapter_model.safetensors``: ``PeftModel.from_pretrained(base, that folder)``)."""
         state = {n: t.cpu() for n, t in self._named_weights()}
@@ -648,7 +649,9 @@ class PolicyWorker:
         lora.inner(self.module).save_pretrained(str(tmp), state_dict=state, safe_serialization=True)
         if self.lora:
             self.module.save_pretrained(str(tmp / "adapter"))
-        AutoTokenizer.from_pretrained(self.model_dir).save_pretrained(str(tmp))
+        from rlvr.data.datasets import with_chat_template  # the run's template (data.chat_template_path) goes along
+
+        with_chat_template(AutoTokenizer.from_pretrained(self.model_dir), self.recipe.data).save_pretrained(str(tmp))
         cfg_path = tmp / "config.json"
         cfg = json.loads(cfg_path.read_text())
         cfg["torch_dtype"] = cfg["dtype"] = self.recipe.model.dtype
