@@ -229,6 +229,14 @@ class EnvironmentConfig:
     """Hard wall-clock limit per environment call (reset or step); past it the trajectory ends (``env: timeout``)."""
     memory_mb: int | None = 2048
     """Address-space limit of each environment worker process (MiB; None: no limit)."""
+    warn_failure_frac: float | None = 0.25
+    """Warn on the console when at least this share of a step's trajectories ends on an environment failure
+    (``env: ...``), ends ``prefix_broken``, or has a call of one tool fail (it raised, timed out or crashed), with
+    the share, the commonest reason and an example: once per kind (per tool), then again only when its share is
+    0.1 above the share last warned about (``rlvr.envs.watch.TrajectoryWatch``; tools-only recipes too). Each
+    failure's whole text (an environment's traceback) goes to ``RUN/train.log`` whatever the share. None: never
+    warn (``rollout/env_failed_frac``, ``rollout/prefix_broken_frac``, ``tools/<tool>/<outcome>`` are in
+    ``metrics.jsonl`` either way)."""
 
     @property
     def enabled(self) -> bool:

@@ -334,6 +334,10 @@ def environment_errors(r: Recipe) -> list[str]:
                     "(0, 1]")
     if e.memory_mb is not None and e.memory_mb < 256:
         errs.append("environment.memory_mb must be >= 256 or null for no limit")
+    w = e.warn_failure_frac
+    if w is not None and not 0 < w <= 1:
+        errs.append(f"environment.warn_failure_frac={w} must be in (0, 1] (the share of a step's trajectories that may "
+                    "fail before a warning; e.g. 0.25), or null to never warn")  # fmt: skip
     return errs
 
 

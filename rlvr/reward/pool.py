@@ -330,25 +330,48 @@ _ADVICE = {
 }
 
 
-class FailureWatch:
-    """Warns on the console (logger ``rlvr``) when a verifier fails (errs, returns no valid score, times out or
-    crashes: :func:`failure_kind`) on at least ``threshold`` of a step's samples, naming the step, the verifier's
-    key, the share, the failures by kind, the most frequent reason and the fix.
-
-    Not repeated without bound: per verifier key, the first step at or over the threshold warns; a later step
-    warns again only when its share is at least :data:`WORSE_BY` above the share last warned about (so at most
-    ``(1 - threshold) / WORSE_BY + 1`` warnings per verifier per run). A share that falls and climbs back to a
-    level already warned about stays quiet: every step's shares are in ``metrics.jsonl``. ``threshold`` None:
-    never warns. Errors: ``ValueError`` for a threshold outside (0, 1].
-    """
+class ShareWatch:
+    """When a share of a step's samples failing is worth a console warning (the policy of :class:`FailureWatch`
+    and of the trajectories' :class:`rlvr.envs.watch.TrajectoryWatch`): per key, the first step at or over
+    ``threshold`` warns; a later step warns again only when its share is at least :data:`WORSE_BY` above the share
+    last warned about (so at most ``(1 - threshold) / WORSE_BY + 1`` warnings per key per run). A share that falls
+    and climbs back to a level already warned about stays quiet: every step's shares are in ``metrics.jsonl``.
+    ``threshold`` None: never warns. ``setting``: the recipe key of the threshold, named in the warnings.
+    Errors: ``ValueError`` for a threshold outside (0, 1]."""
 
     WORSE_BY = 0.1
 
-    def __init__(self, threshold: float | None, setting: str = "reward.warn_error_frac") -> None:
+    def __init__(self, threshold: float | None, setting: str) -> None:
         if threshold is not None and not 0 < threshold <= 1:
             raise ValueError(f"{setting}={threshold:g} must be in (0, 1] (e.g. 0.25), or null to never warn")
         self.threshold, self.setting = threshold, setting
-        self.warned: dict[str, float] = {}  # verifier key -> the share last warned about
+        self.warned: dict[str, float] = {}  # key -> the share last warned about
+
+    def due(self, key: str, share: float) -> bool:
+        """True when ``share`` of ``key`` is to be warned about now (then remembered as the share warned about)."""
+        last = self.warned.get(key, -1.0)
+        if self.threshold is None or share < self.threshold or share < last + self.WORSE_BY - 1e-9:
+            return False
+        self.warned[key] = share
+        return True
+
+    def again(self, share: float) -> str:
+        """The warning's closing note: the setting and when the next warning for the key would come."""
+        nxt = (f"next warning for it only at {min(1.0, share + self.WORSE_BY):.0%} or more" if share < 1
+               else "no further warnings for it")  # fmt: skip
+        return f"({self.setting}={self.threshold:g}; {nxt})"
+
+
+class FailureWatch(ShareWatch):
+    """Warns on the console (logger ``rlvr``) when a verifier fails (errs, returns no valid score, times out or
+    crashes: :func:`failure_kind`) on at least ``threshold`` of a step's samples, naming the step, the verifier's
+    key, the share, the failures by kind, the most frequent reason and the fix; per verifier key, not repeated
+    without bound (:class:`ShareWatch`). ``threshold`` None: never warns. Errors: ``ValueError`` for a threshold
+    outside (0, 1].
+    """
+
+    def __init__(self, threshold: float | None, setting: str = "reward.warn_error_frac") -> None:
+        super().__init__(threshold, setting)
 
     def check(self, step: int, scored: Sequence[Scored]) -> list[str]:
         """Warn about the verifiers of ``scored`` (one step's B samples) past the threshold; returns the messages
@@ -359,18 +382,15 @@ class FailureWatch:
         for key in scored[0].results:
             failed = [s.results[key] for s in scored if key in s.results and failure_kind(s.results[key])]
             share = len(failed) / b
-            if share < self.threshold or share < self.warned.get(key, -1.0) + self.WORSE_BY - 1e-9:
+            if not self.due(key, share):
                 continue
-            self.warned[key] = share
             kinds = collections.Counter(failure_kind(r) for r in failed)
             counts = ", ".join(f"{n} {kind}{'s' if n > 1 else ''}" for kind, n in kinds.items())
             example = collections.Counter(r.reason for r in failed).most_common(1)[0][0]
             advice = "; ".join(_ADVICE[k] for k in kinds)
-            again = (f"next warning for it only at {min(1.0, share + self.WORSE_BY):.0%} or more" if share < 1
-                     else "no further warnings for it")  # fmt: skip
             msg = (f"step {step}: verifier {key!r} failed on {share:.0%} of the step's samples ({len(failed)} of {b}: "
                    f"{counts}), each scored 0 by it; e.g. {example!r}. {advice[0].upper()}{advice[1:]}. "
-                   f"({self.setting}={self.threshold:g}; {again})")  # fmt: skip
+                   f"{self.again(share)}")  # fmt: skip
             log.warning(msg)
             out.append(msg)
         return out

@@ -72,7 +72,7 @@ MAY_CHANGE_ON_RESUME = (
     "run.save_final",
     "rollout.num_engines", "rollout.kv_cache_gib", "rollout.gpu_memory_utilization", "rollout.enforce_eager",
     "rollout.num_gpus", "rollout.threads", "rollout.cpus",
-    "reward.num_workers", "reward.warn_error_frac",
+    "reward.num_workers", "reward.warn_error_frac", "environment.warn_failure_frac",
     "trainer.threads", "trainer.cpus", "trainer.num_gpus", "trainer.micro_batch_size", "trainer.gradient_checkpointing",
     "critic.threads", "critic.num_gpus", "critic.micro_batch_size",
     "sync.", "metrics.", "checkpoint.",

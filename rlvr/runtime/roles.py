@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.config import Recipe
+from rlvr.envs.watch import TrajectoryWatch
 from rlvr.metrics import names as mn
 from rlvr.reward.judge import JUDGE, NOT_JUDGED, JudgeItem, judge_keys, merge_judged, rule_specs, selected, settings_of
 from rlvr.reward.pool import FailureWatch, Scored, verifier_keys
@@ -173,6 +174,9 @@ class Roles:
         self.turns: Any = None  # rlvr.envs.rollout.TurnRollouts with an environment (multi-turn), set in _start
         self.step = 0  # the step the loop is on (named in timeout errors); set by train()
         self.failures = FailureWatch(r.reward.warn_error_frac)  # warns on verifiers failing a step's samples
+        # warns on environments, the template or tools failing a step's trajectories; their texts to train.log
+        multi_turn = r.environment.enabled or r.tools.enabled  # the key is checked at load only then
+        self.trajectory_failures = TrajectoryWatch(r.environment.warn_failure_frac if multi_turn else None)
         try:
             self._start(model_dir, env)
         except BaseException:  # a role that fails to start: stop every role, group and thread started so far

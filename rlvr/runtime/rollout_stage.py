@@ -111,6 +111,7 @@ def finish_rollout(started: Started, roles: "Roles", prompts: list[Prompt], samp
     step, batch_prompts = started.step, started.prompts
     completions, scored, timings = roles.finish_rollout(started.pending)
     roles.failures.check(step, scored)  # a console warning when a verifier fails many samples (reward.warn_error_frac)
+    roles.trajectory_failures.check(step, completions)  # failure texts to train.log; environment.warn_failure_frac
     metrics = rollout_metrics(completions, scored, r.pass_k, r.rollout.samples_per_prompt, primary=primary)
     rows = sample_rows(batch_prompts, completions, scored, primary, n_rows) if n_rows else []
     rewards = shaped_rewards(completions, scored, r)  # [P, G]

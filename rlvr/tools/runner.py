@@ -154,7 +154,8 @@ class ToolRunner:
                 elif self.settings.call_ids:
                     msg["tool_call_id"] = call_id(len(history), k, call.raw)
                 msgs.append(msg)
-                shown.append({"call": call.raw[:200], "status": status, "result": text[:200]})
+                shown.append({"name": call.name or "unknown", "call": call.raw[:200], "status": status,
+                              "result": text[:200]})
             out.append((ToolState(state.inner, instances[i]), EnvStep(msgs, None, False, {"tool_calls": shown})))
         return out
 

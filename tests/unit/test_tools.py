@@ -100,8 +100,8 @@ def test_hermes_call_on_qwen_template(pool, tools):
     between = ids("\n<|im_start|>user\n<tool_response>\n5\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
     _check_two_turns(t, engine, prompt, call, between, "5", VOCAB["<|im_end|>"])
     assert t.messages[2] == {"role": "tool", "name": "add", "content": "5"}
-    assert t.info[0]["tool_calls"] == [{"call": "<tool_call>\n" + call[12:-13] + "\n</tool_call>", "status": "ok",
-                                        "result": "5"}]
+    assert t.info[0]["tool_calls"] == [{"name": "add", "call": "<tool_call>\n" + call[12:-13] + "\n</tool_call>",
+                                        "status": "ok", "result": "5"}]
     # the whole conversation rendered at once gives the same ids (the last turn's closing "\n" was never sampled)
     assert prompt + t.seq.ids == renderer.encode(renderer.render(t.messages, generation_prompt=False))[:-1]
     assert runner.counters()["add/ok"] == 1 and runner.counters()["calls"] == 1

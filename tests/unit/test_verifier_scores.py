@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from rlvr.config import RecipeError, VerifierSpec
+from rlvr.envs.watch import TrajectoryWatch
 from rlvr.metrics import names as mn
 from rlvr.metrics.samples import sample_rows
 from rlvr.recipe import load_recipe
@@ -154,6 +155,7 @@ def test_the_step_loop_checks_each_rollout_it_collects(caplog) -> None:
     err = "error: ValueError: bad"
     scored = _step({"math": [err, None, err]}, b=4)
     roles = types.SimpleNamespace(failures=FailureWatch(r.reward.warn_error_frac),
+                                  trajectory_failures=TrajectoryWatch(r.environment.warn_failure_frac),
                                   finish_rollout=lambda pending: (_completions(["x"] * 4), scored, {}))  # fmt: skip
     prompts = [Prompt(index=0, text="q", prompt_ids=[1], gold="g")]
     with caplog.at_level(logging.WARNING, logger="rlvr"):
