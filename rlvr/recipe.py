@@ -275,6 +275,73 @@ def gpu_errors(r: Recipe) -> list[str]:
     return errs
 
 
+def gpu_sharing_errors(r: Recipe) -> list[str]:
+    """Roles that would share a GPU they cannot share, refused at load (none apply on CPU). Ray packs fractional
+    ``num_gpus`` onto one GPU where they fit (their sum <= 1), in whatever order the roles start, so each rule
+    holds for every set of processes that fits on one GPU (:func:`rlvr.runtime.memory.gpu_processes`):
+
+    - trainer ranks: with ``trainer.num_workers`` >= 2 and ``0 < trainer.num_gpus <= 0.5`` two ranks fit on one
+      GPU, and their data-parallel group is NCCL on CUDA (:mod:`rlvr.train.policy`), which refuses two ranks on one
+      device (:data:`DUPLICATE_GPU`).
+    - vLLM engines (rollout workers, the teacher's, the judge's): each reserves ``gpu_memory_utilization`` of the
+      whole card when it starts, so the shares of the engines that fit on one GPU must sum below 1 (a sum of 1 or
+      more fails at the second engine's start, and the memory model has no card for it); and
+      ``rollout.gpu_memory_utilization`` must be in (0, 1] (the teacher's and judge's are checked with their
+      sections).
+    """
+    from rlvr.reward.judge import JUDGE
+    from rlvr.runtime.memory import gpu_processes
+
+    errs: list[str] = []
+    tr, ro = r.trainer, r.rollout
+    if not 0 < ro.gpu_memory_utilization <= 1:
+        errs.append(f"rollout.gpu_memory_utilization={ro.gpu_memory_utilization} must be in (0, 1] (vLLM's share of "
+                    "the GPU's memory per engine worker; e.g. 0.4)")  # fmt: skip
+    if tr.num_workers >= 2 and 0 < tr.num_gpus <= 0.5:
+        errs.append(f"trainer.num_gpus={tr.num_gpus:g} with trainer.num_workers={tr.num_workers}: Ray packs fractional "
+                    f"GPUs, so {min(tr.num_workers, int(1 / tr.num_gpus))} trainer ranks would share one GPU, and the "
+                    f"trainer's data-parallel group is NCCL on a GPU: {DUPLICATE_GPU}. Set trainer.num_gpus: 1 (a GPU "
+                    "per rank; a fraction above 0.5 also keeps ranks apart, leaving the rest to an engine), or "
+                    "trainer.num_workers: 1")  # fmt: skip
+    judge = any(s.name == JUDGE for s in r.reward.verifiers) and r.judge.model is not None
+    engines = [p for p in gpu_processes(r, teacher=r.teacher.model is not None, judge=judge)
+               if p.role != "trainer" and 0 < p.fraction < 1 and p.share > 0]  # fmt: skip
+    by_section: dict[str, list] = {}
+    for p in engines:
+        by_section.setdefault(p.section, []).append(p)
+    sections = list(by_section)
+
+    def best(i: int, room: float) -> tuple[float, dict[str, int]]:
+        """The largest summed share of engines of sections[i:] fitting in ``room`` of one GPU, and their counts."""
+        if i == len(sections):
+            return 0.0, {}
+        ps = by_section[sections[i]]
+        top: tuple[float, dict[str, int]] = (0.0, {})
+        for n in range(len(ps) + 1):
+            if n * ps[0].fraction > room + 1e-9:
+                break
+            rest, counts = best(i + 1, room - n * ps[0].fraction)
+            if n * ps[0].share + rest > top[0]:
+                top = (n * ps[0].share + rest, {**counts, **({sections[i]: n} if n else {})})
+        return top
+
+    worst = best(0, 1.0)
+    if worst[0] >= 1 - 1e-9:
+        parts = [f"{n} x {s}.gpu_memory_utilization={by_section[s][0].share:g} ({s}.num_gpus="
+                 f"{by_section[s][0].fraction:g} each)" if n > 1 else
+                 f"{s}.gpu_memory_utilization={by_section[s][0].share:g} ({s}.num_gpus={by_section[s][0].fraction:g})"
+                 for s, n in worst[1].items()]  # fmt: skip
+        keys = " or ".join(f"{s}.gpu_memory_utilization" for s in worst[1])
+        fix = f"lower {keys} so that they sum below 1 (room is also needed for a trainer rank on that GPU)"
+        if list(worst[1]) == ["rollout"]:
+            fix += f", e.g. rollout.gpu_memory_utilization={int(90 / worst[1]['rollout']) / 100:g}"
+        errs.append(f"vLLM engines that fit on one GPU would take all of it or more: {' + '.join(parts)} = "
+                    f"{worst[0]:.3g} of the card (each engine reserves its gpu_memory_utilization of the whole card "
+                    f"when it starts, so the last to start fails). Either {fix}, or give the engines GPUs of their "
+                    "own (num_gpus: 1)")  # fmt: skip
+    return errs
+
+
 def _batch_errors(r: Recipe) -> list[str]:
     """Mini-/micro-batch divisibility over ranks, ZeRO stage and learning rate."""
     errs: list[str] = []
@@ -353,6 +420,7 @@ def _check(r: Recipe) -> None:
     errs.extend(_batch_errors(r))
     errs.extend(resource_errors(r))
     errs.extend(gpu_errors(r))
+    errs.extend(gpu_sharing_errors(r))  # issue 38 item 12: NCCL ranks or engine shares that cannot share a GPU
     if al.ppo_epochs < 1:
         errs.append("algorithm.ppo_epochs must be >= 1")
     if al.kl_coef < 0:

@@ -62,7 +62,8 @@ vLLM's ``max_num_seqs`` = 256 of them at ``max_sequence_tokens``).
 
 Roles on one device (fractional GPUs, or every CPU role in the host's memory) are summed; the card a GPU recipe
 needs is the larger of (what its trainers need) / (1 - the engines' utilisations) and (what an engine needs) /
-(its utilisation). The distillation teacher's engine is an engine of its own model (``teacher.*`` settings, one
+(its utilisation); engines whose utilisations on one GPU sum to 1 or more are refused at load
+(:func:`rlvr.recipe.gpu_sharing_errors`). The distillation teacher's engine is an engine of its own model (``teacher.*`` settings, one
 worker). Not modelled: the judge's and the critic's models (a judge engine is another engine; a critic is a
 trainer without the logits), mixture-of-experts and encoder-decoder architectures.
 """
@@ -371,6 +372,36 @@ def engine_memory(recipe: Recipe, shape: ModelShape, *, device: str, gpu: bool, 
                              f"its card",))
 
 
+@dataclass(frozen=True)
+class GpuProcess:
+    """One process of a run that may hold a GPU: ``role`` (``trainer``, ``engine``: one rollout engine worker,
+    ``teacher``, ``judge``), ``section`` (the recipe section of its settings), ``fraction`` (its ``num_gpus``;
+    0: on CPU) and ``share`` (a vLLM engine's ``gpu_memory_utilization``, the share of the card it takes; 0 for a
+    trainer rank)."""
+
+    role: str
+    section: str
+    fraction: float
+    share: float = 0.0
+
+
+def gpu_processes(recipe: Recipe, *, teacher: bool, judge: bool = False) -> list[GpuProcess]:
+    """The processes of ``recipe`` that hold devices, in the order :func:`_place` places them: the trainer ranks
+    (``trainer.num_workers``), the rollout engines' workers (``rollout.num_engines`` x ``tensor_parallel_size``,
+    vLLM only: the ``hf`` engine reserves no share), then, where asked, the distillation teacher's engine and the
+    judge's engine (one worker each). The memory plan models the first three (:func:`memory_plan`); the recipe
+    check of GPU sharing (:func:`rlvr.recipe.gpu_sharing_errors`) all four."""
+    tr, ro = recipe.trainer, recipe.rollout
+    out = [GpuProcess("trainer", "trainer", tr.num_gpus)] * tr.num_workers
+    engines = ro.num_engines * ro.tensor_parallel_size if ro.engine == "vllm" else 0
+    out += [GpuProcess("engine", "rollout", ro.num_gpus, ro.gpu_memory_utilization)] * engines
+    if teacher:
+        out.append(GpuProcess("teacher", "teacher", recipe.teacher.num_gpus, recipe.teacher.gpu_memory_utilization))
+    if judge:
+        out.append(GpuProcess("judge", "judge", recipe.judge.num_gpus, recipe.judge.gpu_memory_utilization))
+    return out
+
+
 def _place(items: list[tuple[str, float]]) -> list[str]:
     """Device of each (role, GPU fraction): first fit over GPUs of capacity 1, as Ray packs fractional GPU
     resources on one node; fraction 0 -> ``cpu``; a fraction >= 1 takes whole GPUs of its own."""
@@ -404,12 +435,8 @@ def memory_plan(recipe: Recipe, config: dict[str, Any], *, card_bytes: int | Non
 
     Errors: ``ValueError`` from :meth:`ModelShape.from_config` for an architecture not modelled."""
     shape = ModelShape.from_config(config)
-    tr, ro = recipe.trainer, recipe.rollout
-    items = [("trainer", tr.num_gpus)] * tr.num_workers
-    items += [("engine", ro.num_gpus)] * (ro.num_engines * ro.tensor_parallel_size if ro.engine == "vllm" else 0)
     teacher_shape = ModelShape.from_config(teacher_config) if teacher_config is not None else None
-    if teacher_shape is not None:
-        items.append(("teacher", recipe.teacher.num_gpus))
+    items = [(p.role, p.fraction) for p in gpu_processes(recipe, teacher=teacher_shape is not None)]
     devices = _place(items)
 
     def one(role: str, dev: str, gpu: bool, card: int | None) -> RoleMemory:
@@ -434,13 +461,19 @@ def memory_plan(recipe: Recipe, config: dict[str, Any], *, card_bytes: int | Non
 
 def _card_needed(roles: list[RoleMemory]) -> int | None:
     """Smallest card holding every GPU device's roles: the non-engine roles in what the engines' shares leave
-    (sum / (1 - shares)), and each engine's need within its share (need / share)."""
+    (sum / (1 - shares)), and each engine's need within its share (need / share).
+
+    Errors: ``ValueError`` where the engines on one device take shares summing to 1 or more (no card holds
+    them; :func:`rlvr.recipe.gpu_sharing_errors` refuses such a recipe at load)."""
     need = None
     for dev in sorted({m.device for m in roles if m.device != "cpu"}):
         here = [m for m in roles if m.device == dev]
         shares = sum(m.share for m in here)
+        if shares >= 1:
+            raise ValueError(f"the engines on {dev} take gpu_memory_utilization summing to {shares:g} >= 1 of the "
+                             "card: lower their gpu_memory_utilization or give them GPUs of their own")
         rest = sum(m.total for m in here if m.share == 0)
-        c = max([rest / (1 - shares) if shares < 1 else math.inf] + [m.total / m.share for m in here if m.share])
+        c = max([rest / (1 - shares)] + [m.total / m.share for m in here if m.share])
         need = max(need or 0, int(c))
     return need
 

@@ -174,3 +174,36 @@ def test_distillation_at_another_temperature_than_the_teachers_is_refused_at_loa
         assert words in msg
     assert _recipe(*distill, "rollout.temperature=1.0").rollout.temperature == 1.0
     _recipe("rollout.temperature=0.7")  # without distillation a temperature is the user's choice
+
+
+def test_roles_that_cannot_share_a_gpu_are_refused_at_load():
+    """Issue 38 item 12: two engines at rollout.num_gpus=0.5 asking gpu_memory_utilization 0.5 each (1.0 of one
+    card) crashed --dry-run with OverflowError in the memory model, and two trainer ranks at trainer.num_gpus=0.5
+    (one GPU, an NCCL data-parallel group) loaded. Both are refused naming the keys and the fix; the fixes load.
+    By hand: 2 x 0.5 = 1 >= 1; the suggested share int(90 / 2) / 100 = 0.45; a teacher at 0.5 of a GPU taking 0.6
+    fits beside a rollout worker at 0.4 taking 0.4: 0.6 + 0.4 = 1."""
+    gpu = ["trainer.num_gpus=1", "sync.backend=gloo"]
+    two = ["rollout.num_engines=2", "rollout.num_gpus=0.5"]
+    with pytest.raises(RecipeError) as e:
+        _recipe(*gpu, *two, "rollout.gpu_memory_utilization=0.5")
+    msg = str(e.value)
+    for words in ("vLLM engines that fit on one GPU would take all of it or more", "2 x rollout.gpu_memory_utilization"
+                  "=0.5 (rollout.num_gpus=0.5 each) = 1 of the card", "e.g. rollout.gpu_memory_utilization=0.45",
+                  "give the engines GPUs of their own"):  # fmt: skip
+        assert words in msg
+    _recipe(*gpu, *two, "rollout.gpu_memory_utilization=0.45")
+    _recipe(*gpu, "rollout.num_engines=2", "rollout.num_gpus=0.6", "rollout.gpu_memory_utilization=0.6")  # apart
+    teacher = ["algorithm.advantage=distill", "teacher.model=tiny-random", "teacher.num_gpus=0.5", "rollout.num_gpus=0.4"]
+    with pytest.raises(RecipeError, match=r"teacher.gpu_memory_utilization=0.6 \(teacher.num_gpus=0.5\) \+ "
+                                          r"rollout.gpu_memory_utilization=0.4 \(rollout.num_gpus=0.4\) = 1 of the card"):
+        _recipe(*gpu, *teacher, "teacher.gpu_memory_utilization=0.6", "rollout.gpu_memory_utilization=0.4")
+    with pytest.raises(RecipeError) as e:
+        _recipe("trainer.num_workers=2", "trainer.num_gpus=0.5", "rollout.num_gpus=1", "sync.backend=gloo")
+    msg = str(e.value)
+    for words in ("trainer.num_gpus=0.5 with trainer.num_workers=2", "2 trainer ranks would share one GPU",
+                  "Duplicate GPU detected", "Set trainer.num_gpus: 1", "or trainer.num_workers: 1"):  # fmt: skip
+        assert words in msg
+    _recipe("trainer.num_workers=2", "trainer.num_gpus=1", "rollout.num_gpus=1", "sync.backend=gloo")
+    _recipe("trainer.num_workers=2", "trainer.num_gpus=0.6", "rollout.num_gpus=0.4", "sync.backend=gloo")
+    with pytest.raises(RecipeError, match=r"rollout.gpu_memory_utilization=1.5 must be in \(0, 1\]"):
+        _recipe("rollout.gpu_memory_utilization=1.5")

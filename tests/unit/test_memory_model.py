@@ -244,3 +244,41 @@ def test_the_distillation_teacher_is_an_engine_of_its_own_model():
                            "sync.backend=gloo"])  # fmt: skip
     gp = memory_plan(g, SMOLLM2, teacher_config=QWEN2_05B)
     assert [m.device for m in gp.roles] == ["gpu0"] * 3 and gp.roles[-1].share == 0.2
+
+
+def test_engines_over_a_whole_card_are_a_value_error_and_every_recipe_that_loads_has_a_plan():
+    """Issue 38 item 12: two engines on one GPU taking 0.5 each (1.0 of it) crashed the memory model with
+    OverflowError (int(inf)); the recipe check now refuses them at load, and the model itself raises a ValueError
+    that says why (``memory_lines`` turns it into a ``not checked`` line). Two engines at 0.45 alone on a GPU: the
+    card is the larger of the trainer's need (alone on the other GPU) and one engine's need / 0.45. And every GPU layout of a sweep that passes the recipe checks gets a plan."""
+    import dataclasses
+
+    from rlvr.config import RecipeError
+
+    ok = _recipe("trainer.num_gpus=1", "sync.backend=gloo", "rollout.num_engines=2", "rollout.num_gpus=0.5",
+                 "rollout.gpu_memory_utilization=0.45")  # fmt: skip
+    shape = ModelShape.from_config(QWEN2_05B)
+    e = engine_memory(ok, shape, device="gpu1", gpu=True).total
+    plan = memory_plan(ok, QWEN2_05B)
+    assert [m.device for m in plan.roles] == ["gpu0", "gpu1", "gpu1"]
+    t = trainer_memory(ok, shape, device="gpu0", gpu=True).total  # alone on gpu0: the card holds it whole
+    assert plan.card_bytes == max(t, int(e / 0.45))
+    over = dataclasses.replace(ok, rollout=dataclasses.replace(ok.rollout, gpu_memory_utilization=0.5))  # unchecked
+    with pytest.raises(ValueError, match=r"the engines on gpu1 take gpu_memory_utilization summing to 1 >= 1"):
+        memory_plan(over, QWEN2_05B)
+    planned = 0
+    for engines in (1, 2, 4):
+        for ro_gpus in (0.25, 0.4, 0.5, 1):
+            for util in (0.3, 0.5, 0.9):
+                for tr in (["trainer.num_gpus=0.5"], ["trainer.num_gpus=1", "trainer.num_workers=2"]):
+                    try:
+                        r = _recipe(*tr, "sync.backend=gloo", f"rollout.num_engines={engines}",
+                                    f"rollout.num_gpus={ro_gpus}", f"rollout.gpu_memory_utilization={util}")  # fmt: skip
+                    except RecipeError:
+                        continue
+                    assert memory_plan(r, QWEN2_05B).card_bytes > 0
+                    planned += 1
+    # by hand: k = the engines that fit on one GPU (min(engines, floor(1 / num_gpus)); none share at 1) refused
+    # where k x util >= 1: 2 engines at 0.25/0.4/0.5 with util 0.5 or 0.9 (6); 4 engines at 0.25 with any util
+    # (3: 4 x 0.3 = 1.2), at 0.4/0.5 with 0.5 or 0.9 (4); 13 per trainer layout, 26 of 72: 46 planned
+    assert planned == 46
