@@ -426,7 +426,7 @@ def _check(r: Recipe) -> None:
     if al.kl_coef < 0:
         errs.append("algorithm.kl_coef must be >= 0")
     errs.extend(correction_errors(r))
-    errs.extend(dapo_errors(al, ro.samples_per_prompt, ro.max_new_tokens))
+    errs.extend(dapo_errors(al, ro.samples_per_prompt, *r.response_budget))
     errs.extend(extra_errors(r))
     errs.extend(lora_errors(r))
     errs.extend(judge_errors(r))
@@ -477,7 +477,7 @@ def _divisor(n: int, below: int) -> int:
     return max(d for d in range(1, min(n, below) + 1) if n % d == 0)
 
 
-def dapo_errors(al: AlgorithmConfig, g: int, max_new_tokens: int) -> list[str]:
+def dapo_errors(al: AlgorithmConfig, g: int, budget_key: str, budget: int) -> list[str]:
     """Invariants of DAPO's dynamic sampling and overlong settings (G = samples per prompt)."""
     errs = []
     if al.dynamic_sampling_max_rounds < 0:
@@ -493,11 +493,11 @@ def dapo_errors(al: AlgorithmConfig, g: int, max_new_tokens: int) -> list[str]:
             "does: set rollout.samples_per_prompt >= 2 or algorithm.dynamic_sampling=false"
         )
     b = al.overlong_buffer
-    if not 0 <= b < max_new_tokens:
+    if not 0 <= b < budget:  # the limit a sample's length is held to: a trajectory's is its token budget
         errs.append(
-            f"algorithm.overlong_buffer={b} must be in [0, rollout.max_new_tokens - 1 = {max_new_tokens - 1}] "
+            f"algorithm.overlong_buffer={b} must be in [0, {budget_key} - 1 = {budget - 1}] "
             f"(0: off; it is the penalised tail of the length limit): e.g. set algorithm.overlong_buffer="
-            f"{max(max_new_tokens // 4, 0)}"
+            f"{max(budget // 4, 0)}"
         )
     if al.overlong_penalty < 0:
         errs.append(f"algorithm.overlong_penalty={al.overlong_penalty} must be >= 0 (it is subtracted from the reward)")
