@@ -158,21 +158,23 @@ class FunctionVerifier:
         return f"FunctionVerifier({self.name})"
 
 
-def _load_file(path_text: str) -> Any:
-    """Import a Python file as a module (cached in ``sys.modules`` under a name derived from its full path)."""
+def _load_file(path_text: str, kind: str = "verifier") -> Any:
+    """Import a Python file as a module (cached in ``sys.modules`` under a name derived from its full path).
+    ``kind``: what the file holds (``verifier``, ``environment``, ``tool``), named in the errors.
+    Errors: ``FileNotFoundError`` naming the nearest ``.py`` file of its folder; ``ImportError``."""
     path = Path(path_text).expanduser().resolve()
     if not path.is_file():
         near = difflib.get_close_matches(path.name, sorted(p.name for p in path.parent.glob("*.py")), n=1) \
             if path.parent.is_dir() else []
         hint = f" Did you mean {str(Path(path_text).parent / near[0])!r}?" if near else ""
-        raise FileNotFoundError(f"verifier file {path_text!r} not found (resolved to {path}).{hint}")
+        raise FileNotFoundError(f"{kind} file {path_text!r} not found (resolved to {path}).{hint}")
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
     mod_name = f"rlvr_user_verifier_{path.stem}_{digest}"
     if mod_name in sys.modules:
         return sys.modules[mod_name]
     spec = importlib.util.spec_from_file_location(mod_name, path)
     if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import verifier file {path}")
+        raise ImportError(f"cannot import {kind} file {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module
     try:
@@ -181,6 +183,15 @@ def _load_file(path_text: str) -> Any:
         del sys.modules[mod_name]
         raise
     return module
+
+
+def missing_attribute(kind: str, name: str, target: str, obj: Any, attr: str) -> AttributeError:
+    """The error for ``name`` (a ``module:attr`` or ``file.py:attr`` target of a ``kind``: verifier, environment,
+    tool) whose module (or object) ``obj``, named ``target``, has no ``attr``: names the nearest public name it has
+    (a class or function typo: ``Feedbak`` -> ``Feedback``)."""
+    near = difflib.get_close_matches(attr, [n for n in dir(obj) if not n.startswith("_")], n=1)
+    hint = f" Did you mean {target}{'.' if ':' in target else ':'}{near[0]}?" if near else ""
+    return AttributeError(f"{kind} {name!r}: {target} has no attribute {attr!r}.{hint}")
 
 
 def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
@@ -206,10 +217,12 @@ def resolve_verifier(name: str) -> Any:
         target, _, attr = name.rpartition(":")
         module = _load_file(target) if is_file_target(name) else importlib.import_module(target)
         obj: Any = module
+        where = target  # the object searched: the module, then target:Class for a dotted Class.method
         for part in attr.split("."):
             if not hasattr(obj, part):
-                raise AttributeError(f"verifier {name!r}: {target} has no attribute {attr!r}")
+                raise missing_attribute("verifier", name, where, obj, part)
             obj = getattr(obj, part)
+            where = f"{where}{'.' if ':' in where else ':'}{part}"
         return obj
     eps = _entry_points()
     if name in eps:

@@ -62,7 +62,7 @@ def resolve_target(target: str) -> Any:
     function nor a class."""
     import difflib
 
-    from rlvr.reward.base import _load_file, is_file_target
+    from rlvr.reward.base import _load_file, is_file_target, missing_attribute
 
     if target in BUILTINS:
         target = BUILTINS[target]
@@ -72,9 +72,9 @@ def resolve_target(target: str) -> Any:
         raise KeyError(f"unknown tool {target!r}.{hint} Built-in: {', '.join(sorted(BUILTINS))}; or give "
                        "'package.module:name' or 'path/to/file.py:name'.")
     module_name, _, attr = target.rpartition(":")
-    module = _load_file(module_name) if is_file_target(target) else importlib.import_module(module_name)
+    module = _load_file(module_name, "tool") if is_file_target(target) else importlib.import_module(module_name)
     if not hasattr(module, attr):
-        raise AttributeError(f"tool {target!r}: {module_name} has no attribute {attr!r}")
+        raise missing_attribute("tool", target, module_name, module, attr)
     obj = getattr(module, attr)
     if not inspect.isclass(obj) and not callable(obj):
         raise TypeError(f"tool {target!r} is not a function or a class (a tool is a typed function with a docstring, "

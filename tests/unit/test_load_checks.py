@@ -207,3 +207,34 @@ def test_roles_that_cannot_share_a_gpu_are_refused_at_load():
     _recipe("trainer.num_workers=2", "trainer.num_gpus=0.6", "rollout.num_gpus=0.4", "sync.backend=gloo")
     with pytest.raises(RecipeError, match=r"rollout.gpu_memory_utilization=1.5 must be in \(0, 1\]"):
         _recipe("rollout.gpu_memory_utilization=1.5")
+
+
+def test_a_missing_environment_or_tool_file_is_named_so_and_typos_get_the_nearest_name(tmp_path):
+    """Issue 38 item 14: a missing environment file was reported as a "verifier file", and a class or tool name
+    misspelt in a module or file target got no nearest name. Now the file is named by what it holds, and a missing
+    attribute names the nearest one the module has; an unknown built-in tool name names the nearest built-in."""
+    from rlvr.runtime.controller import preflight
+
+    envs = tmp_path / "my_envs.py"
+    envs.write_text("from rlvr.envs.builtins import Feedback\n\nclass Countdown(Feedback):\n    pass\n")
+    env = ["environment.max_tokens=64"]
+    with pytest.raises(FileNotFoundError, match=r"^environment file '.*my_env\.py' not found .*Did you mean "
+                                                r"'.*my_envs\.py'\?$"):
+        preflight(_recipe(*env, f"environment.name={tmp_path}/my_env.py:Countdown"))
+    with pytest.raises(AttributeError, match=r"has no attribute 'Countdwn'\. Did you mean .*my_envs\.py:Countdown\?$"):
+        preflight(_recipe(*env, f"environment.name={envs}:Countdwn"))
+    with pytest.raises(AttributeError, match=r"^environment 'rlvr\.envs\.builtins:Feedbak': rlvr\.envs\.builtins has "
+                                             r"no attribute 'Feedbak'\. Did you mean rlvr\.envs\.builtins:Feedback\?$"):
+        preflight(_recipe(*env, "environment.name=rlvr.envs.builtins:Feedbak"))
+    tools = ["environment.max_tokens=64", "environment.reward=verifiers"]
+    with pytest.raises(RecipeError, match=r"^tools\.names: tool file 'my_tools\.py' not found"):
+        preflight(_recipe(*tools, "tools.names=[my_tools.py:mul]"))
+    with pytest.raises(RecipeError, match=r"has no attribute 'calculater'\. Did you mean "
+                                          r"rlvr/tools/builtins\.py:calculator\?$"):
+        preflight(_recipe(*tools, "tools.names=[rlvr/tools/builtins.py:calculater]"))
+    with pytest.raises(RecipeError, match=r"unknown tool 'calculater'\. Did you mean 'calculator'\?"):
+        preflight(_recipe(*tools, "tools.names=[calculater]"))
+    with pytest.raises(AttributeError, match=r"^verifier 'rlvr_verifiers\.math:MathVerifier\.verfy': "
+                                             r"rlvr_verifiers\.math:MathVerifier has no attribute 'verfy'\. Did you mean "
+                                             r"rlvr_verifiers\.math:MathVerifier\.verify\?$"):
+        preflight(_recipe("reward.verifiers=[{name: 'rlvr_verifiers.math:MathVerifier.verfy'}]"))
