@@ -174,6 +174,8 @@ REWRITES = [
     # left as written
     (r"x/4.5 \times 10^{3}", r"x/4.5 \times 10^{3}"),  # (x/4.5) 10^3 in LaTeX
     (r"x^2e5", r"x^2e5"),  # x^2 e 5 in LaTeX
+    (r"^2e5", r"^2e5"), (r"_2e5", r"_2e5"),  # the same at the start of the text
+    (r"/4.5 \times 10^{3}", r"/4.5 \times 10^{3}"),
     ("1e2.5", "1e2.5"),  # a decimal exponent is not scientific notation
     ("2e", "2e"), ("e^2", "e^2"), (r"3e^{x}", r"3e^{x}"), (r"\mathrm{e}", r"\mathrm{e}"), ("e", "e"),
     ("4.5e", "4.5e"), ("2e + 1", "2e + 1"), ("2 e+1", "2 e+1"), ("e5", "e5"),
@@ -203,7 +205,8 @@ def test_ambiguous_and_euler_context() -> None:
     assert not ambiguous("2", "e", "-", "05")  # a leading-zero exponent
     assert not ambiguous("2", "E", "+", "1")  # capital E
     assert not ambiguous("2", "e", "", "10")  # no sign
-    for text in ("2e", "e^{x}", r"\mathrm{e}", r"\exp(1)", "e", "1 + 2e", "x^2e5"):
+    # "2e5e" is 2 x 10^5 times e; "_2e5" (a subscript, not rewritten) is e between 2 and 5
+    for text in ("2e", "e^{x}", r"\mathrm{e}", r"\exp(1)", "e", "1 + 2e", "x^2e5", "_2e5", "2e5e"):
         assert mentions_euler(text), text
     for text in ("2e+1", "4.5e33", r"\le 2", r"\ne 3", r"5 \text{ degrees}", "20"):
         assert not mentions_euler(text), text
