@@ -114,9 +114,11 @@ class ChatRenderer:
 
 
 def _first_difference(shorter: str, longer: str) -> str:
-    """Where ``longer`` stops starting with ``shorter``: the character index and 30 characters of each from there."""
+    """Where ``longer`` stops starting with ``shorter``: the character index, and 40 characters of each from 10
+    before it."""
     i = next((k for k, (a, b) in enumerate(zip(shorter, longer)) if a != b), min(len(shorter), len(longer)))
-    return f"at character {i} {shorter[i:i + 30]!r} became {longer[i:i + 30]!r}"
+    j = max(0, i - 10)
+    return f"at character {i}, {shorter[j:j + 40]!r} became {longer[j:j + 40]!r}"
 
 
 PROBE_REASONING = "<think>\nFirst, 2 + 2 = 4.\n</think>\n\n"
