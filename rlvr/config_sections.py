@@ -602,9 +602,13 @@ class MetricsConfig:
     """MLflow tracking URI (None: a local file store ``RUN/mlruns``)."""
     samples_every: int = 0
     """Every N steps, log a table of sample rollouts (prompt, response, parsed answer, reward, reason) to the
-    console and ``RUN/samples.jsonl``; 0: off."""
+    console and ``RUN/samples.jsonl`` (one JSON line per row; a multi-turn trajectory's line also holds its turns,
+    end reason, failure text, messages, per-turn rewards, environment info and tool calls:
+    :func:`rlvr.metrics.samples.sample_rows`); 0: off."""
     samples_rows: int = 4
-    """Rows in each sample table."""
+    """Rows in each sample table (>= 1): the step's samples taken round-robin over its prompts (each prompt's first
+    sample, then each one's second, ...), the last row swapped for a sample of the other kind when the rows would
+    all be correct or all wrong (:func:`rlvr.metrics.samples.sample_rows`)."""
 
 
 @dataclass(frozen=True, kw_only=True)

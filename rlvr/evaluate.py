@@ -33,8 +33,10 @@ greedy decoding (vLLM with ``--n 1`` only).
 Multi-turn (``--environment NAME``, or a run's or ``--recipe``'s ``environment:`` section): each of the n samples
 is a trajectory (:mod:`rlvr.envs`: the model answers, the environment replies, up to ``--max-turns`` assistant
 turns, token-in/token-out), exactly as training rolls it out; the verifier scores the final answer and pass@k,
-maj@k and mean@k are over trajectories. ``samples.jsonl`` then holds each trajectory's turns, end reason and
-conversation, and each set's ``stats`` the turns per trajectory and the shares solved at turn 1 and after it.
+maj@k and mean@k are over trajectories. ``samples.jsonl`` then holds each trajectory's structure as a training
+run's ``samples.jsonl`` does (:func:`rlvr.metrics.samples.trajectory_fields`: turns, end reason, a failure's text,
+the conversation, per-turn rewards, the environment's info, each tool call's name and outcome), and each set's
+``stats`` the turns per trajectory and the shares solved at turn 1 and after it.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from typing import Any, Literal, TextIO
 from rlvr.config import (DataConfig, EnvironmentConfig, ModelConfig, RewardConfig, RolloutConfig, ToolsConfig,
                          VerifierSpec, plain)
 from rlvr.metrics.intervals import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CONFIDENCE, bootstrap_ci
+from rlvr.metrics.samples import trajectory_fields
 from rlvr.models.context import context_limit, token_budgets
 from rlvr.runtime.validation import mean_over_problems, problem_metrics, problem_outcomes
 from rlvr.types import Completion, Prompt, SamplingConfig
@@ -370,7 +373,7 @@ def sample_record(ls: LoadedSet, p: Prompt, c: Completion, s: Any, key: str) -> 
         "correct": r.score >= 1.0, "reason": r.reason, "finish_reason": c.finish_reason, "tokens": c.sampled_tokens,
     }  # fmt: skip
     if c.end_reason is not None:  # a trajectory: ``response`` is its final answer
-        record.update(turns=c.turns, end_reason=c.end_reason, turn_rewards=c.turn_rewards, messages=c.messages)
+        record.update(trajectory_fields(c))
     return record
 
 

@@ -2,18 +2,28 @@
 
 :func:`sample_rows` picks the rows (a fixed, documented choice, so tables of different steps are comparable);
 the controller hands them to ``MultiSink.log_table`` (``RUN/samples.jsonl``, W&B, MLflow, TensorBoard) and to
-:func:`print_sample_table` (the console) every ``metrics.samples_every`` steps.
+:func:`print_sample_table` (the console) every ``metrics.samples_every`` steps. A multi-turn trajectory's row
+carries its structure as ``rlvr eval``'s ``samples.jsonl`` does (:func:`trajectory_fields`: the conversation, the
+per-turn rewards, the environment's info, each tool call's name and outcome, the end reason and a failure's text);
+:func:`log_first_prompt` shows the run's first prompt as the model sees it.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Mapping, Sequence, TextIO
 
+from rlvr.metrics.sinks import json_cell
 from rlvr.types import Completion, Prompt
+
+log = logging.getLogger("rlvr")
 
 COLUMNS = ("prompt_index", "sample_index", "prompt", "gold", "response", "parsed", "score", "reward", "reason", "finish",
            "judge")
 """Keys of each row of :func:`sample_rows`, in order."""
+TRAJECTORY_COLUMNS = ("turns", "end_reason", "failure", "opening_messages", "messages", "turn_rewards", "turn_info",
+                      "tool_calls")  # fmt: skip
+"""Keys a multi-turn trajectory's row has after :data:`COLUMNS` (:func:`trajectory_fields`), in order."""
 
 
 def _pick(correct: list[bool], order: list[int], n_rows: int) -> list[int]:
@@ -51,12 +61,12 @@ def sample_rows(
     shows both kinds whenever the batch has both. Rows keep that order (a swapped-in row last).
 
     Row: ``prompt_index`` (data set row), ``sample_index``, ``prompt`` (the question before templating, else
-    the templated text), ``gold``,
-    ``response`` (decoded text; a multi-turn trajectory's whole conversation after its opening, each turn marked
-    ``[assistant 1]``, ``[user]``, ...: :func:`conversation_text`), ``parsed`` (the primary verifier's answer or None), ``score`` (primary verifier,
-    in [0, 1]), ``reward`` (weighted sum over verifiers), ``reason`` (None at full marks), ``finish``
-    (``stop`` / ``length`` / ``abort``; a trajectory's end reason and its turns), ``judge`` (the judge verifier's verdict, :func:`judge_cell`; None when the
-    step ran no judge).
+    the templated text), ``gold``, ``response`` (decoded text; a multi-turn trajectory's final answer, the reply the
+    verifiers scored), ``parsed`` (the primary verifier's answer or None), ``score`` (primary verifier, in [0, 1]),
+    ``reward`` (weighted sum over verifiers), ``reason`` (None at full marks), ``finish`` (``stop`` / ``length`` /
+    ``abort``; a trajectory's last turn's), ``judge`` (the judge verifier's verdict, :func:`judge_cell`; None when
+    the step ran no judge). A multi-turn trajectory's row (``end_reason`` set) then has
+    :data:`TRAJECTORY_COLUMNS` (:func:`trajectory_fields`); a single-turn sample's has :data:`COLUMNS` only.
 
     Errors: ``ValueError`` when ``completions`` and ``scored`` differ in length, a completion's prompt is not in
     ``prompts``, or ``n_rows`` < 0; ``KeyError`` when a sample has no result for ``primary``.
@@ -87,16 +97,64 @@ def sample_rows(
                 "sample_index": c.sample_index,
                 "prompt": p.question or p.text,
                 "gold": p.gold,
-                "response": c.text if c.messages is None else conversation_text(c.messages, c.opening_messages),
+                "response": c.text,
                 "parsed": res.parsed,
                 "score": float(res.score),
                 "reward": float(s.reward),
                 "reason": res.reason,
-                "finish": c.finish_reason if c.end_reason is None else f"{c.end_reason} after {c.turns} turns",
+                "finish": c.finish_reason,
                 "judge": judge_cell(s.results.get("judge")),
+                **(trajectory_fields(c) if c.end_reason is not None else {}),
             }
         )
     return rows
+
+
+def trajectory_fields(c: Completion) -> dict[str, Any]:
+    """A multi-turn trajectory's structure for a sample file (the training ``samples.jsonl`` rows and ``rlvr eval``'s
+    records), keys :data:`TRAJECTORY_COLUMNS`, every value JSON data (:func:`rlvr.metrics.sinks.json_cell`):
+    ``turns`` (assistant turns), ``end_reason`` (``done``, ``max_turns``, ``length``, ``budget``,
+    ``prefix_broken``, ``env: <reason>``), ``failure`` (an infrastructure failure's whole text, its traceback where
+    one was kept; None), ``opening_messages`` (how many of ``messages`` are the opening), ``messages`` (the whole
+    conversation, chat messages), ``turn_rewards`` (the environment's reward after each assistant turn, None where
+    it gave none), ``turn_info`` (the environment's info after each turn it answered), ``tool_calls``
+    (:func:`tool_calls`)."""
+    return {
+        "turns": c.turns,
+        "end_reason": c.end_reason,
+        "failure": c.failure,
+        "opening_messages": c.opening_messages,
+        "messages": json_cell(c.messages or []),
+        "turn_rewards": json_cell(c.turn_rewards or []),
+        "turn_info": json_cell(c.turn_info or []),
+        "tool_calls": tool_calls(c.turn_info),
+    }
+
+
+def tool_calls(turn_info: Sequence[Any] | None) -> list[dict[str, Any]]:
+    """Each tool call of a trajectory, in order, as ``{"turn", "name", "status"}``: ``turn`` the assistant turn that
+    made it (1-based: the environment's info after turn k is ``turn_info[k - 1]``), ``name`` the tool, ``status``
+    ``ok``, ``error``, ``timeout``, ``crashed`` (:data:`rlvr.tools.execute.OUTCOMES`) or ``malformed`` (answered with
+    an error, not run), as the tool runner records them in the turn's ``info["tool_calls"]``
+    (:class:`rlvr.tools.runner.ToolRunner`). Empty without tools."""
+    out = []
+    for k, info in enumerate(turn_info or []):
+        calls = info.get("tool_calls") if isinstance(info, dict) else None
+        for call in calls if isinstance(calls, list) else []:
+            if isinstance(call, dict):
+                out.append({"turn": k + 1, "name": str(call.get("name", "unknown")), "status": str(call.get("status"))})
+    return out
+
+
+def log_first_prompt(prompt: Prompt, tokenizer: Any) -> str:
+    """Log once (logger ``rlvr``, info: the console and ``train.log``) the run's first prompt as the model sees it:
+    its ids decoded with every special token (the chat template's markup, the system text, the tools listing when
+    the recipe has tools: the prompts are rendered with it, :func:`rlvr.data.build_prompts`). An environment whose
+    ``reset`` returns an opening of its own starts its trajectories from that instead. Returns the line logged."""
+    text = tokenizer.decode(list(prompt.prompt_ids), skip_special_tokens=False)
+    line = f"the first prompt (data row {prompt.index}, {len(prompt.prompt_ids)} tokens) as the model sees it:\n{text}"
+    log.info(line)
+    return line
 
 
 def conversation_text(messages: Sequence[dict[str, Any]], opening: int = 0) -> str:
@@ -145,9 +203,9 @@ def print_sample_table(
 ) -> None:
     """Print ``rows`` (from :func:`sample_rows`) as a ``rich`` table titled ``samples at step N``.
 
-    Columns: ``#`` (prompt_index/sample_index), prompt, response (each cut to ``width`` characters by
-    :func:`shorten`), gold, parsed, reward (4 decimals), reason (``ok`` when None). ``file``: where to print
-    (default: stdout). Prints nothing for no rows.
+    Columns: ``#`` (prompt_index/sample_index), prompt, response (a trajectory's conversation after its opening,
+    :func:`conversation_text`; each cut to ``width`` characters by :func:`shorten`), gold, parsed, reward (4
+    decimals), reason (``ok`` when None). ``file``: where to print (default: stdout). Prints nothing for no rows.
     """
     if not rows:
         return
@@ -162,10 +220,12 @@ def print_sample_table(
         table.add_column(name, **kw)
     for row in rows:
         reward = row.get("reward")
+        messages = row.get("messages")
+        response = conversation_text(messages, row.get("opening_messages") or 0) if messages else row.get("response")
         cells = [
             f"{row.get('prompt_index', '')}/{row.get('sample_index', '')}",
             shorten(row.get("prompt"), width),
-            shorten(row.get("response"), width),
+            shorten(response, width),
             shorten(row.get("gold"), 24),
             shorten(row.get("parsed"), 24),
             "" if reward is None else f"{float(reward):.4f}",

@@ -8,7 +8,9 @@ alive when an optional backend fails: one warning, then that backend is switched
 
 Each sink has ``log(step, metrics)``, ``log_table(step, rows)`` and ``close()``. A metric value is anything
 :func:`to_float` accepts; NaN/inf are written as ``null`` to JSONL and skipped by the other backends. A table
-row is a flat dict of str / number / bool / None (see :func:`rlvr.metrics.samples.sample_rows`).
+row is a dict of cells: str / number / bool / None, and, in a multi-turn trajectory's row, lists and dicts of those
+(its messages, per-turn rewards and info: :func:`rlvr.metrics.samples.sample_rows`), written as JSON data to
+``samples.jsonl`` and as JSON text to the other backends' tables (:func:`json_cell`, :func:`flat_cell`).
 
 Optional packages (``pip install 'rlvr[logging]'``): ``tensorboard``, ``wandb``, ``mlflow-skinny`` (or
 ``mlflow``); each is imported by the sink that needs it.
@@ -95,7 +97,8 @@ class JsonlSink:
         for row in rows:
             if "step" in row:
                 raise ValueError("'step' is reserved for the step number; rename the column")
-            lines.append(json.dumps({"step": int(step), **{str(k): _cell(v) for k, v in row.items()}}, allow_nan=False))
+            lines.append(json.dumps({"step": int(step), **{str(k): json_cell(v) for k, v in row.items()}},
+                                    allow_nan=False))
         if self._samples is None:
             self.samples_path.parent.mkdir(parents=True, exist_ok=True)
             self._samples = self.samples_path.open("a", encoding="utf-8")
@@ -115,11 +118,33 @@ class JsonlSink:
         self.close()
 
 
-def _cell(value: Any) -> Any:
-    """A table cell as JSON data: str/bool/None/int unchanged, other numbers as floats (NaN/inf -> None)."""
+def json_cell(value: Any) -> Any:
+    """A table cell as JSON data: str/bool/None/int unchanged, other numbers as floats (NaN/inf -> None), lists and
+    tuples as lists and dicts as dicts (string keys) of such cells, any other value inside them as its ``str``.
+    Errors: ``TypeError`` for a top-level value that is none of those (a row's own columns are rlvr's)."""
     if value is None or isinstance(value, (str, bool, int)):
         return value
+    if isinstance(value, (list, tuple)):
+        return [_inner(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _inner(v) for k, v in value.items()}
     return to_float(value)
+
+
+def _inner(value: Any) -> Any:
+    """A value inside a list or dict cell (an environment's info may hold anything): as :func:`json_cell`, its
+    ``str`` when that refuses it."""
+    try:
+        return json_cell(value)
+    except TypeError:
+        return str(value)
+
+
+def flat_cell(value: Any) -> Any:
+    """A cell for a backend whose tables hold scalars (W&B, MLflow): :func:`json_cell`, a list or dict as its JSON
+    text."""
+    out = json_cell(value)
+    return json.dumps(out, ensure_ascii=False) if isinstance(out, (list, dict)) else out
 
 
 def _finite(metrics: Mapping[str, Any]) -> dict[str, float]:
@@ -153,7 +178,7 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], max_chars: int = 2000) -> 
             return ""
         if isinstance(v, float):
             return format(v, ".4g")
-        text = str(v)
+        text = json.dumps(json_cell(v), ensure_ascii=False) if isinstance(v, (list, tuple, dict)) else str(v)
         if len(text) > max_chars:
             text = text[:max_chars] + " ..."
         return text.replace("|", "\\|").replace("\r", "").replace("\n", "<br>")
@@ -249,7 +274,7 @@ class WandbSink:
     def log_table(self, step: int, rows: Sequence[Mapping[str, Any]]) -> None:
         """The rows as a ``wandb.Table`` (columns in first-seen order) under ``samples`` at ``step``."""
         cols = _columns(rows)
-        data = [[_cell(row.get(c)) for c in cols] for row in rows]
+        data = [[flat_cell(row.get(c)) for c in cols] for row in rows]
         self.run.log({"samples": self._wandb.Table(columns=cols, data=data)}, step=int(step))
 
     def close(self) -> None:
@@ -342,7 +367,7 @@ class MLflowSink:
     def log_table(self, step: int, rows: Sequence[Mapping[str, Any]]) -> None:
         """The rows as the artifact ``samples/step_<step:06d>.json`` (columns in first-seen order)."""
         cols = _columns(rows)
-        data = {c: [_cell(row.get(c)) for row in rows] for c in cols}
+        data = {c: [flat_cell(row.get(c)) for row in rows] for c in cols}
         self.client.log_table(self.run_id, data=data, artifact_file=f"samples/step_{int(step):06d}.json")
 
     def close(self) -> None:

@@ -21,7 +21,7 @@ from rlvr.algos.dapo import overlong_mask
 from rlvr.config import Recipe
 from rlvr.metrics import names as mn
 from rlvr.metrics.progress import Progress
-from rlvr.metrics.samples import print_sample_table
+from rlvr.metrics.samples import log_first_prompt, print_sample_table
 from rlvr.metrics.timeline import append_step, role_usage, staleness_metrics
 from rlvr.metrics.sinks import make_sinks
 from rlvr.runtime.advantage_stage import (build_dph_buffer, dph_batch, form_advantages, needs_reference, uses_critic,
@@ -211,6 +211,7 @@ def _train(recipe: Recipe, run_dir: Path, executor: Any | None) -> RunResult:
     _log_to_file(run_dir)
     log.info("run folder: %s", run_dir, extra={"console": False})  # rlvr train prints it (with what it holds)
     data = _load_data(r)
+    log_first_prompt(data.prompts[0], data.tokenizer)  # the template, system text and tools listing, once
     resume_from, state = resume_point(r, run_dir, data.fingerprint)
     sampler = PromptSampler(len(data.prompts), r.rollout.prompts_per_step, r.run.seed, r.data.shuffle)
     if state is not None:

@@ -59,7 +59,8 @@ def test_multiturn_async_and_resume_under_the_local_executor(tmp_path):
         assert r["rollout/prefix_broken_frac"] == 0.0 and r["sync/probe_gap_mean"] < 2e-4
     assert max(r["rollout/turns_mean"] for r in a) > 1.0  # the environment answered and the model went on
     samples = [json.loads(x) for x in Path(full.run_dir, "samples.jsonl").read_text().splitlines()]
-    assert any("[assistant 2]" in s["response"] for s in samples)
+    assert any(s["turns"] >= 2 and [m["role"] for m in s["messages"][s["opening_messages"]:]][:3] ==
+               ["assistant", "user", "assistant"] for s in samples)  # the trajectory's structure, turn by turn
     half = train(load_recipe(TINY, [*common, "run.name=half", "run.steps=2"]))
     resumed_recipe = load_recipe(TINY, [*common, "run.name=half", "run.steps=4", "run.resume=auto"])
     resumed = train(resumed_recipe, prepare_run_dir(resumed_recipe))

@@ -39,13 +39,18 @@ def _check(run_dir: Path) -> None:
     assert all(0.0 < r["tools/time_frac"] < 1.0 for r in rows), rows  # (each sync was probed by the run itself)
     assert max(r["rollout/turns_mean"] for r in rows) > 1.0  # a call's result came back and the model went on
     samples = [json.loads(x) for x in Path(run_dir, "samples.jsonl").read_text().splitlines()]
-    assert any("[tool]" in s["response"] for s in samples), [s["response"] for s in samples]
-    # each well-formed call of "A * B" shown is answered with the product, worked out here
-    pattern = re.compile(r'"name": "calculator", "arguments": \{"expression": "(\d+) \* (\d+)"\}\}\s*</tool_call> / '
-                         r'\[tool\] (\S+)')
-    found = [m.groups() for s in samples for m in pattern.finditer(s["response"])]
-    assert found, [s["response"] for s in samples]
+    assert any(c["name"] == "calculator" for s in samples for c in s["tool_calls"]), [s["messages"] for s in samples]
+    # each well-formed call of "A * B" shown is answered (the next message, the tool's) with the product
+    pattern = re.compile(r'"name": "calculator", "arguments": \{"expression": "(\d+) \* (\d+)"\}\}\s*</tool_call>')
+    found = [(*m.groups(), after["content"]) for s in samples for msg, after in zip(s["messages"], s["messages"][1:])
+             if msg["role"] == "assistant" and after["role"] == "tool" and (m := pattern.search(msg["content"]))]
+    assert found, [s["messages"] for s in samples]
     assert all(int(a) * int(b) == int(got) for a, b, got in found), found
+    # train.log shows the first prompt once, as the model sees it: the chat template's markup and the tools listing
+    log = Path(run_dir, "train.log").read_text()
+    assert log.count("the first prompt (data row ") == 1
+    first = log.split("the first prompt (data row ", 1)[1][:6000]
+    assert "<|im_start|>" in first and '"name": "calculator"' in first, first
 
 
 @pytest.mark.slow  # ~2 min alone; the multi-turn loop under Ray is test_multiturn's, the tools the same code

@@ -123,3 +123,108 @@ def test_print_sample_table(monkeypatch):
     out = io.StringIO()
     print_sample_table(7, rows, width=60, file=out)
     assert "[assistant 1] 8 [user] wrong [assistant 2] [/b] 9" in out.getvalue()
+
+
+# -- issue 38, item 17: a trajectory's row has its structure, as rlvr eval's samples.jsonl --------------------------
+def _trajectory():
+    """A two-turn tool trajectory by hand: one user opening, a calculator call answered, then the final answer;
+    the environment's info holds a NaN and an object that is not JSON."""
+    calls = [{"name": "calculator", "call": "<tool_call>{...}</tool_call>", "status": "ok", "result": "391"},
+             {"name": "calculator", "call": "<tool_call>{bad</tool_call>", "status": "malformed",
+              "result": "error: ..."}]
+    messages = [{"role": "user", "content": "17 * 23?"},
+                {"role": "assistant", "content": "<tool_call>{...}</tool_call>"},
+                {"role": "tool", "name": "calculator", "content": "391"}, {"role": "assistant", "content": "391"}]
+    info = [{"tool_calls": calls}, {"tool_calls": 0, "loss": float("nan"), "obj": Marker()}]
+    return Completion(prompt_index=10, sample_index=1, prompt_ids=[1, 2], token_ids=[5] * 9, logprobs=[-0.1] * 9,
+                      text="391", finish_reason="stop", policy_version=3, loss_mask=[1] * 4 + [0] * 3 + [1] * 2,
+                      turns=2,
+                      messages=messages, opening_messages=1, turn_rewards=[None, 1.0], end_reason="done",
+                      turn_info=info)  # fmt: skip
+
+
+class Marker:
+    def __str__(self) -> str:
+        return "<marker>"
+
+
+TRAJECTORY_ROW = {
+    "prompt_index": 10, "sample_index": 1, "prompt": "Q10?", "gold": "10", "response": "391", "parsed": "10",
+    "score": 1.0, "reward": 1.25, "reason": None, "finish": "stop", "judge": None,
+    "turns": 2, "end_reason": "done", "failure": None, "opening_messages": 1,
+    "messages": [{"role": "user", "content": "17 * 23?"},
+                 {"role": "assistant", "content": "<tool_call>{...}</tool_call>"}, {"role": "tool", "name": "calculator", "content": "391"}, {"role": "assistant", "content": "391"}],
+    "turn_rewards": [None, 1.0],
+    "turn_info": [{"tool_calls": [{"name": "calculator", "call": "<tool_call>{...}</tool_call>", "status": "ok",
+                                   "result": "391"},
+                                  {"name": "calculator", "call": "<tool_call>{bad</tool_call>", "status": "malformed",
+                                   "result": "error: ..."}]},
+                  {"tool_calls": 0, "loss": None, "obj": "<marker>"}],
+    "tool_calls": [{"turn": 1, "name": "calculator", "status": "ok"}, {"turn": 1, "name": "calculator",
+                                                                        "status": "malformed"}],
+}  # fmt: skip
+
+
+def test_a_trajectorys_row_carries_its_structure_and_a_single_turn_row_is_as_before(tmp_path):
+    import json
+
+    from rlvr.metrics.samples import TRAJECTORY_COLUMNS
+    from rlvr.metrics.sinks import JsonlSink
+
+    prompts, comps, scored = _batch([[True, True]])
+    comps[1] = _trajectory()
+    single, traj = sample_rows(prompts, comps, scored, "math", 2)
+    assert list(single) == list(COLUMNS) and single["response"] == "r10.0" and single["finish"] == "length"
+    assert list(traj) == list(COLUMNS) + list(TRAJECTORY_COLUMNS)
+    assert traj == TRAJECTORY_ROW
+    with JsonlSink(tmp_path / "metrics.jsonl") as sink:
+        sink.log_table(4, [single, traj])
+    lines = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert lines == [{"step": 4, **single}, {"step": 4, **TRAJECTORY_ROW}]  # JSON data, not one joined string
+
+
+def test_eval_records_a_trajectory_as_the_training_file_does():
+    import types
+
+    from rlvr.evaluate import sample_record
+
+    prompts, _, scored = _batch([[True]])
+    ls = types.SimpleNamespace(spec=types.SimpleNamespace(name="set"), file_rows={10: 3})
+    record = sample_record(ls, prompts[0], _trajectory(), scored[0], "math")
+    from rlvr.metrics.samples import TRAJECTORY_COLUMNS
+
+    assert {k: record[k] for k in TRAJECTORY_COLUMNS} == {k: TRAJECTORY_ROW[k] for k in TRAJECTORY_COLUMNS}
+    assert (record["response"], record["finish_reason"], record["row"]) == ("391", "stop", 3)
+
+
+def test_the_console_table_shows_a_trajectorys_conversation(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    out = io.StringIO()
+    print_sample_table(3, [TRAJECTORY_ROW], width=200, file=out)
+    assert "[assistant 1] <tool_call>{...}</tool_call> / [tool] 391 / [assistant 2] 391" in out.getvalue()
+
+
+def test_other_backends_get_a_list_or_dict_cell_as_json_text():
+    from rlvr.metrics.sinks import flat_cell, markdown_table
+
+    assert flat_cell([{"turn": 1, "name": "calculator", "status": "ok"}]) == (
+        '[{"turn": 1, "name": "calculator", "status": "ok"}]')
+    assert flat_cell({"x": float("inf")}) == '{"x": null}' and flat_cell(0.5) == 0.5 and flat_cell(None) is None
+    assert markdown_table([{"turn_rewards": [None, 1.0]}]).splitlines()[-1] == "| [null, 1.0] |"
+
+
+def test_the_first_prompt_is_logged_with_its_template_markup(caplog):
+    import logging
+
+    from transformers import AutoTokenizer
+
+    from rlvr.metrics.samples import log_first_prompt
+    from rlvr.models import resolve_model
+
+    tok = AutoTokenizer.from_pretrained(resolve_model("tiny-random"))
+    text = "<|im_start|>system\ntools: add<|im_end|>\n<|im_start|>user\n2+3?<|im_end|>\n<|im_start|>assistant\n"
+    ids = tok.encode(text, add_special_tokens=False)
+    with caplog.at_level(logging.INFO, logger="rlvr"):
+        line = log_first_prompt(Prompt(index=7, text="", prompt_ids=ids, gold="5"), tok)
+    assert line == f"the first prompt (data row 7, {len(ids)} tokens) as the model sees it:\n{text}"
+    assert [r.getMessage() for r in caplog.records] == [line]
