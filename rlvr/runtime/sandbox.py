@@ -80,8 +80,9 @@ def _exit_with_parent(name: str) -> None:
 
 def _worker_main(conn: Any, init: Callable[..., Callable[[Any], Any]], init_args: tuple, memory_mb: int | None,
                  name: str) -> None:
-    """Body of a worker: ``handler = init(*init_args)``, then answer jobs until ``None`` or the parent goes away.
-    Replies ``("ready",)``, ``("init_error", traceback)``, ``("result", value)`` or ``("error", reason)``."""
+    """Body of a worker: ``handler = init(*init_args)``, then answer jobs until ``None`` or the parent goes away,
+    then ``handler.close()`` when the handler has one (not when the worker is killed). Replies ``("ready",)``,
+    ``("init_error", traceback)``, ``("result", value)`` or ``("error", reason)``."""
     _exit_with_parent(name)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     try:
@@ -95,22 +96,27 @@ def _worker_main(conn: Any, init: Callable[..., Callable[[Any], Any]], init_args
         conn.send(("init_error", traceback.format_exc()))
         return
     conn.send(("ready",))
-    while True:
-        try:
-            job = conn.recv()
-        except (EOFError, OSError):
-            return
-        if job is None:
-            return
-        try:
-            value = handler(job)
-        except Exception as e:  # noqa: BLE001 - a plug-in's bug costs its job, with a reason
-            conn.send(("error", error_reason(e)))
-            continue
-        try:
-            conn.send(("result", value))
-        except Exception as e:  # noqa: BLE001 - a value that does not pickle
-            conn.send(("error", error_reason(e)))
+    try:
+        while True:
+            try:
+                job = conn.recv()
+            except (EOFError, OSError):
+                return
+            if job is None:
+                return
+            try:
+                value = handler(job)
+            except Exception as e:  # noqa: BLE001 - a plug-in's bug costs its job, with a reason
+                conn.send(("error", error_reason(e)))
+                continue
+            try:
+                conn.send(("result", value))
+            except Exception as e:  # noqa: BLE001 - a value that does not pickle
+                conn.send(("error", error_reason(e)))
+    finally:
+        close = getattr(handler, "close", None)
+        if callable(close):
+            close()
 
 
 @dataclass(eq=False)

@@ -1,5 +1,6 @@
 """Built-in tools: ``calculator`` (exact arithmetic, parsed with :mod:`ast`, never ``eval``) and ``python`` (code run
-in the sandbox of the ``code`` verifier, :mod:`rlvr_verifiers._sandbox`: namespaces, resource limits, no network);
+in the sandbox of the ``code`` verifier, :mod:`rlvr_verifiers._sandbox`: namespaces, resource limits, no network;
+inside the isolation every tool call gets, :mod:`rlvr.tools.isolation`);
 two stateful ones (:mod:`rlvr.tools.registry`: one instance per trajectory): ``python_session``
 (:class:`PythonSession`, an interpreter session whose variables persist between calls) and ``files``
 (:class:`Files`, a small in-memory file system).
@@ -65,10 +66,14 @@ def calculator(expression: str) -> str:
 
 
 TIMEOUT_S = 10.0
-"""The ``python`` tool's wall-clock limit: set by the tool worker from ``tools.timeout_s`` (a little under it, so the
-sandbox reports the timeout and the output so far before the worker is killed)."""
+"""The ``python`` tool's wall-clock limit: set by the tool server from its call limit (a little under it, so the
+sandbox reports the timeout and the output so far before the call is stopped)."""
 MEMORY_MB = 512
 MAX_OUTPUT_BYTES = 1 << 16
+ISOLATION = None
+"""The ``python`` tool sandbox's isolation (a :class:`rlvr_verifiers._sandbox.Isolation`): set by a tool server
+(:mod:`rlvr.tools.isolation`) to what its calls' user gets inside the server's own isolation, probed once; None:
+the sandbox probes in this process (:func:`rlvr_verifiers._sandbox.isolation`)."""
 
 _WRAP = """import sys, traceback
 class _Null:
@@ -108,7 +113,7 @@ def _run_code(code: str, earlier: list[str]) -> tuple[str, bool]:
 
     program = "import sys\nsys.argv_cells = " + repr(list(earlier)) + "\nsys.argv_code = " + repr(code) + "\n" + _WRAP
     result = run_python(program, "", None, Limits(timeout_s=TIMEOUT_S, memory_mb=MEMORY_MB,
-                                                  max_output_bytes=MAX_OUTPUT_BYTES))
+                                                  max_output_bytes=MAX_OUTPUT_BYTES), ISOLATION)
     out = result.output.decode("utf-8", "replace")
     if result.status == "ok":
         return out, True

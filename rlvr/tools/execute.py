@@ -1,176 +1,79 @@
-"""Tool calls in worker processes with hard limits: a :class:`~rlvr.runtime.sandbox.ProcessPool` (the machinery the
-scoring and environment pools use) whose workers import the recipe's tools once.
+"""Tool calls with hard limits, isolated: a :class:`~rlvr.runtime.sandbox.ProcessPool` (the machinery the scoring
+and environment pools use) whose workers run no tool code: each starts a tool server per distinct
+:class:`~rlvr.tools.registry.Access` of the recipe's tools, and every call runs in a process of its own forked by
+that server, in the isolation of :mod:`rlvr.tools.isolation` (namespaces where the machine allows, a folder of its
+own, a scrubbed environment, no network, its whole process tree killed when it ends). The pool logs at start which
+isolation this machine gives and what holds in it, and what each tool that opened something may reach.
 
-Each call runs in a worker with ``timeout_s`` wall-clock seconds (past it the worker is killed and replaced) and
-``memory_mb`` of address space; what it prints and what it returns together are capped at ``max_output_chars``
-(the end is cut: ``... [N characters cut]``). A call that times out, crashes its worker, raises, or returns
-something that is not text becomes an error message for the model and a counted failure; the batch goes on. The
-calls given to one :meth:`ToolPool.run` run in parallel, one per worker.
+Each call has ``timeout_s`` wall-clock seconds (the server stops it a little before, at ``timeout_s`` minus
+min(0.5 s, a quarter); the pool kills the worker at ``timeout_s`` if the server does not answer) and ``memory_mb``
+of address space; what it prints and what it returns together are capped at ``max_output_chars`` (the end is cut:
+``... [N characters cut]``). A call that times out, crashes its process, raises, or returns something that is not
+text becomes an error message for the model and a counted failure; the batch goes on. The calls given to one
+:meth:`ToolPool.run` run in parallel, one per worker. A call's process starts from the state the server had after
+importing the tools: what one call changes in a module (a cache, a global) is gone for the next.
 
-Stateful tools (:mod:`rlvr.tools.registry`): a call carries its instance's pickle; the worker unpickles it, runs
-the method and pickles it back with the result (an instance that no longer pickles makes the call an error naming
-its class). :meth:`ToolPool.create` builds instances and :meth:`ToolPool.close_instances` calls their ``close()``,
-each in a worker with the same limits.
+Stateful tools (:mod:`rlvr.tools.registry`): a call carries its instance's pickle; the call's process unpickles it,
+runs the method and pickles it back with the result (an instance that no longer pickles makes the call an error
+naming its class); pickles are only ever unpickled in a call's process. :meth:`ToolPool.create` builds instances
+and :meth:`ToolPool.close_instances` calls their ``close()``, each as a call with the same limits.
 
-Network: each worker leaves the network (a network namespace of its own, when it may: running as root) and installs
-an audit hook refusing internet sockets (``AF_INET``/``AF_INET6``) and name lookups, so a tool that tries the
-network fails with ``PermissionError``/``OSError``. The ``python`` tool runs code in the ``code`` verifier's
-sandbox on top (:mod:`rlvr_verifiers._sandbox`).
+Network: in the ``ns-*`` modes a network namespace of the server's own, and in every mode an audit hook refusing
+internet sockets (``AF_INET``/``AF_INET6``) and name lookups, so a tool that tries the network fails with
+``PermissionError``/``OSError``, unless it declared ``access(network=True)``. The ``python`` tool runs code in the
+``code`` verifier's sandbox on top (:mod:`rlvr_verifiers._sandbox`).
 """
 
 from __future__ import annotations
 
-import io
-import json
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from rlvr.runtime.sandbox import ProcessPool
-from rlvr.tools.registry import Tool
+from rlvr.tools.calls import STATE_MUST_PICKLE  # noqa: F401 - re-exported: its home before the calls module
+from rlvr.tools.isolation import Isolation, Server, machine_isolation
+from rlvr.tools.registry import Access, Tool
 
-CLONE_NEWNET = 0x40000000
-
-
-class _Capped(io.TextIOBase):
-    """A text stream keeping its first ``cap`` characters and counting the rest (a tool that prints 1 GB costs no
-    memory)."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap, self.head, self.total = cap, [], 0
-        self._kept = 0
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, s: str) -> int:
-        s = str(s)
-        self.total += len(s)
-        room = self.cap - self._kept if self.cap > 0 else len(s)
-        if room > 0:
-            self.head.append(s[:room])
-            self._kept += min(room, len(s))
-        return len(s)
+log = logging.getLogger("rlvr")
 
 
-def _no_net(event: str, args: tuple) -> None:
-    if event == "socket.__new__" and len(args) > 1 and args[1] in (2, 10):
-        raise PermissionError("network access is disabled for tools")
-    if event in ("socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyname_ex", "socket.gethostbyaddr"):
-        raise PermissionError("network access is disabled for tools")
-    if event in ("socket.connect", "socket.bind", "socket.sendto") and args and \
-            getattr(args[0], "family", None) in (2, 10):
-        raise PermissionError("network access is disabled for tools")
+def call_limit(timeout_s: float) -> float:
+    """The server's limit for a call under the pool's ``timeout_s``: ``timeout_s - min(0.5, timeout_s / 4)``
+    seconds (so the server, not the pool's kill, ends a hung call and its processes)."""
+    return timeout_s - min(0.5, 0.25 * timeout_s)
 
 
-def _leave_network() -> str:
-    """Best effort: a network namespace of this process's own (only a loopback that is down); then the audit hook.
-    Returns how the network is closed."""
-    import sys
-
-    how = "audit hook"
-    if os.geteuid() == 0:
-        try:
-            import ctypes
-
-            if ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWNET) == 0:
-                how = "network namespace + audit hook"
-        except (OSError, AttributeError):
-            pass
-    sys.addaudithook(_no_net)
-    return how
-
-
-def _text(value: Any) -> str:
-    """A tool's return value as text: a string as is, None as empty, JSON-able values as JSON.
-    Errors: ``TypeError`` for anything else (the call is reported as returning garbage)."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
+def _relay(mode: str, groups: tuple[tuple[dict[str, Any], tuple[str, ...], dict[str, str | None]], ...],
+           settings: dict[str, Any]) -> Callable[[tuple], Any]:
+    """A worker's handler: one :class:`~rlvr.tools.isolation.Server` per group ``(access fields, targets, env
+    values)``; a job goes to the server of its target and comes back as the server's dict. A server that dies
+    takes its worker with it (the pool counts the job ``crashed`` and starts a new worker)."""
+    iso = Isolation(mode)
+    servers: dict[str, Server] = {}
+    started: list[Server] = []
     try:
-        return json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        raise TypeError(f"the tool returned a {type(value).__name__}, not text or a JSON value") from None
+        for fields, targets, env_values in groups:
+            server = Server(iso, Access(**fields), targets, settings, env_values)
+            started.append(server)
+            servers.update({t: server for t in targets})
+    except BaseException:
+        for s in started:
+            s.close()
+        raise
 
-
-STATE_MUST_PICKLE = ("a stateful tool's state must pickle (it is kept with the trajectory, pickled, between calls): "
-                     "keep only picklable values (numbers, text, lists, dicts...) in its attributes")
-
-
-def _pickled(obj: Any) -> bytes:
-    """``obj``'s pickle; ``TypeError`` naming its class and saying why state must pickle."""
-    import pickle
-
-    try:
-        return pickle.dumps(obj)
-    except Exception as e:  # noqa: BLE001 - pickling raises TypeError, PicklingError, AttributeError...
-        raise TypeError(f"the {type(obj).__name__} instance does not pickle ({type(e).__name__}: {str(e)[:200]}); "
-                        f"{STATE_MUST_PICKLE}") from None
-
-
-def _handler(targets: tuple[str, ...], timeout_s: float, max_output_chars: int) -> Callable[[tuple], Any]:
-    """A worker's handler. Jobs:
-
-    - ``("call", target, method, arguments, state)`` -> ``("ok", text, chars cut, new state)`` or
-      ``("error", message, 0, None)``: a function call (``method`` None, ``state`` None), or a method called on the
-      instance ``state`` (its pickle) unpickles to; the instance is pickled back after an ``ok`` call (a call that
-      raises, or leaves an instance that does not pickle, is an error and changes nothing);
-    - ``("create", target)`` -> ``("ok", pickle of target())`` or ``("error", message)``;
-    - ``("close", target, state)`` -> ``("ok", "")`` or ``("error", message)``: the instance's ``close()``.
-    """
-    import contextlib
-    import pickle
-
-    from rlvr.tools import builtins
-    from rlvr.tools.registry import resolve_target
-
-    objs = {t: resolve_target(t) for t in targets}  # imports each module once: instances unpickle by reference
-    builtins.TIMEOUT_S = max(0.1, timeout_s - 0.5)
-    builtins.MAX_OUTPUT_BYTES = max(1024, 4 * max_output_chars)
-    _leave_network()
-
-    def lifecycle(job: tuple) -> tuple[str, Any]:
-        cls = objs[job[1]]
-        if job[0] == "create":
-            try:
-                instance = cls()
-            except Exception as e:  # noqa: BLE001 - the model is told; the trajectory goes on
-                return "error", f"{cls.__name__}() failed: {type(e).__name__}: {str(e)[:500]}"
-            try:
-                return "ok", _pickled(instance)
-            except TypeError as e:
-                return "error", str(e)
+    def handle(job: tuple) -> dict[str, Any]:
         try:
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                pickle.loads(job[2]).close()
-            return "ok", ""
-        except Exception as e:  # noqa: BLE001 - reported to the runner, which counts and logs it
-            return "error", f"{cls.__name__}.close() failed: {type(e).__name__}: {str(e)[:500]}"
+            return servers[job[1]].call(job)
+        except (EOFError, OSError, ValueError):  # the server died (or spoke garbage): this worker goes with it
+            os._exit(70)
 
-    def handle(job: tuple) -> Any:
-        if job[0] != "call":
-            return lifecycle(job)
-        _, target, method, arguments, state = job
-        out = _Capped(max_output_chars)
-        new_state = None
-        try:
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-                if method is None:
-                    value = _text(objs[target](**arguments))
-                else:
-                    instance = pickle.loads(state)
-                    value = _text(getattr(instance, method)(**arguments))
-            if method is not None:
-                new_state = _pickled(instance)
-        except Exception as e:  # noqa: BLE001 - a tool's failure is the model's information, not a crash
-            return "error", f"{type(e).__name__}: {str(e)[:500]}", 0, None
-        printed, whole = "".join(out.head), out.total + len(value)  # printed: the first max_output_chars
-        if max_output_chars > 0 and whole > max_output_chars:
-            cut = whole - max_output_chars
-            return "ok", (printed + value)[:max_output_chars] + f"... [{cut} characters cut]", cut, new_state
-        return "ok", printed + value, 0, new_state
+    def close() -> None:
+        for s in started:
+            s.close()
 
+    handle.close = close  # type: ignore[attr-defined] - called by the pool's worker when it stops
     return handle
 
 
@@ -194,18 +97,53 @@ class ToolResult:
 
 
 class ToolPool:
-    """Runs tool calls in ``num_workers`` processes (module docstring); ``tools``: the recipe's resolved tools.
+    """Runs tool calls in ``num_workers`` processes (module docstring); ``tools``: the recipe's resolved tools;
+    ``isolation``: a mode of :data:`rlvr.tools.isolation.MODES` (for tests: the machine must allow it); None: the
+    best this machine gives (:func:`~rlvr.tools.isolation.machine_isolation`).
 
-    Errors: ``RuntimeError`` when a worker cannot import the tools (the message holds the traceback); those of
-    :class:`~rlvr.runtime.sandbox.ProcessPool` for bad sizes."""
+    Errors: ``RuntimeError`` when a worker cannot start its servers or they cannot import the tools (the message
+    holds the traceback); those of :class:`~rlvr.runtime.sandbox.ProcessPool` for bad sizes; ``ValueError`` for
+    an unknown mode."""
 
     def __init__(self, tools: list[Tool], num_workers: int, timeout_s: float, max_output_chars: int,
-                 memory_mb: int | None = None) -> None:
+                 memory_mb: int | None = None, *, isolation: str | None = None) -> None:
         self.timeout_s, self.memory_mb = timeout_s, memory_mb
-        targets = tuple(dict.fromkeys(t.target for t in tools))
-        self._pool = ProcessPool(_handler, (targets, timeout_s, max_output_chars), num_workers,
-                                 timeout_s, memory_mb, name="tool", what="the tools",
-                                 preload=("rlvr.tools.execute", "rlvr.tools.builtins"))  # fmt: skip
+        self.isolation = machine_isolation() if isolation is None else Isolation(isolation)
+        groups: dict[Access, list[str]] = {}
+        for t in tools:
+            groups.setdefault(t.access, [])
+            if t.target not in groups[t.access]:
+                groups[t.access].append(t.target)
+        if not groups:
+            groups[Access()] = []
+        self._log(tools)
+        spec = tuple(({"network": a.network, "write": a.write, "read": a.read, "env": a.env}, tuple(ts),
+                      {k: os.environ.get(k) for k in a.env}) for a, ts in groups.items())  # fmt: skip
+        settings = {"call_timeout_s": call_limit(timeout_s), "max_output_chars": max_output_chars,
+                    "memory_mb": memory_mb}  # fmt: skip
+        self._pool = ProcessPool(_relay, (self.isolation.mode, spec, settings), num_workers, timeout_s, memory_mb,
+                                 name="tool", what="the tools", preload=("rlvr.tools.execute",))  # fmt: skip
+
+    def _log(self, tools: list[Tool]) -> None:
+        """The start-up lines: the mode and what holds; each tool that opened something; a warning in the plain
+        modes (files not confined)."""
+        iso = self.isolation
+        log.info("tools: isolation %s", iso.describe())
+        if iso.why:
+            log.info("tools: better isolation modes are not available here: %s", iso.why)
+        if not iso.namespaces:
+            log.warning("tools run in %s mode: %s; %s (namespaces would confine them: run as root with `unshare`, "
+                        "or allow unprivileged user namespaces)", iso.mode, iso.holds()["files"],
+                        iso.holds()["processes"])  # fmt: skip
+        for t in tools:
+            if not t.access.strict:
+                log.info("tool %s may also reach: %s", t.name, t.access.describe())
+            if iso.drops:
+                for folder in t.access.write:
+                    st = os.stat(folder)
+                    if st.st_uid != 65534 and not st.st_mode & 0o002:
+                        log.warning("tool %s: access(write=%r): tools run as nobody here, who cannot write that "
+                                    "folder (chown it to nobody, or chmod o+w)", t.name, folder)
 
     def run(self, calls: list[tuple[Tool, dict[str, Any]]], states: list[bytes | None] | None = None
             ) -> list[ToolResult]:
@@ -219,14 +157,15 @@ class ToolPool:
                                    for (tool, args), state in zip(calls, states)])  # fmt: skip
         out = []
         for (tool, _), o in zip(calls, outcomes):
-            if o.ok:
-                status, text, cut, state = o.value
-                out.append(ToolResult(tool.name, status, text if status == "ok" else f"error: {text}", cut,
-                                      o.latency_s, state))  # fmt: skip
-            elif o.reason == "timeout":
+            status = o.value["status"] if o.ok else o.reason
+            if status in ("ok", "error"):
+                v = o.value
+                out.append(ToolResult(tool.name, status, v["text"] if status == "ok" else f"error: {v['text']}",
+                                      v["cut"], o.latency_s, v["state"] if status == "ok" else None))  # fmt: skip
+            elif status == "timeout":
                 out.append(ToolResult(tool.name, "timeout", f"error: {tool.name} did not finish within "
                                                             f"{self.timeout_s:g} s and was stopped", 0, o.latency_s))
-            elif o.reason == "crashed":
+            elif status == "crashed":
                 mem = f" (over {self.memory_mb} MiB of memory?)" if self.memory_mb else ""
                 out.append(ToolResult(tool.name, "crashed", f"error: {tool.name} crashed: its process died{mem}", 0,
                                       o.latency_s))  # fmt: skip
@@ -240,24 +179,25 @@ class ToolPool:
             return []
         out: list[tuple[Any, str | None]] = []
         for o in self._pool.run(jobs):
-            if not o.ok:
-                what = {"timeout": f"did not finish within {self.timeout_s:g} s and was stopped",
-                        "crashed": "its process died"}.get(o.reason or "", o.reason)  # fmt: skip
-                out.append((None, what))
+            status = o.value["status"] if o.ok else o.reason
+            if status == "ok":
+                out.append((o.value["state"], None))
+            elif status == "error" and o.ok:
+                out.append((None, o.value["text"]))
             else:
-                status, value = o.value
-                out.append((value, None) if status == "ok" else (None, value))
+                out.append((None, {"timeout": f"did not finish within {self.timeout_s:g} s and was stopped",
+                                   "crashed": "its process died"}.get(status or "", status)))  # fmt: skip
         return out
 
     def create(self, tools: list[Tool]) -> list[tuple[bytes | None, str | None]]:
-        """One new instance of each stateful tool's class, built in a worker (with the call time limit): per tool
+        """One new instance of each stateful tool's class, built in a call (with the call time limit): per tool
         ``(its pickle, None)`` or ``(None, why not)`` (``__init__`` raised or timed out, the instance does not
         pickle)."""
         return self._lifecycle([("create", t.target) for t in tools])
 
     def close_instances(self, items: list[tuple[Tool, bytes]]) -> list[str | None]:
-        """``close()`` on each ``(tool, instance pickle)``, in a worker with the call time limit: per item None, or
-        what went wrong (it raised, timed out or crashed its worker). Never raises for an instance's failure."""
+        """``close()`` on each ``(tool, instance pickle)``, in a call with the call time limit: per item None, or
+        what went wrong (it raised, timed out or crashed). Never raises for an instance's failure."""
         return [why for _, why in self._lifecycle([("close", t.target, state) for t, state in items])]
 
     def stats(self) -> dict[str, int]:

@@ -15,6 +15,11 @@ attributes must pickle); it calls ``close()`` once when the trajectory ends, how
 Names resolve as verifiers and environments do: a built-in short name (:data:`BUILTINS`), ``package.module:name``
 or ``path/to/file.py:name``. The name the model calls is the function's (or method's) own ``__name__`` (the
 schema's ``name``).
+
+Every tool runs isolated (:mod:`rlvr.tools.isolation`): its call's own folder, no network, a scrubbed environment,
+its whole process tree killed when the call ends. A tool that needs more declares it with :func:`access`
+(``@access(network=True)``, ``write=[folder]``, ``read=[folder]``, ``env=[name]``); the recipe's tool list is
+logged at start with what each may reach.
 """
 
 from __future__ import annotations
@@ -24,6 +29,81 @@ import inspect
 import types
 from dataclasses import dataclass
 from typing import Any
+
+ACCESS_ATTRIBUTE = "__rlvr_access__"
+"""The attribute :func:`access` sets on a tool function or class."""
+
+
+@dataclass(frozen=True)
+class Access:
+    """What a tool may reach beyond the strict default of :mod:`rlvr.tools.isolation` (its call's own folder, no
+    network, no environment variable but ``PATH``/``LANG``/``HOME``/``TMPDIR``), declared on the tool with
+    :func:`access`; every field empty is the default.
+
+    ``network``: the host's network (no network namespace, no socket audit hook); ``write``: folders (absolute
+    paths) the tool may write, bound read-write into its view (as root the calls run as ``nobody``: the folder must
+    be writable by ``nobody``); ``read``: folders (absolute) the tool must read that the isolation hides (under
+    ``/home``, ``/root``, ``/tmp``, ``/var/tmp``, ``/dev/shm``, ``/run/lock``), bound read-only; ``env``: names of the
+    trainer's environment variables passed to the tool (read when the pool starts)."""
+
+    network: bool = False
+    write: tuple[str, ...] = ()
+    read: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+
+    @property
+    def strict(self) -> bool:
+        return self == Access()
+
+    def describe(self) -> str:
+        """``network; writes /a, /b; reads /c; env X, Y`` (``strict`` when nothing is opened)."""
+        parts = (["network"] if self.network else []) + [f"{what} {', '.join(v)}" for what, v in
+                                                         (("writes", self.write), ("reads", self.read),
+                                                          ("env", self.env)) if v]  # fmt: skip
+        return "; ".join(parts) or "strict"
+
+
+def access(*, network: bool = False, write: tuple[str, ...] | list[str] = (), read: tuple[str, ...] | list[str] = (),
+           env: tuple[str, ...] | list[str] = ()) -> Any:
+    """A decorator declaring what a tool (a function, or a stateful tool class: all its methods) may reach beyond the
+    strict default (:class:`Access`)::
+
+        from rlvr.tools.registry import access
+
+        @access(network=True, env=["SEARCH_API_KEY"])
+        def search(query: str) -> str: ...
+
+    Errors (when the tool is resolved, naming it): ``ValueError`` for a folder that is not an absolute path or does
+    not exist, or an environment variable name that is not one."""
+    spec = Access(bool(network), tuple(str(p) for p in write), tuple(str(p) for p in read), tuple(env))
+
+    def mark(obj: Any) -> Any:
+        setattr(obj, ACCESS_ATTRIBUTE, spec)
+        return obj
+
+    return mark
+
+
+def tool_access(obj: Any, target: str) -> Access:
+    """The :class:`Access` declared on ``obj`` (the default when none), checked.
+    Errors: ``ValueError`` naming the tool and the fix."""
+    import os
+    import re
+
+    spec = getattr(obj, ACCESS_ATTRIBUTE, None) or Access()
+    if not isinstance(spec, Access):
+        raise ValueError(f"tool {target!r}: {ACCESS_ATTRIBUTE} must be set with rlvr.tools.registry.access(...)")
+    for kind, paths in (("write", spec.write), ("read", spec.read)):
+        for p in paths:
+            if not os.path.isabs(p) or not os.path.isdir(p):
+                raise ValueError(f"tool {target!r}: access({kind}=...) names {p!r}, which is not an absolute path to "
+                                 "an existing folder; give the folder's absolute path (create it first)")
+    for name in spec.env:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"tool {target!r}: access(env=...) names {name!r}, which is not an environment "
+                             "variable name")
+    return spec
+
 
 BUILTINS = {"calculator": "rlvr.tools.builtins:calculator", "python": "rlvr.tools.builtins:python",
             "python_session": "rlvr.tools.builtins:PythonSession", "files": "rlvr.tools.builtins:Files"}
@@ -44,6 +124,7 @@ class Tool:
     method: str | None = None
     owner: str = ""
     closes: bool = False
+    access: Access = Access()
 
     @property
     def stateful(self) -> bool:
@@ -114,7 +195,7 @@ def resolve_tool(target: str) -> list[Tool]:
     obj = resolve_target(target)
     if not inspect.isclass(obj):
         schema = _schema(obj, target)
-        return [Tool(target=target, name=schema["function"]["name"], schema=schema)]
+        return [Tool(target=target, name=schema["function"]["name"], schema=schema, access=tool_access(obj, target))]
     try:
         needs = [p.name for p in inspect.signature(obj).parameters.values()
                  if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
@@ -128,11 +209,12 @@ def resolve_tool(target: str) -> list[Tool]:
         raise TypeError(f"tool {target!r}: the class {obj.__name__} has no public method (a stateful tool's tools are "
                         "its methods without a leading '_')")
     closes = callable(getattr(obj, "close", None))
+    spec = tool_access(obj, target)
     out = []
     for m in methods:  # the schema of the bound method: `self` is not a parameter
         schema = _schema(types.MethodType(getattr(obj, m), object()), f"{target}.{m}")
         out.append(Tool(target=target, name=schema["function"]["name"], schema=schema, method=m, owner=obj.__name__,
-                        closes=closes))  # fmt: skip
+                        closes=closes, access=spec))  # fmt: skip
     return out
 
 

@@ -3,8 +3,9 @@ per trajectory, kept pickled between calls, closed exactly once however the traj
 ids carried to tool messages, the template probe with the tools listed, and the prompt-length check counting them.
 
 The sample classes are written into tmp_path (tools_stateful.py there): each ``close()`` writes one marker file
-``<instance id>-<random>`` holding the instance's total into tmp_path/closed, so the tests count closes per instance
-and see which state was closed. Every value below is worked out by hand."""
+``<instance id>-<random>`` holding the instance's total into a folder it opens with ``access(write=...)`` (tools are
+isolated: a write outside a call's own folder is refused otherwise), so the tests count closes per instance and see
+which state was closed. Every value below is worked out by hand."""
 
 from __future__ import annotations
 
@@ -26,15 +27,18 @@ from tests.unit.tools_templates import MISTRAL, MISTRAL_IDS, QWEN, VOCAB, ids, t
 TIMEOUT_S = 4.0  # the python tool gets about half (its subprocess start took > 0.5 s on a loaded 2-core machine)
 
 SAMPLE = '''
-"""Stateful tools for the tests (imported by the tool workers: standard library only)."""
+"""Stateful tools for the tests (imported by the tool servers: the standard library and rlvr only)."""
 import os
 import threading
 import time
 import uuid
 
+from rlvr.tools.registry import access
+
 CLOSED = {closed!r}
 
 
+@access(write=[CLOSED])  # its close() writes a marker there: outside its call's folder, so it must say so
 class Counter:
     """A running total."""
 
@@ -109,10 +113,22 @@ class BadClose:
 
 
 @pytest.fixture(scope="module")
-def sample(tmp_path_factory):
+def closed_folder():
+    """Where Counter.close() writes its markers: a folder of the system's temporary folder open to everyone (as
+    root, tools run as nobody, who must reach it: pytest's own folders are closed to others)."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="rlvr-closed-"))
+    folder.chmod(0o777)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory, closed_folder):
     root = tmp_path_factory.mktemp("stateful")
-    (root / "closed").mkdir()
-    (root / "tools_stateful.py").write_text(textwrap.dedent(SAMPLE.format(closed=str(root / "closed"))))
+    (root / "tools_stateful.py").write_text(textwrap.dedent(SAMPLE.format(closed=str(closed_folder))))
     return root
 
 
@@ -129,9 +145,9 @@ def pool(tools):
 
 
 @pytest.fixture
-def closed(sample):
+def closed(closed_folder):
     """The markers of the closes of one test: {instance id: [its total at each close]}."""
-    folder = sample / "closed"
+    folder = closed_folder
     for f in folder.iterdir():
         f.unlink()
 
