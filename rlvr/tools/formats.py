@@ -6,9 +6,9 @@
   calling), optionally after ``<|python_tag|>``; several objects may be separated by ``;``;
 - ``mistral``: ``[TOOL_CALLS]`` then a JSON list ``[{"name": ..., "arguments": {...}}, ...]`` (or the newer
   ``[TOOL_CALLS]name[ARGS]{...}`` form). ``[TOOL_CALLS]`` is a special token of Mistral's tokenizers, which the
-  engines' text leaves out (vLLM's and transformers' ``skip_special_tokens``), so a reply that is only such a JSON
-  list of calls (each an object with a ``"name"``) is read as calls too, as ``llama3`` reads a reply without its
-  ``<|python_tag|>``.
+  engines' text leaves out (vLLM's and transformers' ``skip_special_tokens``), as it leaves out ``[ARGS]``, so a
+  reply that is only such a JSON list of calls (each an object with a ``"name"``), or only ``name{...}`` calls, is
+  read as calls too, as ``llama3`` reads a reply without its ``<|python_tag|>``.
 
 A reply holds calls (each parsed, or the reason it is malformed) or none (a final answer). Parsing never raises:
 model output is untrusted. :func:`detect_format` picks the format from a chat template's source.
@@ -113,25 +113,44 @@ def _llama3(text: str) -> list[ParsedCall]:
 _MISTRAL_NAMED = re.compile(r"\s*([A-Za-z_][\w.-]*)\s*(?:\[CALL_ID\]\s*(\S+?)\s*)?\[ARGS\]")
 
 
-def _bare_mistral_list(text: str) -> list[ParsedCall]:
-    """The calls of a reply that is only a JSON list of call objects (``[TOOL_CALLS]`` dropped by the engine's
-    text); ``[]`` (a final answer) for anything else, however it starts."""
-    body = text.strip()
-    if not body.startswith("["):
-        return []
-    try:
-        value, end = json.JSONDecoder().raw_decode(body)
-    except json.JSONDecodeError:
-        return []
-    if body[end:].strip() or not value or not all(isinstance(v, dict) and "name" in v for v in value):
-        return []
-    return [_from_object(obj, json.dumps(obj), ("arguments", "parameters")) for obj in value]
+_BARE_NAMED = re.compile(r"\s*([A-Za-z_][\w.-]*)\s*(?=\{)")
+
+
+def _bare_mistral(text: str) -> list[ParsedCall]:
+    """The calls of a reply whose special tokens the engine's text dropped (``[TOOL_CALLS]``, and ``[ARGS]`` of the
+    newer form): a reply that is only a JSON list of call objects, or only ``name{...}`` calls one after another;
+    ``[]`` (a final answer) for anything else, however it starts."""
+    body, dec = text.strip(), json.JSONDecoder()
+    if body.startswith("["):
+        try:
+            value, end = dec.raw_decode(body)
+        except json.JSONDecodeError:
+            return []
+        if body[end:].strip() or not value or not all(isinstance(v, dict) and "name" in v for v in value):
+            return []
+        return [_from_object(obj, json.dumps(obj), ("arguments", "parameters")) for obj in value]
+    out, pos = [], 0
+    while pos < len(body):
+        m = _BARE_NAMED.match(body, pos)
+        if not m:
+            return []
+        try:
+            args, end = dec.raw_decode(body, m.end())
+        except json.JSONDecodeError:
+            return []
+        if not isinstance(args, dict):
+            return []
+        out.append(ParsedCall(m.group(1), args, None, body[pos:end].strip()))
+        pos = end
+        while pos < len(body) and body[pos].isspace():
+            pos += 1
+    return out
 
 
 def _mistral(text: str) -> list[ParsedCall]:
     at = text.find("[TOOL_CALLS]")
     if at < 0:
-        return _bare_mistral_list(text)
+        return _bare_mistral(text)
     rest = text[at + len("[TOOL_CALLS]"):]
     out: list[ParsedCall] = []
     if rest.lstrip().startswith("["):

@@ -341,8 +341,11 @@ def test_a_mistral_call_list_without_its_special_token_is_read_as_calls():
     a, b = parse_calls(' [{"name": "add", "arguments": {"a": 1, "b": 2}}, {"name": "f", "arguments": "{}"}]',
                        "mistral")
     assert (a.name, a.arguments, b.name, b.arguments) == ("add", {"a": 1, "b": 2}, "f", {})
+    a, b = parse_calls('add{"a": 1, "b": 2} f {}', "mistral")  # the newer form, [TOOL_CALLS] and [ARGS] dropped
+    assert (a.name, a.arguments, a.error, b.name, b.arguments) == ("add", {"a": 1, "b": 2}, None, "f", {})
     for answer in ("[1, 2] is the list", "[1, 2]", '[{"x": 1}]', "[not json", "[]", "The answer is 4.",
-                   '[{"name": "add", "arguments": {}}] and then prose'):  # without the marker: only a bare list
+                   '[{"name": "add", "arguments": {}}] and then prose', 'add{"a": 1} and prose', "add{not json}",
+                   'the set {"a": 1}', 'add[1]'):  # without the markers: only calls and nothing else
         assert parse_calls(answer, "mistral") == []
 
 
