@@ -62,8 +62,19 @@ PANELS: tuple[Panel, ...] = (
     Panel("staleness", "policy lag of the trained samples", _any(mn.ASYNC_STALENESS_MEAN, mn.ASYNC_STALENESS_MAX), "versions"),
     Panel("distill", "reverse KL to the teacher (on-policy distillation)",
           _any(mn.DISTILL_REVERSE_KL_MEAN, mn.DISTILL_REVERSE_KL_SEQ_MEAN), "nats per token"),
+    # multi-turn trajectories (an environment or tools) and tools: drawn only for runs that log them
+    Panel("turns", "multi-turn: assistant turns per trajectory", _any(mn.ROLLOUT_TURNS_MEAN), "turns (mean)"),
+    Panel("trajectory_ends", "multi-turn: solved after turn 1, failed, cut",
+          _any(mn.ROLLOUT_SOLVED_AFTER_TURN_1, mn.ROLLOUT_ENV_FAILED_FRAC, mn.ROLLOUT_EXCLUDED_FRAC,
+               mn.ROLLOUT_PREFIX_BROKEN_FRAC, mn.ROLLOUT_BUDGET_END_FRAC, mn.ROLLOUT_LENGTH_END_FRAC,
+               mn.ROLLOUT_STOP_ID_END_FRAC), "fraction of trajectories"),
+    Panel("tools", "tool calls per trajectory, malformed share",
+          _any(mn.TOOLS_CALLS_PER_TRAJ, mn.TOOLS_MALFORMED_FRAC), "calls (malformed: fraction of calls)"),
+    Panel("tool_outcomes", "tool call outcomes",
+          _any(*(mn.tool_outcome("<tool>", o) for o in mn.TOOL_CALL_OUTCOMES)), "calls in the step"),
 )  # fmt: skip
-"""The panels, in the order of the overview grid; patterns built from :mod:`rlvr.metrics.names`."""
+"""The panels, in the order of the overview grid; patterns built from :mod:`rlvr.metrics.names`. A panel none of
+whose metrics a run logged is skipped (a single-turn run has no multi-turn or tool panels)."""
 
 
 def read_metrics(path: str | Path) -> tuple[dict[str, dict[int, float]], int]:

@@ -49,7 +49,8 @@ with a placeholder is a function (``passk(8) == "passk/8"``), and its pattern (`
 catalogue lists. :func:`describe` matches a concrete name against the catalogue; :func:`regex` turns a pattern
 into a regular expression (placeholders: ``<k>``, ``<n>``: digits; ``<stage>``, ``<stat>``: word characters;
 ``<suffix>``: word characters or none, for the plots' ``train/clipped<suffix>``; ``<verifier>``: anything, a
-verifier key may hold ``/``, ``:`` and ``#``).
+verifier key may hold ``/``, ``:`` and ``#``; ``<tool>``: a tool or class name; ``<outcome>``: one of
+:data:`TOOL_CALL_OUTCOMES` and :data:`TOOL_INSTANCE_OUTCOMES`).
 
 This module imports nothing from rlvr (any process may import it).
 """
@@ -161,6 +162,10 @@ REWARD_SCORE = reward_score("<verifier>")
 TIMING = timing("<stage>")  # the plots' family; the catalogue lists each stage (TIMING_ROLLOUT_S ...) on its own
 ROLE_BUSY = role_busy("<role>")
 TOOL_OUTCOME = tool_outcome("<tool>", "<outcome>")
+TOOL_CALL_OUTCOMES = ("ok", "error", "timeout", "crashed")
+"""A tool call's outcomes (``rlvr.tools.execute.OUTCOMES``), the ``<outcome>`` of a tool's own counts."""
+TOOL_INSTANCE_OUTCOMES = ("created", "create_error", "closed", "close_error")
+"""A stateful tool class's instance counts (``rlvr.tools.runner``), the ``<outcome>`` of a class's counts."""
 ROLE_IDLE = role_idle("<role>")
 STALENESS = staleness("<n>")
 VAL_PASS = val_pass("<k>")
@@ -462,7 +467,9 @@ CATALOGUE: tuple[Metric, ...] = tuple(
 )
 """Every name rlvr logs (families by their pattern), in namespace order."""
 
-_PLACEHOLDERS = {"k": r"\d+", "n": r"\d+", "stage": r"\w+", "role": r"\w+", "tool": r"[\w.-]+", "outcome": r"ok|error|timeout|crashed", "stat": r"\w+", "suffix": r"\w*", "verifier": r".+"}
+_PLACEHOLDERS = {"k": r"\d+", "n": r"\d+", "stage": r"\w+", "role": r"\w+", "tool": r"[\w.-]+",
+                 "outcome": "(?:" + "|".join(TOOL_CALL_OUTCOMES + TOOL_INSTANCE_OUTCOMES) + ")",  # one atom
+                 "stat": r"\w+", "suffix": r"\w*", "verifier": r".+"}  # fmt: skip
 _SLOT = re.compile(r"<(\w+)>")
 
 

@@ -211,15 +211,25 @@ OLD_PANELS = {
 def test_plot_panels_choose_the_names_they_chose_before():
     from rlvr.plot import PANELS
 
-    # the panels of before, then the two of asynchronous rollout (roles' idle seconds, the policy lag)
-    assert [p.slug for p in PANELS] == [*OLD_PANELS, "idle", "staleness", "distill"]
+    # the panels of before, then the two of asynchronous rollout (roles' idle seconds, the policy lag), distillation,
+    # then multi-turn trajectories and tools
+    assert [p.slug for p in PANELS] == [*OLD_PANELS, "idle", "staleness", "distill", "turns", "trajectory_ends",
+                                        "tools", "tool_outcomes"]  # fmt: skip
     samples = {e.pattern.replace("<k>", "4").replace("<n>", "8").replace("<verifier>", "numeric").replace("<role>", "engines")
-               for e in mn.CATALOGUE}  # fmt: skip
+               .replace("<tool>", "calculator").replace("<outcome>", "timeout") for e in mn.CATALOGUE}  # fmt: skip
+    samples |= {"tools/calculator/ok", "tools/Session/created", "tools/calculator/okay"}
     samples |= {"train/clip_frac", "train/clipped_x", "train/clippedness", "passk/16", "val/pass@16", "val/maj@x",
                 "timing/_s", "timing/a b_s", "reward/mean_x", "xreward/mean", "train/rollout_gap_abs_maxx", "step"}
     new_only = {p.slug: {s for s in samples if re.fullmatch(p.pattern, s)} for p in PANELS if p.slug not in OLD_PANELS}
     assert new_only == {"idle": {"roles/engines_idle_s"}, "staleness": {"async/staleness_mean", "async/staleness_max"},
-                        "distill": {"distill/reverse_kl_mean", "distill/reverse_kl_seq_mean"}}
+                        "distill": {"distill/reverse_kl_mean", "distill/reverse_kl_seq_mean"},
+                        "turns": {"rollout/turns_mean"},
+                        "trajectory_ends": {"rollout/solved_after_turn_1", "rollout/env_failed_frac",
+                                            "rollout/excluded_frac", "rollout/prefix_broken_frac",
+                                            "rollout/budget_end_frac", "rollout/length_end_frac",
+                                            "rollout/stop_id_end_frac"},
+                        "tools": {"tools/calls_per_traj", "tools/malformed_frac"},
+                        "tool_outcomes": {"tools/calculator/timeout", "tools/calculator/ok"}}  # fmt: skip
     for p in (p for p in PANELS if p.slug in OLD_PANELS):
         old, new = re.compile(OLD_PANELS[p.slug]), re.compile(p.pattern)
         assert {s for s in samples if new.fullmatch(s)} == {s for s in samples if old.fullmatch(s)}, p.slug
@@ -230,3 +240,20 @@ def test_headline_and_final_line_keys():
 
     m = {"reward/mean": 0.45, "passk/2": 0.5, "passk/16": 0.9, "passk/x": 1.0, "timing/step_s": 12.34, "sync/gbps": 1.0}
     assert headline(m) == "reward/mean=0.4500 passk/16=0.9000 step_s=12.3"
+
+
+def test_a_tools_outcome_name_matches_its_pattern_whole():
+    """``<outcome>`` is one atom: regex() of ``tools/<tool>/<outcome>`` once read ``tools/[\\w.-]+/ok|error|...``, which
+    a full match of ``tools/calculator/error`` failed (only the bare word ``error`` matched); a stateful class's
+    instance counts are the same family."""
+    rx = re.compile(mn.regex(mn.TOOL_OUTCOME))
+    names = ["tools/calculator/ok", "tools/calculator/error", "tools/my.tool-2/timeout", "tools/calculator/crashed",
+             "tools/PythonSession/created", "tools/PythonSession/close_error"]
+    assert all(rx.fullmatch(n) for n in names)
+    assert not any(rx.fullmatch(n) for n in ("error", "tools/calculator/okay", "tools/calls_per_traj", "tools/a/b/ok"))
+    assert all(mn.describe(n).pattern == mn.TOOL_OUTCOME for n in names)
+    assert mn.parse(mn.TOOL_OUTCOME, "tools/PythonSession/close_error") == {"tool": "PythonSession",
+                                                                            "outcome": "close_error"}
+    from rlvr.tools.execute import OUTCOMES
+
+    assert mn.TOOL_CALL_OUTCOMES == OUTCOMES  # names.py imports nothing from rlvr: the copy is held to the source

@@ -66,7 +66,9 @@ def test_plot_run_writes_sized_nonblank_pngs(tmp_path):
     slugs = ["reward", "passk", "val", "length", "entropy", "timing", "sync"]
     assert [p.name for p in written] == [f"{s}.png" for s in slugs] + ["overview.png"]
     assert skipped == ["KL", "clip fraction", "rollout vs trainer logprobs |old - rollout|", "idle seconds per role",
-                       "policy lag of the trained samples", "reverse KL to the teacher (on-policy distillation)"]
+                       "policy lag of the trained samples", "reverse KL to the teacher (on-policy distillation)",
+                       "multi-turn: assistant turns per trajectory", "multi-turn: solved after turn 1, failed, cut",
+                       "tool calls per trajectory, malformed share", "tool call outcomes"]  # a single-turn run
     for p in written[:-1]:
         img = mpimg.imread(p)
         assert img.shape[:2] == (350, 600)  # 6 x 3.5 inches at 100 dpi
@@ -74,6 +76,38 @@ def test_plot_run_writes_sized_nonblank_pngs(tmp_path):
     overview = mpimg.imread(written[-1])
     assert overview.shape[:2] == (350 * math.ceil(7 / 3), 600 * 3)
     assert overview[..., :3].std() > 0.05
+
+
+# a tools run's rows (rlvr.runtime.rollout_stage.rollout_metrics, rlvr.envs.rollout.tool_metrics), as logged
+TOOL_ROWS = [
+    {"step": s, "reward/mean": 0.5, "rollout/turns_mean": 1.5 + s / 10, "rollout/solved_after_turn_1": 0.25,
+     "rollout/env_failed_frac": 0.125, "rollout/excluded_frac": 0.125, "rollout/prefix_broken_frac": 0.0,
+     "rollout/budget_end_frac": 0.0, "rollout/length_end_frac": 0.0625, "rollout/stop_id_end_frac": 0.0,
+     "rollout/env_s": 2.0, "rollout/engine_idle_frac": 0.3, "rollout/obs_tokens_cut": 0.0, "tools/calls_per_traj": 0.9,
+     "tools/malformed_frac": 0.1, "tools/time_frac": 0.2, "tools/calculator/ok": 7.0, "tools/calculator/error": 1.0,
+     "tools/calculator/timeout": 0.0, "tools/calculator/crashed": 0.0, "tools/python_session/ok": 2.0,
+     "tools/PythonSession/created": 2.0, "tools/PythonSession/closed": 2.0}
+    for s in (1, 2)
+]  # fmt: skip
+
+
+def test_multi_turn_and_tool_panels_are_drawn_for_a_run_that_logs_them(tmp_path):
+    """The four panels of a multi-turn / tools run, each with exactly its metrics (a stateful class's instance
+    counts, the environment's seconds and the engines' idle share are not among them)."""
+    series, _ = read_metrics(_write(tmp_path / "m.jsonl", TOOL_ROWS))
+    by_slug = {p.slug: panel_metrics(p, series) for p in PANELS}
+    assert by_slug["turns"] == ["rollout/turns_mean"]
+    assert by_slug["trajectory_ends"] == [
+        "rollout/budget_end_frac", "rollout/env_failed_frac", "rollout/excluded_frac", "rollout/length_end_frac",
+        "rollout/prefix_broken_frac", "rollout/solved_after_turn_1", "rollout/stop_id_end_frac"]
+    assert by_slug["tools"] == ["tools/calls_per_traj", "tools/malformed_frac"]
+    assert by_slug["tool_outcomes"] == ["tools/calculator/crashed", "tools/calculator/error", "tools/calculator/ok",
+                                        "tools/calculator/timeout", "tools/python_session/ok"]
+    pytest.importorskip("matplotlib")
+    written, skipped = plot_run(tmp_path / "m.jsonl", tmp_path / "out")
+    assert [p.name for p in written] == ["reward.png", "turns.png", "trajectory_ends.png", "tools.png",
+                                         "tool_outcomes.png", "overview.png"]
+    assert "tool call outcomes" not in skipped
 
 
 def test_cli_plot(tmp_path, capsys):
