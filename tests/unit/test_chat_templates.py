@@ -362,3 +362,42 @@ def test_the_saved_policy_carries_the_runs_template(tmp_path):
     w = PolicyWorker(r, resolve_model("tiny-random"), 0, 1, "127.0.0.1", 0)
     out = w.save_pretrained(str(tmp_path / "final"))
     assert AutoTokenizer.from_pretrained(out).chat_template == CHATML
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# published templates (tests/unit/real_templates/README.md)
+
+REAL = Path(__file__).resolve().parent / "real_templates"
+
+
+def test_qwen3s_own_template_carries_tool_calls_and_is_refused_with_an_environment():
+    """Qwen3 drops the reasoning of the replies before the last user message: a tools-only trajectory (no user
+    message after the first) keeps it and passes; an environment's user message strips it (refused); chatml fixes."""
+    qwen3 = (REAL / "Qwen-Qwen3-0.6B.jinja").read_text()
+    tools = ToolsConfig(names=(f"{S}:add",))
+    _, listing = checked_renderer(tokenizer(qwen3, "<s>", "<|im_end|>"), DataConfig(), False, tools, "Qwen3")
+    assert listing.fmt == "hermes" and listing.template_tools is not None
+    why = _refused(tokenizer(qwen3, "<s>", "<|im_end|>"), environment=True, tools=tools)
+    assert "rewrites earlier turns" in why and "at probe turn 3, a final reply answered by an environment's" in why
+    assert "'sistant\\n<think>\\nFirst, 2 + 2 = 4.\\n</thin' became 'sistant\\n<tool_call>" in why
+    checked_renderer(tokenizer(qwen3, "<s>", "<|im_end|>"), DataConfig(chat_template_path="chatml"), True, tools, "Q")
+
+
+def test_mistral_nemos_own_template_is_refused_and_the_shipped_mistral_template_carries_it():
+    """Mistral's published template folds the system message into the last user message only, and refuses a reply
+    right after a tool message unless it carries ``tool_calls`` (rlvr renders a reply as sampled, a call included):
+    refused with either reason; ``data.chat_template_path: mistral`` passes with tools and an environment."""
+    nemo = (REAL / "mistralai-Mistral-Nemo-Instruct-2407.jinja").read_text()
+    tools = ToolsConfig(names=(f"{S}:add",), format="mistral")
+    why = _refused(tokenizer(nemo, "<s>", "</s>"), environment=False, tools=tools)
+    assert "renders the assistant's message after a different prefix than the generation prompt" in why
+    r = ChatRenderer(tokenizer(nemo, "<s>", "</s>"))
+    from rlvr.envs.template_check import list_tools, tool_round
+
+    listing = list_tools(tools, r)
+    assert listing.fmt == "mistral" and listing.call_ids  # read from the template: [TOOL_CALLS], tool_call_id
+    assert check_template(r, [{"role": "user", "content": "q"}], tool_round(tools, listing), environment=False) == (
+        "the template fails to render probe turn 2, a reply calling a tool, answered by its tool message: "
+        "TemplateError: After the optional system message, conversation roles must alternate "
+        "user/assistant/user/assistant/...")
+    checked_renderer(tokenizer(nemo, "<s>", "</s>"), DataConfig(chat_template_path="mistral"), True, tools, "N")
