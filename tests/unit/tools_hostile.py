@@ -4,14 +4,18 @@ The tool tries what a model-driven tool call could: undo its mounts, write outsi
 the trainer's environment (its own, and every ``/proc/<pid>/environ``), and fork children that leave its process
 group (``setsid``) and sleep, each named ``marker`` (``/proc/<pid>/comm``) so the script can count survivors.
 
-    python tests/unit/tools_hostile.py MODE SECRET_NAME          # prints one JSON line (below)
-    python tests/unit/tools_hostile.py --become USER MODE SECRET_NAME   # as root: the same, as USER
+    python tests/unit/tools_hostile.py MODE SECRET_NAME [FOLDER]   # prints one JSON line (below)
+    python tests/unit/tools_hostile.py --become USER MODE SECRET_NAME [FOLDER]   # as root: the same, as USER
+
+FOLDER: a folder the trainer's user may write that the isolation does not hide (the tool tries it too; default: a
+new folder in the system's temporary folder, which the ``ns-*`` modes hide).
 
 Run as a script it starts a pool in MODE (``auto``: the machine's best) with one worker and:
-1. calls the tool, which returns after forking: what it managed, and the survivors 10 s after the call;
-2. calls it so that it hangs: the call's outcome, and the survivors after the time limit;
-3. calls it to hang again, and exits (``os._exit``) 1.5 s later, mid-call, as a trainer that dies: the caller
-   counts the survivors of marker ``<marker3>`` itself.
+1. calls the tool, which returns after forking: what it managed (it also tries to read two files holding the
+   secret, mode 600: one in the trainer's home, one in FOLDER), and the survivors 10 s after the call;
+2. calls it so that it hangs: the call's outcome, and the survivors after the time limit (2 s);
+3. calls it to hang again on a second pool whose limit is far (60 s), and exits (``os._exit``) 1 s later,
+   mid-call, as a trainer that dies: the caller counts the survivors of the third marker itself.
 
 ``--become USER`` (run as root): in a mount namespace of its own, hides ``/root`` behind a tmpfs with the
 interpreter bound back (so USER can run it when ``/root`` is closed to others), then becomes USER and runs again.
@@ -27,19 +31,20 @@ import time
 
 CHILDREN = 30
 """Children the tool forks (each forks one more): 60 processes, within the calls' process budget."""
-TIMEOUT_S = 3.0
+TIMEOUT_S = 2.0
 
 
-def hostile(paths: list, secret_name: str, marker: str, hang: bool) -> str:
+def hostile(paths: list, secrets: list, secret_name: str, marker: str, hang: bool) -> str:
     """Try to escape (for the isolation tests).
 
     Args:
         paths: Files to create outside the call's folder.
+        secrets: Files of the trainer's user to read.
         secret_name: The trainer's environment variable to look for.
         marker: The name the forked children take.
         hang: Never return after forking.
     """
-    report = {"mounts": [], "wrote": [], "secret": {}, "forked": 0}
+    report = {"mounts": [], "wrote": [], "read": [], "secret": {}, "forked": 0}
     libc = ctypes.CDLL(None, use_errno=True)
     for folder in ("/tmp", "/home", "/root"):
         if libc.umount2(folder.encode(), 2) == 0:  # MNT_DETACH
@@ -51,6 +56,13 @@ def hostile(paths: list, secret_name: str, marker: str, hang: bool) -> str:
             with open(p, "w") as f:
                 f.write("escaped")
             report["wrote"].append(p)
+        except OSError:
+            pass
+    for p in secrets:
+        try:
+            with open(p) as f:
+                if f.read():
+                    report["read"].append(p)
         except OSError:
             pass
     if secret_name in os.environ:
@@ -151,34 +163,42 @@ def main() -> None:
     if reason is not None:
         print(json.dumps({"unavailable": reason}), flush=True)
         return
-    project = tempfile.mkdtemp(prefix="rlvr-project-")
+    project = sys.argv[3] if len(sys.argv) > 3 else tempfile.mkdtemp(prefix="rlvr-project-")
     tok = uuid.uuid4().hex[:8]
     paths = [os.path.join(os.path.expanduser("~"), f"escape-{tok}"), f"/tmp/outside-{tok}", f"/var/tmp/outside-{tok}",
              f"/dev/shm/outside-{tok}", f"/etc/outside-{tok}", os.path.join(project, f"outside-{tok}")]
     markers = [f"rb{tok}{k}" for k in range(3)]
+    secrets = [os.path.join(os.path.expanduser("~"), f".secret-{tok}"), os.path.join(project, f"secret-{tok}")]
+    for p in secrets:
+        with open(os.open(p, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write(os.environ.get(secret_name, "secret"))
     (tool,) = resolve_tools([f"{os.path.abspath(__file__)}:hostile"])
-    out: dict = {"uid": os.getuid(), "home": os.path.expanduser("~"), "project": project, "markers": markers,
-                 "pid": os.getpid()}
+    out: dict = {"uid": os.getuid(), "paths": paths, "secrets": secrets, "markers": markers, "pid": os.getpid()}
     pool = ToolPool([tool], num_workers=1, timeout_s=TIMEOUT_S, max_output_chars=100000, isolation=mode)
     try:
-        (r,) = pool.run([(tool, {"paths": paths, "secret_name": secret_name, "marker": markers[0], "hang": False})])
+        args = {"paths": paths, "secrets": secrets, "secret_name": secret_name, "marker": markers[0], "hang": False}
+        (r,) = pool.run([(tool, args)])
         out["call"] = json.loads(r.text) if r.status == "ok" else r.text
         out["exists"] = [p for p in paths if os.path.exists(p)]
         out["survivors_after_call"] = wait_gone(markers[0])
-        (r,) = pool.run([(tool, {"paths": [], "secret_name": secret_name, "marker": markers[1], "hang": True})])
+        (r,) = pool.run([(tool, {**args, "paths": [], "secrets": [], "marker": markers[1], "hang": True})])
         out["hang_status"] = r.status
         out["survivors_after_timeout"] = wait_gone(markers[1])
-        args = {"paths": [], "secret_name": secret_name, "marker": markers[2], "hang": True}
-        threading.Thread(target=pool.run, args=([(tool, args)],), daemon=True).start()
-        time.sleep(1.5)
+        pool.close()
+        far = ToolPool([tool], num_workers=1, timeout_s=60.0, max_output_chars=100000, isolation=mode)
+        threading.Thread(target=far.run, args=([(tool, {**args, "paths": [], "secrets": [], "marker": markers[2],
+                                                                "hang": True})],),
+                         daemon=True).start()  # fmt: skip
+        time.sleep(1.0)
         out["forked_before_death"] = len(survivors(markers[2]))
     finally:
-        for p in paths:
+        for p in paths + secrets:
             try:
                 os.unlink(p)
             except OSError:
                 pass
-        os.rmdir(project) if not os.listdir(project) else None
+        if len(sys.argv) <= 3 and not os.listdir(project):
+            os.rmdir(project)
     print(json.dumps(out), flush=True)
     os._exit(0)  # the trainer dies mid-call: no close, no clean-up
 
