@@ -82,7 +82,7 @@ def test_the_pool_says_what_it_knows_of_a_timeout_a_crash_and_an_error() -> None
 
 # -- the watch: a warning past environment.warn_failure_frac, every failure's text in train.log ---------------------
 TB = ("error: ZeroDivisionError: division by zero\nTraceback (most recent call last):\n"
-      '  File "env.py", line 9, in step\n    return 1 / 0\nZeroDivisionError: division by zero")
+      '  File "env.py", line 9, in step\n    return 1 / 0\nZeroDivisionError: division by zero')
 
 
 def _traj(i: int, end: str = "done", failure: str | None = None, info: list | None = None) -> Completion:
