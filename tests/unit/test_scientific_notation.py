@@ -176,6 +176,8 @@ REWRITES = [
     (r"x^2e5", r"x^2e5"),  # x^2 e 5 in LaTeX
     (r"^2e5", r"^2e5"), (r"_2e5", r"_2e5"),  # the same at the start of the text
     (r"/4.5 \times 10^{3}", r"/4.5 \times 10^{3}"),
+    ("2e5 ^ ", r"(2 \cdot 10^{5}) ^ "),  # a mark after the token does not count (the scan back stops at 0)
+    (r"x / 4.5 \times 10^{3}", r"x / 4.5 \times 10^{3}"), (r"x \div 4.5 \times 10^{3}", r"x \div 4.5 \times 10^{3}"),
     ("1e2.5", "1e2.5"),  # a decimal exponent is not scientific notation
     ("2e", "2e"), ("e^2", "e^2"), (r"3e^{x}", r"3e^{x}"), (r"\mathrm{e}", r"\mathrm{e}"), ("e", "e"),
     ("4.5e", "4.5e"), ("2e + 1", "2e + 1"), ("2 e+1", "2 e+1"), ("e5", "e5"),
