@@ -66,7 +66,7 @@ def test_on_a_shared_gpu_the_teacher_is_built_before_the_next_role(tmp_path):
     """The teacher is a vLLM engine too (it sizes its KV cache from the free memory it measures): on a shared GPU
     it is built after the engines and the judge and before the reward worker and the trainer are created."""
     events = _start_events(tmp_path, "rollout.num_gpus=0.4", "trainer.num_gpus=0.3", "teacher.num_gpus=0.2",
-                           *DISTILL, *JUDGE)  # fmt: skip
+                           "rollout.gpu_memory_utilization=0.3", *DISTILL, *JUDGE)  # fmt: skip
     assert events[:8] == [("engine0", "spawn"), ("engine0", "built"), ("engine1", "spawn"), ("engine1", "built"),
                           ("judge", "spawn"), ("judge", "built"), ("teacher", "spawn"), ("teacher", "built")]
     assert ("reward", "spawn") in events[8:] and ("trainer0", "spawn") in events[8:]
