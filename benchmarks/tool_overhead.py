@@ -15,18 +15,21 @@ calls to the pool together; ``--workers`` processes run them in parallel). Per c
 
     .venv/bin/python benchmarks/tool_overhead.py            # ~1 min on 2 cores
 
-Measured 2026-12-03 on a 2-core machine (a pip install shared it), median of 20 rounds, 8 tool workers:
+Measured 2026-12-05 on a 2-core machine shared with other test runs (load ~8), median of 10 rounds, 8 tool workers,
+with every call isolated (docs/tools_isolation.md; ns-root: a process forked per call, killed with its tree after):
 
     tool        calls/round  round ms  per call ms  bare call ms  added ms/call  per call / bare
-    calculator            1      0.66         0.66         0.018           0.65            36.38
-    calculator            8      5.00         0.62         0.018           0.61            34.19
-    python                1     48.46        48.46        45.056           3.41             1.08
-    python                8    261.59        32.70        45.056         -12.36             0.73
+    calculator            1      5.88         5.88         0.011           5.87           515.03
+    calculator            8     29.48         3.68         0.011           3.67           322.62
+    python                1     32.25        32.25        28.420           3.83             1.13
+    python                8    148.58        18.57        28.420          -9.85             0.65
 
-The loop adds ~0.6 ms a call (a pipe round trip to a worker, the JSON parse, the schema check, the template
-rendering of the ids between turns): 36x a bare arithmetic, nothing beside a sandboxed interpreter (+3 ms, 1.08x);
-8 calls in one round overlap in the workers (0.73x of a bare call each, on 2 cores). Against a turn's sampling
-(seconds on CPU) either is noise: in recipes/tools_cpu.yaml's run the calls were 0.1% of the rollout's time.
+The loop adds ~4-6 ms a call (two pipe hops, worker to tool server to the call's own process, the fork of that
+process and the kill and reap of its tree, the JSON parse, the schema check, the template rendering of the ids
+between turns; it was ~0.6 ms on 2026-12-03 before calls were isolated): hundreds of times a bare arithmetic,
+little beside a sandboxed interpreter (+4 ms, 1.13x); 8 calls in one round overlap in the workers (0.65x of a bare
+call each, on 2 cores). Against a turn's sampling (seconds on CPU) either is noise: in recipes/tools_cpu.yaml's run
+(before the isolation) the calls were 0.1% of the rollout's time.
 """
 
 from __future__ import annotations
