@@ -57,7 +57,8 @@ MODULES: dict[str, tuple[str, str, list[str]]] = {
     # short name: (import name, file, the unit tests that exercise it: the pool the covering tests come from)
     "advantages": ("rlvr.algos.advantages", "rlvr/algos/advantages.py",
                    [U + f for f in ("test_advantages.py", "test_passk_advantages.py", "test_entry_settings.py",
-                                    "test_registry_flags.py", "test_advantage_stage.py", "test_mutation_algos.py")]),
+                                    "test_registry_flags.py", "test_advantage_stage.py", "test_mutation_algos.py",
+                                    "test_infra_failures.py")]),
     "losses": ("rlvr.algos.losses", "rlvr/algos/losses.py",
                [U + f for f in ("test_losses.py", "test_objective.py", "test_entry_settings.py", "test_dapo.py",
                                 "test_mutation_algos.py")]),
@@ -70,7 +71,10 @@ MODULES: dict[str, tuple[str, str, list[str]]] = {
     "exact": ("rlvr_verifiers._exact", "verifiers/_exact.py",
               [U + f for f in ("test_exact_answers.py", "test_mutation_exact.py")]),
     "advantage_stage": ("rlvr.runtime.advantage_stage", "rlvr/runtime/advantage_stage.py",
-                        [U + f for f in ("test_advantage_stage.py", "test_mutation_stage.py")]),
+                        [U + f for f in ("test_advantage_stage.py", "test_mutation_stage.py",
+                                         "test_infra_failures.py")]),
+    "turns": ("rlvr.envs.turns", "rlvr/envs/turns.py",
+              [U + f for f in ("test_env_turns.py", "test_turn_limits.py", "test_stateful_tools.py")]),
 }
 
 _BINOPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult, ast.FloorDiv: ast.Div,
