@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 from rlvr.runtime.sandbox import ProcessPool
 from rlvr.tools.calls import STATE_MUST_PICKLE  # noqa: F401 - re-exported: its home before the calls module
-from rlvr.tools.isolation import Isolation, Server, machine_isolation
+from rlvr.tools.isolation import Isolation, Server, machine_isolation, nobody
 from rlvr.tools.registry import Access, Tool
 
 log = logging.getLogger("rlvr")
@@ -141,7 +141,7 @@ class ToolPool:
             if iso.drops:
                 for folder in t.access.write:
                     st = os.stat(folder)
-                    if st.st_uid != 65534 and not st.st_mode & 0o002:
+                    if st.st_uid != nobody()[0] and not st.st_mode & 0o002:
                         log.warning("tool %s: access(write=%r): tools run as nobody here, who cannot write that "
                                     "folder (chown it to nobody, or chmod o+w)", t.name, folder)
 

@@ -114,7 +114,9 @@ _HOLDS = {
     },
     "plain": {
         "files": "NOT confined: whatever the trainer's user may write",
-        "reads": "whatever the trainer's user may read, other processes' /proc/<pid>/environ included",
+        "reads": "whatever the trainer's user may read: for a non-root user its other processes' "
+                 "/proc/<pid>/environ included (root, without capabilities: files by their owner and mode, not "
+                 "other processes' environment)",
         "processes": "the server (a subreaper) kills every process a call starts when the call ends, at its time "
                      "limit and at pool close; a call runs as the same user as its server and could signal it, so a "
                      "hostile tool can escape",
@@ -286,6 +288,9 @@ class Server:
             self.proc = subprocess.Popen([*iso.command(access), sys.executable, "-I", "-c", BOOT, str(job_r),
                                           str(res_w)], env=env, pass_fds=(job_r, res_w), stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=self._err, start_new_session=True)
+        except BaseException:
+            self.close()
+            raise
         finally:
             os.close(job_r)
             os.close(res_w)
