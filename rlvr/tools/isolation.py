@@ -52,6 +52,7 @@ import base64
 import json
 import os
 import pwd
+import secrets
 import select
 import shutil
 import struct
@@ -268,8 +269,11 @@ class Server:
     def __init__(self, iso: Isolation, access: Access, targets: tuple[str, ...], settings: dict[str, Any],
                  env_values: dict[str, str | None] | None = None) -> None:
         self.iso = iso
-        self.work = tempfile.mkdtemp(prefix="rlvr-tool-")
-        os.chmod(self.work, 0o711)
+        if iso.namespaces:  # made by the server inside its own view (under the /tmp cover): never on the host
+            self.work = f"/tmp/rlvr-tool-{secrets.token_hex(8)}"
+        else:
+            self.work = tempfile.mkdtemp(prefix="rlvr-tool-")
+            os.chmod(self.work, 0o711)
         env = {k: os.environ[k] for k in ENV_KEPT if k in os.environ}
         env.setdefault("PATH", _DEFAULT_PATH)
         env.setdefault("LANG", "C.UTF-8")
@@ -349,7 +353,8 @@ class Server:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=REAP_S)
-        shutil.rmtree(self.work, ignore_errors=True)
+        if not self.iso.namespaces:
+            shutil.rmtree(self.work, ignore_errors=True)
         self._err.close()
 
 

@@ -60,8 +60,8 @@ def _under(path: str, folder: str) -> bool:
 def harden(covers: tuple[str, ...], read: list[str], write: list[str], scratch: str) -> None:
     """Make this mount namespace's view (:mod:`rlvr.tools.isolation`): ``covers`` under empty tmpfs; ``read`` paths (folders
     or files) bound back read-only where a cover hides them; ``write`` folders bound read-write; a fresh tmpfs of
-    :data:`SCRATCH_MB` on ``scratch`` (the calls' folders: in memory, gone with the server); every other mount
-    read-only. Errors: ``OSError`` when a mount fails (other than one hidden by another)."""
+    :data:`SCRATCH_MB` on ``scratch`` (the calls' folders: a path under a cover, made there, so the host never
+    sees it; in memory, gone with the server); every other mount read-only. Errors: ``OSError`` when a mount fails (other than one hidden by another)."""
     libc = _libc()
     _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE)
     binds: dict[str, tuple[str, bool]] = {}  # target -> (source, writable)
@@ -69,7 +69,7 @@ def harden(covers: tuple[str, ...], read: list[str], write: list[str], scratch: 
         for target in {os.path.abspath(p), os.path.realpath(p)}:
             if os.path.exists(p) and any(_under(target, c) for c in covers):
                 binds[target] = (os.path.realpath(p), False)
-    for p in write + [scratch]:
+    for p in write:
         binds[os.path.realpath(p)] = (os.path.realpath(p), True)
     fds = {target: os.open(src, os.O_PATH) for target, (src, _) in binds.items()}
     for d in covers:
@@ -83,12 +83,13 @@ def harden(covers: tuple[str, ...], read: list[str], write: list[str], scratch: 
             os.makedirs(os.path.dirname(target), exist_ok=True)
             if not os.path.exists(target):
                 open(target, "a").close()
-        if target == os.path.realpath(scratch):
-            _mount(libc, "tmpfs", target, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={SCRATCH_MB}m,mode=711")
-        else:
-            _mount(libc, f"/proc/self/fd/{fd}", target, None, _MS_BIND | _MS_REC)
+        _mount(libc, f"/proc/self/fd/{fd}", target, None, _MS_BIND | _MS_REC)
         os.close(fd)
-    writable = [t for t, (_, w) in binds.items() if w]
+    if not any(_under(scratch, c) for c in covers):
+        raise ValueError(f"the calls' folder {scratch} must lie under a covered folder ({', '.join(covers)})")
+    os.makedirs(scratch, exist_ok=True)
+    _mount(libc, "tmpfs", scratch, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={SCRATCH_MB}m,mode=711")
+    writable = [t for t, (_, w) in binds.items() if w] + [scratch]
     readonly = [t for t, (_, w) in binds.items() if not w]
     for point, opts in _mounts():
         if _under(point, "/proc"):
@@ -419,6 +420,8 @@ def serve(job_fd: int, res_fd: int, init: dict[str, Any]) -> None:
         pass
     finally:
         jail.kill_calls()
+        if not jail.pid_ns:  # the calls' folders are on the host's disk (in the ns-* modes: a tmpfs of this server)
+            shutil.rmtree(jail.work, ignore_errors=True)
 
 
 def _python_sandbox(jail: _Jail, builtins: Any) -> None:
