@@ -1,0 +1,61 @@
+"""What the environment pool (:class:`rlvr.envs.pool.EnvPool`) hands an environment in its worker and what it ends:
+the constructor's args, the row, the history and the reply each call carries, the state between calls, the workers
+at ``close``; and the names :func:`rlvr.envs.runner.resolve_environment` refuses (issue 38, item 20: breaks a
+mutation run over ``rlvr/envs/pool.py`` and ``rlvr/envs/runner.py`` left uncaught)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import re
+
+import pytest
+
+from rlvr.envs.pool import EnvPool
+from rlvr.envs.runner import InlineRunner, resolve_environment
+
+HELPERS = "tests/unit/envs_echo.py"
+ECHO = f"{HELPERS}:Echoes"
+
+
+def test_the_pool_hands_the_environment_its_args_row_history_and_reply():
+    row = {"gold": "7", "env": {"name": ECHO, "args": {"tag": "t1"}}}
+    with EnvPool(num_workers=2, timeout_s=30.0, memory_mb=2048) as pool:
+        ((state, opening),) = pool.reset([row])
+        assert opening == [{"role": "user", "content": "opening for 7"}]
+        history, reply = [{"role": "user", "content": "opening for 7"}], {"role": "assistant", "content": "five"}
+        ((state, step),) = pool.step([(state, history, reply)])
+        assert (step.messages, step.reward, step.done) == ([{"role": "user", "content": "more"}], 0.5, False)
+        assert step.info == {"tag": "t1", "gold": "7", "history": ["opening for 7"], "reply": "five", "steps": 1}
+        # the state the first step returned carries its count: the second call is the environment's second step
+        history = [*history, reply, {"role": "user", "content": "more"}]
+        ((_, step),) = pool.step([(state, history, {"role": "assistant", "content": "six"})])
+        assert step.done and step.info == {"tag": "t1", "gold": "7", "history": ["opening for 7", "five", "more"],
+                                           "reply": "six", "steps": 2}  # fmt: skip
+
+
+def _env_workers() -> set:
+    return {p for p in mp.active_children() if p.name == "rlvr-environment"}
+
+
+def test_closing_the_pool_ends_its_workers_and_refuses_later_calls():
+    before = _env_workers()
+    with EnvPool(num_workers=2, timeout_s=30.0) as pool:
+        mine = _env_workers() - before
+        assert len(mine) == 2 and all(p.is_alive() for p in mine)
+    assert not any(p.is_alive() for p in mine)  # leaving the block closed the pool
+    with pytest.raises(RuntimeError, match=r"the environment pool was used after close\(\)"):
+        pool.reset([{"gold": "7", "env": {"name": ECHO}}])
+    pool = EnvPool(num_workers=1, timeout_s=30.0)
+    mine = _env_workers() - before
+    pool.close()
+    assert len(mine) == 1 and not any(p.is_alive() for p in mine)
+
+
+@pytest.mark.parametrize("attr", ["NOT_A_CLASS", "OnlyReset"])
+def test_a_name_that_points_at_no_environment_class_is_refused(attr):
+    why = "is not a class with reset(row) and step(history, reply) methods"
+    with pytest.raises(TypeError, match=re.escape(f"environment '{HELPERS}:{attr}' {why}")):
+        resolve_environment(f"{HELPERS}:{attr}")
+    # in a run it ends the trajectory at reset, with the reason
+    ((state, reason),) = InlineRunner().reset([{"gold": "7", "env": {"name": f"{HELPERS}:{attr}"}}])
+    assert state is None and reason.startswith(f"error: TypeError: environment '{HELPERS}:{attr}' {why}")
