@@ -129,8 +129,9 @@ def become(user: str) -> None:
     base = os.path.realpath(sys.base_prefix)
     if base.startswith("/root/"):
         subprocess.run(["mount", "--make-rprivate", "/"], check=True)
-        keep = "/run/rlvr-interpreter"
-        os.makedirs(keep, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "tmpfs", "/mnt"], check=True)  # in this namespace only
+        keep = "/mnt/interpreter"
+        os.makedirs(keep)
         subprocess.run(["mount", "--bind", base, keep], check=True)
         subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=755", "tmpfs", "/root"], check=True)
         os.makedirs(base, exist_ok=True)
