@@ -70,7 +70,8 @@ class ScriptedEngine:
 
     def __call__(self, prompts: list[Prompt], sampling: SamplingConfig) -> list[Completion]:
         r = len(self.calls)
-        self.calls.append(([list(p.prompt_ids) for p in prompts], [p.max_new_tokens for p in prompts], sampling.seed))
+        self.calls.append(([list(p.prompt_ids) for p in prompts], [p.max_new_tokens for p in prompts], sampling.seed,
+                           sampling.n))  # fmt: skip
         out = []
         for p in prompts:
             toks = ids(self.script[r]) + [self.eos]

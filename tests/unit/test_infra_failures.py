@@ -70,6 +70,11 @@ def test_pass_at_k_estimators_count_over_the_valid_samples_and_skip_groups_too_s
     got = valid_advantages("passk", r, valid, PassKSettings(k=2))
     assert torch.allclose(got, torch.tensor([[0.70711, -0.35355, -0.35355, 0.0]]), atol=1e-4)
     assert torch.equal(valid_advantages("passk", r, valid, PassKSettings(k=4)), torch.zeros(1, 4))
+    # pkpo loo k = 2 on (1, 0, 0, x): n = 3 = k + 1 is enough. c = 1: correct (k/n) C(n-c, k)/C(n-1, k)
+    # = (2/3) C(2,2)/C(2,2) = 2/3; incorrect (k/n) (C(n-c-1, k)/C(n-1, k) - C(n-c-1, k-1)/C(n-1, k-1))
+    # = (2/3) (C(1,2)/C(2,2) - C(1,1)/C(2,1)) = (2/3) (0 - 1/2) = -1/3
+    got = valid_advantages("pkpo", r, valid, PKPOSettings(k=2, baseline="loo"))
+    assert torch.allclose(got, torch.tensor([[2 / 3, -1 / 3, -1 / 3, 0.0]]), atol=1e-6)
     two = torch.tensor([[True, True, False, False]])
     assert torch.equal(valid_advantages("pkpo", r, two, PKPOSettings(k=2, baseline="loo")), torch.zeros(1, 4))
     # loo_minus_one k = 2 on (1, 0, x, x): n = 2, c = 1: correct (k/n) C(n-c, k-1)/C(n-1, k-1) = 1 * 1/1 = 1

@@ -305,3 +305,172 @@ def test_the_completion_carries_every_field_of_the_trajectory(renderer):
     assert c.opening_messages == 1 and c.messages[0] == {"role": "user", "content": "aaa"}
     assert c.prompt_ids == ids("<|im_start|>user\naaa<|im_end|>\n<|im_start|>assistant\n") and c.sample_index == 1
     assert c.finish_reason == "stop" and c.turn_info == []
+
+
+# -- mutation survivors of rlvr/envs/turns.py (benchmarks/mutation_score.py --module turns) ------------------------
+
+
+class Recorder:
+    """Records the (history, reply) each step is given; answers "again" until the third reply."""
+
+    def reset(self, row):
+        return None
+
+    def step(self, history, reply):
+        done = len(history) >= 4
+        return EnvStep([] if done else [{"role": "user", "content": "again"}], reward=0.5, done=done,
+                       info={"history": [m["content"] for m in history], "reply": reply["content"]})
+
+
+class CountingEncodes(ChatRenderer):
+    """Counts its encode calls and their longest text."""
+
+    calls = 0
+    longest = 0
+
+    def encode(self, text):
+        self.calls += 1
+        self.longest = max(self.longest, len(text))
+        return super().encode(text)
+
+
+def test_each_step_gets_the_whole_history_and_the_reply_and_the_counters_are_exact(renderer):
+    start, conv = _start(renderer)
+    engine = ScriptedEngine(None, ["1", "2", "3"])
+    rows = [{"gold": "1", "env": {"name": f"{HERE}:Recorder"}}]
+    (t,), counters = run_turns([start], [conv], 1, engine, InlineRunner(), renderer,
+                               TurnSettings(max_turns=5, max_tokens=200, max_new_tokens=8), SAMPLING, rows)
+    q = "guess a number from 1 to 16"
+    assert [i["history"] for i in t.info] == [[q], [q, "1", "again"], [q, "1", "again", "2", "again"]]
+    assert [i["reply"] for i in t.info] == ["1", "2", "3"]
+    assert counters["turns"] == 3 and counters["env_failures"] == 0 and counters["prefix_breaks"] == 0
+    assert counters["obs_tokens_cut"] == 0 and 0 < counters["render_s"] < 60
+    assert [c[3] for c in engine.calls] == [1, 1, 1]  # one sample per trajectory each round, whatever sampling.n says
+    # nothing rendered when the environment ends at once: render_s stays exactly 0
+    (t,), counters = run_turns([start], [conv], 1, ScriptedEngine(None, ["11"]), InlineRunner(), renderer,
+                               TurnSettings(max_turns=5, max_tokens=200, max_new_tokens=8), SAMPLING, [ROW])
+    assert t.end == "done" and counters == {"turns": 1.0, "env_failures": 0.0, "prefix_breaks": 0.0,
+                                            "obs_tokens_cut": 0.0, "render_s": 0.0}  # fmt: skip
+
+
+def test_end_on_length_false_closes_a_cut_turn_and_the_environment_answers_it(renderer):
+    """max_new_tokens 1: "8" + eos is cut to "8" (finish length). end_on_length true ends there; false closes it
+    with the whole closing ("<|im_end|>" included, the model never sampled it) and HigherLower answers "higher"; a
+    finish other than stop and length (an engine's abort) ends the trajectory with that reason either way."""
+    settings = TurnSettings(max_turns=2, max_tokens=200, max_new_tokens=1, end_on_length=True)
+    (t,), _, _ = _run(renderer, ["8", "12"], settings)
+    assert (t.end, t.turns) == ("length", 1)
+    settings = TurnSettings(max_turns=2, max_tokens=200, max_new_tokens=1, end_on_length=False)
+    (t,), _, _ = _run(renderer, ["8", "12"], settings)
+    between = ids("<|im_end|>\n<|im_start|>user\nhigher<|im_end|>\n<|im_start|>assistant\n")
+    assert (t.end, t.turns, t.seq.ids) == ("max_turns", 2, ids("8") + between + ids("1"))
+    assert t.seq.mask == [1] + [0] * len(between) + [1]
+
+    class Aborts(ScriptedEngine):
+        def __call__(self, prompts, sampling):
+            return [Completion(**{**c.__dict__, "finish_reason": "abort"}) for c in super().__call__(prompts, sampling)]
+
+    (t,), _, _ = _run(renderer, ["8"], settings, engine=Aborts(None, ["8"]))
+    assert t.end == "abort"
+
+
+def test_the_budget_pre_check_on_characters_sits_exactly_at_the_bound(renderer):
+    """After turn 1 ("1" + eos) 2 tokens are used of 200: room 200 - 2 - 1 = 197 tokens, 197 x 12 = 2364
+    characters. A message of 2364 characters is tokenised (it might fit); one of 2365 cannot hold fewer than 198
+    tokens and ends the trajectory at the budget untokenised."""
+    for chars, tokenised in ((2364, True), (2365, False)):
+        r = CountingEncodes(renderer.tokenizer)
+        start, conv = _start(r)
+        rows = [{"gold": "1", "env": {"name": f"{HERE}:Sized", "args": {"chars": chars}}}]
+        (t,), _ = run_turns([start], [conv], 1, ScriptedEngine(None, ["1", "2"]), InlineRunner(), r,
+                            TurnSettings(max_turns=3, max_tokens=200, max_new_tokens=8), SAMPLING, rows)
+        assert t.end == "budget" and (r.longest >= chars) is tokenised
+    # a turn that filled the budget (end_on_length false): no room at all, nothing tokenised
+    r = CountingEncodes(renderer.tokenizer)
+    start, conv = _start(r)
+    rows = [{"gold": "1", "env": {"name": f"{HERE}:Sized", "args": {"chars": 5}}}]
+    before = r.calls
+    (t,), _ = run_turns([start], [conv], 1, ScriptedEngine(None, ["123"]), InlineRunner(), r,
+                        TurnSettings(max_turns=3, max_tokens=3, max_new_tokens=8, end_on_length=False), SAMPLING, rows)
+    assert (t.end, t.used, r.calls - before) == ("budget", 3, 0)
+
+
+class Sized:
+    def __init__(self, chars: int = 10) -> None:
+        self.chars = chars
+
+    def reset(self, row):
+        return None
+
+    def step(self, history, reply):
+        return EnvStep([{"role": "user", "content": "b" * self.chars}])
+
+
+def test_an_opening_at_the_character_bound_is_tokenised_and_a_template_error_on_it_is_named(renderer):
+    """Limit 100 tokens x 12 = 1200 characters: an opening of 1200 is tokenised (and refused on its 1210 tokens);
+    one of 1201 is refused on its characters. An opening the template refuses ends its trajectory."""
+    settings = TurnSettings(max_turns=1, max_tokens=50, max_new_tokens=8, max_prompt_tokens=100)
+    for chars, why in ((1200, "renders to 1219 tokens"), (1201, "has 1201 characters")):
+        rows = ({"gold": "1", "env": {"name": f"{HERE}:LongOpening", "args": {"chars": chars}}},)
+        (t,), _, _ = _run(renderer, ["1"], settings, rows=rows)
+        assert t.end.startswith(f"env: reset's opening {why}"), t.end
+    r = _strict_renderer()
+    start, conv = _start(r)
+    rows = [{"gold": "1", "env": {"name": f"{HERE}:OpensWithSystemSecond"}}]
+    (t,), counters = run_turns([start], [conv], 1, ScriptedEngine(None, ["1"]), InlineRunner(), r, settings,
+                               SAMPLING, rows)  # fmt: skip
+    assert t.end.startswith("env: template error on reset's opening: TemplateError: System messages")
+    assert counters["render_s"] >= 0 and counters["render_s"] < 60 and t.completion().policy_version == 0
+
+
+class OpensWithSystemSecond:
+    def reset(self, row):
+        return [{"role": "user", "content": "hi"}, {"role": "system", "content": "late"}]
+
+    def step(self, history, reply):
+        return EnvStep([], reward=1.0, done=True)
+
+
+def test_a_failure_text_is_its_reason_line_then_the_traceback_trimmed():
+    from rlvr.envs.turns import Segment, Trajectory, _fail, _template_failure
+
+    try:
+        raise ValueError("x" * 4000)
+    except ValueError as e:
+        text = _template_failure("here", e)
+        import traceback
+
+        tb = "".join(traceback.format_exception(e))
+    head, rest = text.split("\n", 1)
+    assert head == ("template error on here: ValueError: " + "x" * 4000)[:300] and len(head) == 300
+    assert rest == tb[-3000:] and len(tb) > 3000
+    t = Trajectory(start=None, sample_index=0, messages=[], seq=Segment(prompt_ids=[]))
+    counters = {"env_failures": 0.0}
+    _fail(t, "", counters)
+    assert (t.end, t.failure, counters["env_failures"]) == ("env: unknown failure", "", 1.0)
+
+
+def test_cap_observation_at_its_edges(renderer):
+    """Cap 1 cuts ("abc" -> "a", 2 cut); a message of exactly the cap's tokens is left as is; a short message
+    before a long one does not stop the long one being cut."""
+    msgs = [{"role": "user", "content": "abc"}]
+    assert cap_observation(msgs, renderer, 1) == ([{"role": "user", "content": "a... [2 tokens cut]"}], 2)
+    assert cap_observation(msgs, renderer, 3) == (msgs, 0)
+    out, cut = cap_observation([{"role": "tool", "content": "ab"}, {"role": "user", "content": "abcdef"}], renderer, 3)
+    assert out == [{"role": "tool", "content": "ab"}, {"role": "user", "content": "abc... [3 tokens cut]"}]
+    assert cut == 3
+
+
+def test_a_prefix_break_records_its_reason_and_a_reset_failure_has_policy_version_0(renderer):
+    tok = AutoTokenizer.from_pretrained(resolve_model("tiny-random"))
+    tok.chat_template = tok.chat_template.replace(
+        "message['content']", "(message['content'].split('=')[-1] if message['role'] == 'assistant' and not loop.last "
+        "else message['content'])")
+    rows = ({"gold": "7", "env": {"name": "tests/unit/test_env_turns.py:Again"}},)
+    (t,), _, _ = _run(ChatRenderer(tok), ["3+4=7"], TurnSettings(max_turns=3, max_tokens=200, max_new_tokens=8),
+                      rows=rows)  # fmt: skip
+    assert list(t.info[-1]) == ["prefix_broken"] and "rewrites" in t.info[-1]["prefix_broken"]
+    rows = ({"gold": "1", "env": {"name": "nosuchenv"}},)
+    (t,), _, _ = _run(renderer, ["1"], TurnSettings(max_turns=3, max_tokens=200, max_new_tokens=8), rows=rows)
+    c = t.completion()
+    assert c.end_reason.startswith("env: error: KeyError") and c.policy_version == 0 and c.token_ids == []
