@@ -288,7 +288,7 @@ def _sample_round(live: list[Trajectory], generate: Generate, settings: TurnSett
         t.last_text, t.last_finish = c.text, c.finish_reason
         t.messages.append({"role": "assistant", "content": c.text})
         if c.finish_reason != "stop" and (settings.end_on_length or c.finish_reason != "length"):
-            t.end = "length" if c.finish_reason == "length" else c.finish_reason
+            t.end = c.finish_reason  # "length", or an engine's other reason (an abort)
         elif c.finish_reason == "stop" and turn_end_id is not None and c.token_ids[-1:] != [turn_end_id]:
             t.end = "stop_id"
         elif t.turns >= settings.max_turns:

@@ -435,14 +435,14 @@ def test_a_failure_text_is_its_reason_line_then_the_traceback_trimmed():
     from rlvr.envs.turns import Segment, Trajectory, _fail, _template_failure
 
     try:
-        raise ValueError("x" * 4000)
+        raise ValueError("x" * 2950)
     except ValueError as e:
         text = _template_failure("here", e)
         import traceback
 
         tb = "".join(traceback.format_exception(e))
     head, rest = text.split("\n", 1)
-    assert head == ("template error on here: ValueError: " + "x" * 4000)[:300] and len(head) == 300
+    assert head == ("template error on here: ValueError: " + "x" * 2950)[:300] and len(head) == 300
     assert rest == tb[-3000:] and len(tb) > 3000
     t = Trajectory(start=None, sample_index=0, messages=[], seq=Segment(prompt_ids=[]))
     counters = {"env_failures": 0.0}
@@ -474,3 +474,22 @@ def test_a_prefix_break_records_its_reason_and_a_reset_failure_has_policy_versio
     (t,), _, _ = _run(renderer, ["1"], TurnSettings(max_turns=3, max_tokens=200, max_new_tokens=8), rows=rows)
     c = t.completion()
     assert c.end_reason.startswith("env: error: KeyError") and c.policy_version == 0 and c.token_ids == []
+
+
+class RecordsBetween(ChatRenderer):
+    """Records the (history, assistant text) each boundary is rendered from."""
+
+    seen: list
+
+    def between(self, history, assistant, ended_with_eos, new):
+        self.seen = [*getattr(self, "seen", []), ([m["content"] for m in history], assistant, ended_with_eos)]
+        return super().between(history, assistant, ended_with_eos, new)
+
+
+def test_each_boundary_is_rendered_from_the_whole_conversation_before_the_reply(renderer):
+    r = RecordsBetween(renderer.tokenizer)
+    start, conv = _start(r)
+    (t,), _ = run_turns([start], [conv], 1, ScriptedEngine(None, ["8", "12", "11"]), InlineRunner(), r,
+                        TurnSettings(max_turns=5, max_tokens=200, max_new_tokens=8), SAMPLING, [ROW])
+    q = "guess a number from 1 to 16"
+    assert r.seen == [([q], "8", True), ([q, "8", "higher"], "12", True)] and t.end == "done"
