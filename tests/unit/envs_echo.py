@@ -30,3 +30,13 @@ class OnlyReset:
 
     def reset(self, row):
         return None
+
+
+class BadOpening:
+    """``reset`` returns a string, not a list of messages."""
+
+    def reset(self, row):
+        return "hello"
+
+    def step(self, history, reply):
+        return EnvStep([], done=True)

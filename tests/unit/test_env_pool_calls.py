@@ -1,10 +1,12 @@
 """What the environment pool (:class:`rlvr.envs.pool.EnvPool`) hands an environment in its worker and what it ends:
 the constructor's args, the row, the history and the reply each call carries, the state between calls, the workers
-at ``close``; and the names :func:`rlvr.envs.runner.resolve_environment` refuses (issue 38, item 20: breaks a
-mutation run over ``rlvr/envs/pool.py`` and ``rlvr/envs/runner.py`` left uncaught)."""
+at ``close``; the names :func:`rlvr.envs.runner.resolve_environment` resolves (each kind) and refuses (issue 38,
+item 20: breaks a mutation run over ``rlvr/envs/pool.py`` and ``rlvr/envs/runner.py`` left uncaught)."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib.metadata
 import multiprocessing as mp
 import re
 
@@ -17,9 +19,18 @@ HELPERS = "tests/unit/envs_echo.py"
 ECHO = f"{HELPERS}:Echoes"
 
 
-def test_the_pool_hands_the_environment_its_args_row_history_and_reply():
+def _runner(where: str):
+    """The environment pool (2 workers) or the in-process runner, as a context manager."""
+    if where == "pool":
+        return EnvPool(num_workers=2, timeout_s=30.0, memory_mb=2048)
+    return contextlib.nullcontext(InlineRunner())
+
+
+@pytest.mark.parametrize("where", ["pool", "inline"])
+def test_the_runner_hands_the_environment_its_args_row_history_and_reply(where):
+    """The same calls through the worker pool and through the in-process runner (tests, debugging)."""
     row = {"gold": "7", "env": {"name": ECHO, "args": {"tag": "t1"}}}
-    with EnvPool(num_workers=2, timeout_s=30.0, memory_mb=2048) as pool:
+    with _runner(where) as pool:
         ((state, opening),) = pool.reset([row])
         assert opening == [{"role": "user", "content": "opening for 7"}]
         history, reply = [{"role": "user", "content": "opening for 7"}], {"role": "assistant", "content": "five"}
@@ -59,3 +70,30 @@ def test_a_name_that_points_at_no_environment_class_is_refused(attr):
     # in a run it ends the trajectory at reset, with the reason
     ((state, reason),) = InlineRunner().reset([{"gold": "7", "env": {"name": f"{HELPERS}:{attr}"}}])
     assert state is None and reason.startswith(f"error: TypeError: environment '{HELPERS}:{attr}' {why}")
+
+
+def test_resolve_environment_finds_each_kind_of_name(monkeypatch):
+    from rlvr.envs.builtins import Feedback, Guess
+    from rlvr.envs.openenv import OpenEnv
+
+    assert [resolve_environment(n) for n in ("feedback", "guess", "openenv")] == [Feedback, Guess, OpenEnv]
+    assert resolve_environment("rlvr.envs.builtins:Guess") is Guess  # package.module:Name
+    assert resolve_environment(ECHO).__name__ == "Echoes"  # path/file.py:Name
+    # an entry point of an installed package, in the group rlvr.environments
+    ep = importlib.metadata.EntryPoint(name="my-guess", value="rlvr.envs.builtins:Guess", group="rlvr.environments")
+    real = importlib.metadata.entry_points
+    monkeypatch.setattr(importlib.metadata, "entry_points",
+                        lambda **kw: [ep] if kw.get("group") == "rlvr.environments" else real(**kw))  # fmt: skip
+    assert resolve_environment("my-guess") is Guess
+    # an unknown name: the nearest known one when there is one (difflib ratio 0.57 for the words swapped)
+    with pytest.raises(KeyError, match=r"unknown environment 'envopen'\. Did you mean 'openenv'\? Built-in: "
+                                       r"feedback, guess, openenv; entry points \(rlvr\.environments\): my-guess;"):
+        resolve_environment("envopen")
+    with pytest.raises(KeyError) as e:
+        resolve_environment("quiz")
+    assert "unknown environment 'quiz'. Built-in:" in str(e.value)
+
+
+def test_an_opening_that_is_not_messages_ends_the_trajectory_at_reset():
+    ((state, reason),) = InlineRunner().reset([{"gold": "7", "env": {"name": f"{HELPERS}:BadOpening"}}])
+    assert (state, reason) == (None, "bad output: reset returned str, not a list of messages")
