@@ -65,7 +65,9 @@ PANELS: tuple[Panel, ...] = (
     # multi-turn trajectories (an environment or tools) and tools: drawn only for runs that log them
     Panel("turns", "multi-turn: assistant turns per trajectory", _any(mn.ROLLOUT_TURNS_MEAN), "turns (mean)"),
     Panel("trajectory_ends", "multi-turn: solved after turn 1, failed, cut",
-          _any(mn.ROLLOUT_SOLVED_AFTER_TURN_1, mn.ROLLOUT_ENV_FAILED_FRAC, mn.ROLLOUT_EXCLUDED_FRAC,
+          # rollout/excluded_frac is left out: every exclusion is an environment failure today, so its line
+          # would hide under rollout/env_failed_frac's
+          _any(mn.ROLLOUT_SOLVED_AFTER_TURN_1, mn.ROLLOUT_ENV_FAILED_FRAC,
                mn.ROLLOUT_PREFIX_BROKEN_FRAC, mn.ROLLOUT_BUDGET_END_FRAC, mn.ROLLOUT_LENGTH_END_FRAC,
                mn.ROLLOUT_STOP_ID_END_FRAC), "fraction of trajectories"),
     Panel("tools", "tool calls per trajectory, malformed share",

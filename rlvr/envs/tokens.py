@@ -75,7 +75,9 @@ class ChatRenderer:
 
     def encode(self, text: str) -> list[int]:
         """``text``'s ids, no special tokens added."""
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        # verbose=False: a long text (an observation's head, cut right after) is not a model input, so
+        # transformers' "longer than the specified maximum sequence length" warning would only mislead
+        return list(self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
 
     def opening_ids(self, messages: list[Message]) -> list[int]:
         """[L] the ids of the opening conversation with the generation prompt: the first turn's prompt."""

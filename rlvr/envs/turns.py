@@ -327,8 +327,11 @@ def _answer(t: Trajectory, state: Any, step: Any, renderer: ChatRenderer, settin
         new, cut = cap_observation(step.messages, renderer, settings.max_observation_tokens)
         counters["obs_tokens_cut"] += cut
         room = settings.max_tokens - t.used - 1  # the next turn needs one token at least
-        if sum(len(m["content"]) for m in new) > max(room, 0) * renderer.max_token_chars:
+        chars = sum(len(m["content"]) for m in new)
+        if chars > max(room, 0) * renderer.max_token_chars:
             t.end = "budget"  # more characters than the budget's tokens could hold: not tokenised
+            t.info[-1] = {**t.info[-1], "not_shown": f"the environment's answer ({chars} characters) cannot fit the "
+                                                     f"{max(room, 0)} tokens left of environment.max_tokens"}
             return
         history, reply = t.messages[:-1], t.messages[-1]
         b = renderer.between(history, reply["content"], t.seq.ids[-1:] == [renderer.eos_id], new)
@@ -341,10 +344,13 @@ def _answer(t: Trajectory, state: Any, step: Any, renderer: ChatRenderer, settin
         t.broken += 1
         counters["prefix_breaks"] += 1
         t.end = "prefix_broken"
-        t.info.append({"prefix_broken": b.reason})
+        t.info[-1] = {**t.info[-1], "prefix_broken": b.reason}
         return
     if t.used + len(b.ids) + 1 > settings.max_tokens:
         t.end = "budget"
+        t.info[-1] = {**t.info[-1], "not_shown": f"the environment's answer takes {len(b.ids)} tokens with the "
+                                                 f"template's; {settings.max_tokens - t.used - 1} left of "
+                                                 "environment.max_tokens"}
         return
     t.messages += new
     t.seq.add(b.ids, None)

@@ -205,7 +205,10 @@ def print_sample_table(
 
     Columns: ``#`` (prompt_index/sample_index), prompt, response (a trajectory's conversation after its opening,
     :func:`conversation_text`; each cut to ``width`` characters by :func:`shorten`), gold, parsed, reward (4
-    decimals), reason (``ok`` when None). ``file``: where to print (default: stdout). Prints nothing for no rows.
+    decimals; ``excluded`` for a trajectory ended by an infrastructure failure, which is not trained on:
+    :func:`rlvr.runtime.rollout_stage.infra_failed`), reason (``ok`` when None), and for trajectories how each ended
+    (``ended``: ``done``, ``max_turns``, ``budget``, ``env: <reason>`` ...). ``file``: where to print (default:
+    stdout). Prints nothing for no rows.
     """
     if not rows:
         return
@@ -215,8 +218,10 @@ def print_sample_table(
 
     table = Table(title=f"samples at step {step}", show_lines=True)
     judged = any(row.get("judge") is not None for row in rows)
+    ended = any(row.get("end_reason") is not None for row in rows)
     for name, kw in (("#", {"no_wrap": True}), ("prompt", {}), ("response", {}), ("gold", {}), ("parsed", {}),
-                     ("reward", {"justify": "right", "no_wrap": True}), ("reason", {})) + ((("judge", {}),) if judged else ()):
+                     ("reward", {"justify": "right", "no_wrap": True}), ("reason", {})) + \
+            ((("judge", {}),) if judged else ()) + ((("ended", {}),) if ended else ()):  # fmt: skip
         table.add_column(name, **kw)
     for row in rows:
         reward = row.get("reward")
@@ -228,9 +233,10 @@ def print_sample_table(
             shorten(response, width),
             shorten(row.get("gold"), 24),
             shorten(row.get("parsed"), 24),
-            "" if reward is None else f"{float(reward):.4f}",
+            "excluded" if row.get("failure") else "" if reward is None else f"{float(reward):.4f}",
             shorten(row.get("reason") or "ok", 24),
             *([shorten(row.get("judge"), 24)] if judged else []),
+            *([shorten(row.get("end_reason") or "", 32)] if ended else []),
         ]
         # model text is not rich markup: "[assistant 1]" / "[user]" turn marks (and any "[/x]" a model writes)
         # would be read as style tags and dropped

@@ -92,7 +92,12 @@ def _preflight(recipe: Recipe, model_optional: bool) -> tuple[list[str], tuple[s
         from rlvr.registry import check_kwargs
 
         env_cls = resolve_environment(recipe.environment.name)
-        check_kwargs(env_cls, recipe.environment.args, "environment.args")
+        try:
+            check_kwargs(env_cls, recipe.environment.args, "environment.args")
+        except RecipeError as e:  # often a recipe's args kept while environment.name was overridden
+            raise RecipeError(f"{e} (environment.args={dict(recipe.environment.args)} come from the recipe and its "
+                              f"overrides, for environment {recipe.environment.name}; 'environment.args={{}}' clears "
+                              "them)") from None
         own_check = getattr(env_cls, "check_args", None)  # the environment's own load-time check (rlvr.envs.base)
         if callable(own_check):
             try:

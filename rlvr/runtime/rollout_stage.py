@@ -251,8 +251,9 @@ def rollout_metrics(completions: list[Completion], scored: list[Scored], ks: tup
     ``rollout/excluded_frac``.
 
     Infrastructure failures (:func:`infra_failed`) are not the policy's outcome: the reward, correctness and pass@k
-    metrics are over the B' samples left (normaliser B'; a group's pass@k over its n' samples left, from the groups
-    with n' >= k, the metric left out when none has); lengths and turn metrics are over all B.
+    metrics are over the B' samples left (normaliser B'); pass@k over the groups with a sample left (every k over
+    the same groups, so it never falls as k grows), a group left with n' < k samples counting pass@n' (its best
+    estimate, a lower bound of its pass@k); lengths and turn metrics are over all B.
     """
     from rlvr.reward.judge import judge_metrics
     from rlvr.reward.pool import reward_metrics
@@ -273,12 +274,10 @@ def rollout_metrics(completions: list[Completion], scored: list[Scored], ks: tup
         out[mn.REWARD_CORRECT_FRAC] = sum(ok for ok, f in zip(correct, failed) if not f) / len(kept)
         out.update(judge_metrics(kept, primary))  # reward/flawed_positive_frac ... when a judge verifier ran
     groups = [[ok for ok, f in zip(correct[i : i + g], failed[i : i + g]) if not f] for i in range(0, b, g)]
-    for k in ks:
-        counted = [gr for gr in groups if len(gr) >= k]
-        if counted:
-            out[mn.passk(k)] = sum(pass_at_k(len(gr), sum(gr), k) for gr in counted) / len(counted)
     seen = [gr for gr in groups if gr]
-    if seen:
+    if seen:  # every k over the same groups; a group left with n' < k samples gives pass@n' (a lower bound)
+        for k in ks:
+            out[mn.passk(k)] = sum(pass_at_k(len(gr), sum(gr), min(k, len(gr))) for gr in seen) / len(seen)
         out[mn.GROUPS_ALL_CORRECT_FRAC] = sum(all(gr) for gr in seen) / len(seen)
         out[mn.GROUPS_NONE_CORRECT_FRAC] = sum(not any(gr) for gr in seen) / len(seen)
     if any(c.end_reason is not None for c in completions):  # multi-turn trajectories

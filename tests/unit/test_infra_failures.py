@@ -135,14 +135,21 @@ def test_the_kl_in_reward_path_normalises_over_the_valid_tokens():
 
 def test_rollout_metrics_leave_failures_out_of_reward_and_pass_at_k_and_count_them():
     """Two groups of 3: (1, 0, crashed scored 1) and (crashed, crashed, 1). Kept: 1, 0, 1 -> reward mean 2/3,
-    correct 2/3; pass@1 over groups with >= 1 kept: (1/2 + 1) / 2 = 0.75; pass@2 only group 1 (n' = 2, c = 1): 1.0;
-    pass@3 no group has 3 kept: left out. Excluded 3/6, env failures 3/6."""
+    correct 2/3. Every pass@k over both groups: pass@1 (1/2 + 1) / 2 = 0.75; pass@2: group 1 (n' = 2, c = 1) 1.0,
+    group 2 (n' = 1 < 2) its pass@1 = 1 -> 1.0; pass@3: group 1 its pass@2 = 1, group 2 1 -> 1.0. Excluded 3/6, env
+    failures 3/6."""
     comps = [_c(0, 3), _c(1, 3), _c(2, 3, failure="crashed"), _c(3, 3, failure="timeout"),
              _c(4, 3, failure="timeout"), _c(5, 3)]  # fmt: skip
     sc = [_scored(x) for x in (1.0, 0.0, 1.0, 0.0, 0.0, 1.0)]
     m = rollout_metrics(comps, sc, (1, 2, 3), 3, "m")
     assert m[mn.REWARD_MEAN] == pytest.approx(2 / 3) and m[mn.REWARD_CORRECT_FRAC] == pytest.approx(2 / 3)
-    assert m[mn.passk(1)] == pytest.approx(0.75) and m[mn.passk(2)] == pytest.approx(1.0) and mn.passk(3) not in m
+    assert m[mn.passk(1)] == pytest.approx(0.75) and m[mn.passk(2)] == pytest.approx(1.0)
+    assert m[mn.passk(3)] == pytest.approx(1.0)
+    # the same groups for every k: (0, 1, crashed) and (0, 0, 0): pass@1 (1/2 + 0) / 2, pass@2 (1 + 0) / 2, pass@3
+    # the first group's pass@2 = 1: (1 + 0) / 2; never below pass@2 (before, pass@3 averaged group 2 alone: 0)
+    comps2 = [_c(0, 3), _c(1, 3), _c(2, 3, failure="crashed"), _c(3, 3), _c(4, 3), _c(5, 3)]
+    m2 = rollout_metrics(comps2, [_scored(x) for x in (0.0, 1.0, 1.0, 0.0, 0.0, 0.0)], (1, 2, 3), 3, "m")
+    assert [m2[mn.passk(k)] for k in (1, 2, 3)] == [pytest.approx(0.25), pytest.approx(0.5), pytest.approx(0.5)]
     assert m[mn.ROLLOUT_EXCLUDED_FRAC] == pytest.approx(0.5) and m[mn.ROLLOUT_ENV_FAILED_FRAC] == pytest.approx(0.5)
     assert m[mn.GROUPS_ALL_CORRECT_FRAC] == pytest.approx(0.5)  # group 2's one kept sample is correct
 

@@ -124,6 +124,19 @@ def test_an_environments_own_check_refuses_a_bad_feedback_verifier_at_load():
         preflight(_recipe(*env, "environment.args={verifier: numeric, args: {tolerence: 0.1}}"))
 
 
+def test_args_kept_from_the_recipe_for_another_environment_say_where_they_came_from():
+    """A new user swapped environment.name on the multi-turn recipe and got "unknown key 'environment.args.verifier'"
+    without being told the args came from the recipe; the message now says so and how to clear them."""
+    from rlvr.runtime.controller import preflight
+
+    env = ["environment.max_tokens=64", "environment.args={verifier: math}"]
+    with pytest.raises(RecipeError, match=r"unknown key 'environment.args.verifier'.*environment.args=\{'verifier': "
+                                          r"'math'\} come from the recipe.*for environment guess; "
+                                          r"'environment.args=\{\}' clears them"):
+        preflight(_recipe(*env, "environment.name=guess"))
+    preflight(_recipe("environment.max_tokens=64", "environment.name=guess", "environment.args={}"))
+
+
 # -- issue 38: recipe checks at load (items 4, 5, 11, 12) --------------------------------------------------------
 
 

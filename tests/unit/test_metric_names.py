@@ -225,7 +225,7 @@ def test_plot_panels_choose_the_names_they_chose_before():
                         "distill": {"distill/reverse_kl_mean", "distill/reverse_kl_seq_mean"},
                         "turns": {"rollout/turns_mean"},
                         "trajectory_ends": {"rollout/solved_after_turn_1", "rollout/env_failed_frac",
-                                            "rollout/excluded_frac", "rollout/prefix_broken_frac",
+                                            "rollout/prefix_broken_frac",
                                             "rollout/budget_end_frac", "rollout/length_end_frac",
                                             "rollout/stop_id_end_frac"},
                         "tools": {"tools/calls_per_traj", "tools/malformed_frac"},

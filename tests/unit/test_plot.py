@@ -98,7 +98,7 @@ def test_multi_turn_and_tool_panels_are_drawn_for_a_run_that_logs_them(tmp_path)
     by_slug = {p.slug: panel_metrics(p, series) for p in PANELS}
     assert by_slug["turns"] == ["rollout/turns_mean"]
     assert by_slug["trajectory_ends"] == [
-        "rollout/budget_end_frac", "rollout/env_failed_frac", "rollout/excluded_frac", "rollout/length_end_frac",
+        "rollout/budget_end_frac", "rollout/env_failed_frac", "rollout/length_end_frac",
         "rollout/prefix_broken_frac", "rollout/solved_after_turn_1", "rollout/stop_id_end_frac"]
     assert by_slug["tools"] == ["tools/calls_per_traj", "tools/malformed_frac"]
     assert by_slug["tool_outcomes"] == ["tools/calculator/crashed", "tools/calculator/error", "tools/calculator/ok",

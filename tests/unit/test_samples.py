@@ -228,3 +228,21 @@ def test_the_first_prompt_is_logged_with_its_template_markup(caplog):
         line = log_first_prompt(Prompt(index=7, text="", prompt_ids=ids, gold="5"), tok)
     assert line == f"the first prompt (data row 7, {len(ids)} tokens) as the model sees it:\n{text}"
     assert [r.getMessage() for r in caplog.records] == [line]
+
+
+def test_the_console_table_says_how_a_trajectory_ended_and_that_a_failed_one_is_excluded(monkeypatch):
+    """A trajectory ended by an environment failure is left out of the update whatever its verifier said: the table
+    shows "excluded", not its reward, and the end reason in an "ended" column (issue 38: a new user saw a crashed
+    trajectory as "1.0000 ok")."""
+    monkeypatch.setenv("COLUMNS", "300")
+    crashed = {**TRAJECTORY_ROW, "sample_index": 2, "reward": 1.0, "end_reason": "env: error: RuntimeError: boom",
+               "failure": "error: RuntimeError: boom\nTraceback ..."}  # fmt: skip
+    out = io.StringIO()
+    print_sample_table(3, [TRAJECTORY_ROW, crashed], width=40, file=out)
+    lines = [ln for ln in out.getvalue().splitlines() if "10/" in ln]
+    assert "1.2500" in lines[0] and "done" in lines[0] and "excluded" not in lines[0]
+    assert "excluded" in lines[1] and "1.0000" not in lines[1] and "env: error: RuntimeError: boom" in lines[1]
+    out = io.StringIO()  # single-turn rows: no "ended" column
+    print_sample_table(3, [{k: v for k, v in TRAJECTORY_ROW.items() if k not in ("end_reason", "messages")}],
+                       file=out)  # fmt: skip
+    assert "ended" not in out.getvalue()

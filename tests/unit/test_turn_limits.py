@@ -123,6 +123,8 @@ def test_the_conversation_shows_only_messages_the_model_saw_and_a_budget_end_is_
                           {"role": "assistant", "content": "1"}]  # fmt: skip
     c = t.completion()
     assert c.truncated and c.finish_reason == "stop"  # cut by a length limit, though its last turn stopped
+    assert c.turn_info == [{"not_shown": "the environment's answer takes 26 tokens with the template's; 25 left of "
+                                         "environment.max_tokens"}]  # fmt: skip
     # one token more of budget: "higher" is appended with its ids and shown
     (t,), _, _ = _run(renderer, ["1", "2"], TurnSettings(max_turns=5, max_tokens=29, max_new_tokens=8))
     assert [m["content"] for m in t.messages] == ["guess a number from 1 to 16", "1", "higher", "2"]
@@ -385,6 +387,7 @@ def test_the_budget_pre_check_on_characters_sits_exactly_at_the_bound(renderer):
         (t,), _ = run_turns([start], [conv], 1, ScriptedEngine(None, ["1", "2"]), InlineRunner(), r,
                             TurnSettings(max_turns=3, max_tokens=200, max_new_tokens=8), SAMPLING, rows)
         assert t.end == "budget" and (r.longest >= chars) is tokenised
+        assert ("cannot fit the 197 tokens left" in t.info[-1]["not_shown"]) is not tokenised
     # a turn that filled the budget (end_on_length false): no room at all, nothing tokenised
     r = CountingEncodes(renderer.tokenizer)
     start, conv = _start(r)
