@@ -26,6 +26,7 @@ internet sockets (``AF_INET``/``AF_INET6``) and name lookups, so a tool that tri
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 from dataclasses import dataclass
@@ -33,8 +34,8 @@ from typing import Any, Callable
 
 from rlvr.runtime.sandbox import ProcessPool
 from rlvr.tools.calls import STATE_MUST_PICKLE  # noqa: F401 - re-exported: its home before the calls module
-from rlvr.tools.isolation import Isolation, Server, machine_isolation, nobody
-from rlvr.tools.registry import Access, Tool
+from rlvr.tools.isolation import Isolation, Server, import_paths, machine_isolation, nobody
+from rlvr.tools.registry import Access, Tool, resolve_target
 
 log = logging.getLogger("rlvr")
 
@@ -125,19 +126,29 @@ class ToolPool:
                                  name="tool", what="the tools", preload=("rlvr.tools.execute",))  # fmt: skip
 
     def _log(self, tools: list[Tool]) -> None:
-        """The start-up lines: the mode and what holds; each tool that opened something; a warning in the plain
-        modes (files not confined)."""
+        """The start-up lines: the mode and what holds (in the ``ns-*`` modes with what the hidden folders show
+        for the tools' imports); each tool that opened something; a warning in the plain modes (files not
+        confined); a warning per tool and ``access(env=...)`` variable not set here (the tool will not see it)."""
         iso = self.isolation
-        log.info("tools: isolation %s", iso.describe())
+        shown = import_paths({t.target: resolve_target(t.target) for t in tools}) if iso.namespaces else {}
+        log.info("tools: isolation %s", iso.describe(shown=shown))
         if iso.why:
             log.info("tools: better isolation modes are not available here: %s", iso.why)
         if not iso.namespaces:
             log.warning("tools run in %s mode: %s; %s (namespaces would confine them: run as root with `unshare`, "
                         "or allow unprivileged user namespaces)", iso.mode, iso.holds()["files"],
                         iso.holds()["processes"])  # fmt: skip
+        unset: set[tuple[str, str]] = set()
         for t in tools:
             if not t.access.strict:
                 log.info("tool %s may also reach: %s", t.name, t.access.describe())
+            for name in t.access.env:
+                if name not in os.environ and (t.target, name) not in unset:  # once per tool (a class: its methods)
+                    unset.add((t.target, name))
+                    near = difflib.get_close_matches(name, sorted(os.environ), n=1, cutoff=0.8)
+                    log.warning("tool %s: access(env=[%r]) names a variable that is not set in the trainer's "
+                                "environment, so the tool will not see it%s (set it before the run, or fix the "
+                                "name)", t.owner or t.name, name, f"; did you mean {near[0]!r}?" if near else "")
             if iso.drops:
                 for folder in t.access.write:
                     st = os.stat(folder)

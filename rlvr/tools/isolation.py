@@ -35,11 +35,13 @@ pool with what holds, :meth:`Isolation.holds`):
 4. ``plain``: as 3 with the trainer's user.
 
 Files in the ``ns-*`` modes: in its mount namespace the server covers ``/tmp``, ``/var/tmp``, ``/dev/shm``,
-``/run/lock``, ``/root`` and ``/home`` with empty tmpfs, binds back (read-only) what the tools need to run (the
-interpreter's prefixes, every ``sys.path`` entry, the tools' own folders, the tool's ``read`` folders), binds back
-read-write the calls' folders and the tool's ``write`` folders, and remounts every other mount read-only: a write
-anywhere else fails with ``EROFS``. Since a mount namespace made by root cannot be changed by a process without
-capabilities, a call cannot undo this.
+``/run/lock``, ``/root`` and ``/home`` with empty tmpfs, binds back (read-only) what the tools need to run
+(:func:`import_paths`: the interpreter's prefixes, every ``sys.path`` entry, a tool's package folder or, for a tool
+in a module of its own such as ``my_tools.py``, that one file and not the folder around it) and the tool's ``read``
+folders, binds back read-write the calls' folders and the tool's ``write`` folders, and remounts every other mount
+read-only: a write anywhere else fails with ``EROFS``. The start-up line names what is shown inside the hidden
+folders. Since a mount namespace made by root cannot be changed by a process without capabilities, a call cannot
+undo this.
 
 Without a PID namespace (modes 3, 4) a call's processes are found through the subreaper; in mode 4 a call runs as
 the same user as its server and could signal it, so a hostile tool can escape there: mode 4 contains nothing but
@@ -155,10 +157,17 @@ class Isolation:
         net = [] if access.network else ["--net"]
         return ["unshare", *user, "--mount", "--pid", "--fork", "--kill-child", "--mount-proc", "--ipc", *net]
 
-    def holds(self, access: Access = Access()) -> dict[str, str]:
+    def holds(self, access: Access = Access(), shown: dict[str, str] | None = None) -> dict[str, str]:
         """What holds for a tool with ``access`` in this mode: ``files``, ``reads``, ``environment``,
-        ``processes``, ``network`` (one sentence each)."""
+        ``processes``, ``network`` (one sentence each). ``shown``: the paths bound back read-only for the tools'
+        imports (:func:`import_paths`, path -> why); in the ``ns-*`` modes ``files`` names those inside the hidden
+        folders."""
         out = dict(_HOLDS[self.mode])
+        inside = {p: why for p, why in (shown or {}).items() if any(under(p, c) for c in COVERED_DIRS)}
+        inside = {p: why for p, why in inside.items() if not any(q != p and under(p, q) for q in inside)}
+        if self.namespaces and inside:
+            out["files"] += "; shown in them, read-only, for the tools' imports: " + ", ".join(
+                f"{p} ({why})" for p, why in inside.items())
         out["environment"] = ("PATH, LANG, LC_ALL, TZ, HOME and TMPDIR (the call's folder) only; the server starts "
                               "with nothing else") + (f"; also {', '.join(access.env)}" if access.env else "")
         out["processes"] += f"; at most {NPROC_BUDGET} more processes and threads (RLIMIT_NPROC)" + (
@@ -171,11 +180,42 @@ class Isolation:
             out["reads"] += f"; also {', '.join(access.read)} (access(read=...))"
         return out
 
-    def describe(self, access: Access = Access()) -> str:
-        """One line: the mode, then what holds."""
-        h = self.holds(access)
+    def describe(self, access: Access = Access(), shown: dict[str, str] | None = None) -> str:
+        """One line: the mode, then what holds (:meth:`holds`)."""
+        h = self.holds(access, shown)
         return f"{self.mode} - " + "; ".join(f"{k}: {h[k]}" for k in ("files", "reads", "environment", "network",
                                                                           "processes"))  # fmt: skip
+
+
+def under(path: str, folder: str) -> bool:
+    """``path`` is ``folder`` or lies inside it (by name; both absolute)."""
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def import_paths(objs: dict[str, Any], sys_path: list[str] | None = None) -> dict[str, str]:
+    """What the tools ``objs`` (target -> function or class) need to run once imported, to bind back read-only in
+    the ``ns-*`` modes, as path -> why (``the interpreter``, ``sys.path``, ``a tool's package``, ``a tool's file``):
+    the interpreter's prefixes and folder; every entry of ``sys_path`` (default this process's ``sys.path``, ``''``
+    read as the working folder; for imports made inside a call); for a tool in a package, the top-level package's
+    folders; for a tool in a module of its own (a ``file.py:name`` tool, a top-level module) that one file, never
+    the folder around it, which often holds a user's other files (the module is imported before the view narrows;
+    its file stays readable for tracebacks and ``inspect``). Only existing paths, in this order."""
+    out: dict[str, str] = {}
+    for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))):
+        out.setdefault(p, "the interpreter")
+    for p in sys.path if sys_path is None else sys_path:
+        out.setdefault(p or os.getcwd(), "sys.path")
+    for obj in objs.values():
+        module = sys.modules.get(getattr(obj, "__module__", "") or "")
+        if module is None:
+            continue
+        top = sys.modules.get(module.__name__.partition(".")[0])
+        if "." in module.__name__ and top is not None and getattr(top, "__path__", None) is not None:
+            for p in top.__path__:
+                out.setdefault(os.path.abspath(p), "a tool's package")
+        elif getattr(module, "__file__", None):
+            out.setdefault(os.path.abspath(module.__file__), "a tool's file")
+    return {p: why for p, why in out.items() if os.path.exists(p)}
 
 
 def nobody() -> tuple[int, int]:

@@ -20,8 +20,9 @@ import time
 import traceback
 from typing import Any
 
-from rlvr.tools.isolation import (COVERED_DIRS, MAX_RESULT_BYTES, REAP_S, SCRATCH_MB, Isolation, b64, recv_msg,
-                                  send_msg, unb64)
+from rlvr.tools.isolation import (COVERED_DIRS, MAX_RESULT_BYTES, REAP_S, SCRATCH_MB, Isolation, b64, import_paths,
+                                  recv_msg, send_msg, unb64)
+from rlvr.tools.isolation import under as _under
 
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_CAPBSET_DROP, _PR_SET_SECUREBITS = 1, 4, 24, 28
 _PR_SET_NO_NEW_PRIVS, _PR_SET_CHILD_SUBREAPER, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 38, 36, 47, 4
@@ -51,10 +52,6 @@ def _mounts() -> list[tuple[str, list[str]]]:
             point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
             out.append((point, fields[5].split(",")))
     return out
-
-
-def _under(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 def harden(covers: tuple[str, ...], read: list[str], write: list[str], scratch: str) -> None:
@@ -396,7 +393,7 @@ def serve(job_fd: int, res_fd: int, init: dict[str, Any]) -> None:
         builtins.TIMEOUT_S = max(0.1, float(init["call_timeout_s"]) - min(0.5, 0.25 * float(init["call_timeout_s"])))
         builtins.MAX_OUTPUT_BYTES = max(1024, 4 * int(init["max_output_chars"]))
         if iso.namespaces:
-            harden(COVERED_DIRS, _needed_paths(objs) + list(init["access"]["read"]), list(init["access"]["write"]),
+            harden(COVERED_DIRS, list(import_paths(objs)) + list(init["access"]["read"]), list(init["access"]["write"]),
                    init["work"])
         else:
             _libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -440,17 +437,3 @@ def _python_sandbox(jail: _Jail, builtins: Any) -> None:
     mode, prefix, covers, drop, hook = json.loads(out["text"])
     builtins.ISOLATION = CodeIsolation(mode, tuple(prefix), tuple(covers), tuple(drop) if drop else None, hook)
 
-
-def _needed_paths(objs: dict[str, Any]) -> list[str]:
-    """What the tools need to run, to bind back read-only: the interpreter's prefixes and folder, every
-    ``sys.path`` entry, each tool module's folder."""
-    import inspect
-
-    paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-             *[p for p in sys.path if p]]  # fmt: skip
-    for obj in objs.values():
-        try:
-            paths.append(os.path.dirname(os.path.abspath(inspect.getfile(obj))))
-        except (TypeError, OSError):
-            pass
-    return [p for p in dict.fromkeys(paths) if os.path.exists(p)]

@@ -1,7 +1,8 @@
 """Typed tools run isolated (rlvr.tools.isolation): a hostile tool (tests/unit/tools_hostile.py) that tries to undo
-its mounts, write outside its folder, read a secret from the trainer's environment and fork children that leave its
-process group, run in each isolation mode this machine gives, as root and as a non-root user; and the per-tool
-opt-outs (rlvr.tools.registry.access), the call's own folder, and the start-up log line.
+its mounts, write outside its folder, read a secret from the trainer's environment, list and read the folder its own
+file lies in, and fork children that leave its process group, run in each isolation mode this machine gives, as root
+and as a non-root user; and the per-tool opt-outs (rlvr.tools.registry.access), the call's own folder, the start-up
+log line and its warnings.
 
 Each mode runs in a fresh interpreter whose environment holds the secret from its start (as a trainer's would:
 the tool workers and every process they start inherit it unless it is scrubbed). A non-root user: $RLVR_TEST_USER
@@ -88,6 +89,16 @@ def _check(out: dict, mode: str, can_write: list[str], can_read: list[str]) -> N
     assert sorted(call["wrote"]) == sorted(out["exists"])
     secrets = dict(zip(["home", "project"], out["secrets"]))
     assert sorted(call["read"]) == sorted(secrets[k] for k in can_read), (mode, call["read"])
+    # the folder of the tool's own file (in /tmp, mode 755, beside notes.txt, mode 644): in the ns-* modes the view
+    # shows that one file there (bound back read-only), never the folder around it; the plain modes hide nothing, so
+    # the folder is listed and read as its modes allow (documented)
+    # (a __pycache__ folder may be there too: the tool servers write the bytecode they import)
+    assert [n for n in out["tool_folder"] if n != "__pycache__"] == ["hostile_tools.py", "notes.txt"]
+    if mode.startswith("ns-"):
+        assert (call["folder"], call["beside"]) == (["hostile_tools.py"], []), (mode, call["folder"])
+    else:
+        seen = [n for n in call["folder"] if n != "__pycache__"]
+        assert (seen, call["beside"]) == (["hostile_tools.py", "notes.txt"], ["notes.txt"]), (mode, call["folder"])
     # the call's own environment holds no secret: the server started without it
     assert "os.environ" not in call["secret"] and "/proc/self/environ" not in call["secret"]
     # the process tree: 30 children, each with one child of its own, left the group with setsid; none survives the
@@ -234,6 +245,58 @@ def test_opt_outs_the_calls_folder_and_the_log_line(sample, monkeypatch, caplog)
     text = caplog.text
     assert f"tools: isolation {iso.mode} - files: " in text and "processes: " in text
     assert f"tool opened may also reach: network; writes {folder}; env RLVR_TEST_OPENED" in text
+    # the tools' file lies in the hidden /tmp: the line names it as shown read-only, and not the folder around it
+    if iso.namespaces:
+        assert f"shown in them, read-only, for the tools' imports: " in text and f"{f} (a tool's file)" in text
+        assert f"{f.parent} (" not in text
+    assert "not set" not in text  # RLVR_TEST_OPENED is set
+
+
+UNSET_SAMPLE = '''
+from rlvr.tools.registry import access
+
+
+@access(env=["RLVR_TEST_SET", "RLVR_TEST_UNSETT"])
+def lookup(query: str) -> str:
+    """Look something up.
+
+    Args:
+        query: What to look up.
+    """
+    return query
+
+
+@access(env=["RLVR_TEST_UNSETT"])
+class Keys:
+    """A stateful tool: two methods, one declaration."""
+
+    def first(self) -> str:
+        """The first key."""
+        return ""
+
+    def second(self) -> str:
+        """The second key."""
+        return ""
+'''
+
+
+def test_an_env_variable_that_is_not_set_is_warned_once_per_tool(tmp_path, monkeypatch, caplog):
+    """access(env=[NAME]) with NAME not set in the trainer's environment: one warning per tool at the pool's start,
+    naming the tool, the variable, that it is not set, and the nearest set name (a typo); a set one: none."""
+    monkeypatch.setenv("RLVR_TEST_SET", "set")
+    monkeypatch.setenv("RLVR_TEST_UNSET", "the name meant")
+    monkeypatch.delenv("RLVR_TEST_UNSETT", raising=False)
+    (tmp_path / "unset_tools.py").write_text(UNSET_SAMPLE)
+    tools = resolve_tools([f"{tmp_path}/unset_tools.py:lookup", f"{tmp_path}/unset_tools.py:Keys"])
+    assert [t.name for t in tools] == ["lookup", "first", "second"]
+    caplog.set_level("INFO", logger="rlvr")
+    with ToolPool(tools, num_workers=1, timeout_s=10.0, max_output_chars=100):
+        pass
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "not set" in r.getMessage()]
+    tail = ("names a variable that is not set in the trainer's environment, so the tool will not see it; did you "
+            "mean 'RLVR_TEST_UNSET'? (set it before the run, or fix the name)")
+    assert warned == [f"tool lookup: access(env=['RLVR_TEST_UNSETT']) {tail}",
+                      f"tool Keys: access(env=['RLVR_TEST_UNSETT']) {tail}"]
 
 
 def test_the_access_declaration_is_checked(tmp_path):

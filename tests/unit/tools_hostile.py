@@ -1,8 +1,9 @@
 """A hostile typed tool, and the script that runs it in a tool pool (tests/unit/test_tool_isolation.py).
 
 The tool tries what a model-driven tool call could: undo its mounts, write outside its folder, read a secret from
-the trainer's environment (its own, and every ``/proc/<pid>/environ``), and fork children that leave its process
-group (``setsid``) and sleep, each named ``marker`` (``/proc/<pid>/comm``) so the script can count survivors.
+the trainer's environment (its own, and every ``/proc/<pid>/environ``), list the folder its own file lies in and read
+another file there, and fork children that leave its process group (``setsid``) and sleep, each named ``marker``
+(``/proc/<pid>/comm``) so the script can count survivors.
 
     python tests/unit/tools_hostile.py MODE SECRET_NAME [FOLDER]   # prints one JSON line (below)
     python tests/unit/tools_hostile.py --become USER MODE SECRET_NAME [FOLDER]   # as root: the same, as USER
@@ -10,7 +11,9 @@ group (``setsid``) and sleep, each named ``marker`` (``/proc/<pid>/comm``) so th
 FOLDER: a folder the trainer's user may write that the isolation does not hide (the tool tries it too; default: a
 new folder in the system's temporary folder, which the ``ns-*`` modes hide).
 
-Run as a script it starts a pool in MODE (``auto``: the machine's best) with one worker and:
+Run as a script it copies this file into a new folder in ``/tmp`` (mode 755, as a user's folder) beside a file
+``notes.txt`` (mode 644), takes the tool from the copy (``/tmp/.../hostile_tools.py:hostile``), starts a pool in MODE
+(``auto``: the machine's best) with one worker and:
 1. calls the tool, which returns after forking: what it managed (it also tries to read two files holding the
    secret, mode 600: one in the trainer's home, one in FOLDER), and the survivors 10 s after the call;
 2. calls it so that it hangs: the call's outcome, and the survivors after the time limit (2 s);
@@ -34,17 +37,30 @@ CHILDREN = 30
 TIMEOUT_S = 2.0
 
 
-def hostile(paths: list, secrets: list, secret_name: str, marker: str, hang: bool) -> str:
+def hostile(paths: list, secrets: list, beside: list, secret_name: str, marker: str, hang: bool) -> str:
     """Try to escape (for the isolation tests).
 
     Args:
         paths: Files to create outside the call's folder.
         secrets: Files of the trainer's user to read.
+        beside: Names of files beside this tool's own file to read.
         secret_name: The trainer's environment variable to look for.
         marker: The name the forked children take.
         hang: Never return after forking.
     """
-    report = {"mounts": [], "wrote": [], "read": [], "secret": {}, "forked": 0}
+    report = {"mounts": [], "wrote": [], "read": [], "secret": {}, "forked": 0, "beside": []}
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        report["folder"] = sorted(os.listdir(here))
+    except OSError as e:
+        report["folder"] = e.strerror
+    for name in beside:
+        try:
+            with open(os.path.join(here, name)) as f:
+                if f.read():
+                    report["beside"].append(name)
+        except OSError:
+            pass
     libc = ctypes.CDLL(None, use_errno=True)
     for folder in ("/tmp", "/home", "/root"):
         if libc.umount2(folder.encode(), 2) == 0:  # MNT_DETACH
@@ -146,6 +162,7 @@ def become(user: str) -> None:
 
 
 def main() -> None:
+    import shutil
     import tempfile
     import threading
     import uuid
@@ -173,11 +190,18 @@ def main() -> None:
     for p in secrets:
         with open(os.open(p, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
             f.write(os.environ.get(secret_name, "secret"))
-    (tool,) = resolve_tools([f"{os.path.abspath(__file__)}:hostile"])
-    out: dict = {"uid": os.getuid(), "paths": paths, "secrets": secrets, "markers": markers, "pid": os.getpid()}
+    tool_folder = tempfile.mkdtemp(prefix="rlvr-toolfolder-", dir="/tmp")
+    os.chmod(tool_folder, 0o755)
+    shutil.copy(os.path.abspath(__file__), os.path.join(tool_folder, "hostile_tools.py"))
+    with open(os.open(os.path.join(tool_folder, "notes.txt"), os.O_WRONLY | os.O_CREAT, 0o644), "w") as f:
+        f.write("a user's other file")
+    (tool,) = resolve_tools([f"{tool_folder}/hostile_tools.py:hostile"])
+    out: dict = {"uid": os.getuid(), "paths": paths, "secrets": secrets, "markers": markers, "pid": os.getpid(),
+                 "tool_folder": sorted(os.listdir(tool_folder))}
     pool = ToolPool([tool], num_workers=1, timeout_s=TIMEOUT_S, max_output_chars=100000, isolation=mode)
     try:
-        args = {"paths": paths, "secrets": secrets, "secret_name": secret_name, "marker": markers[0], "hang": False}
+        args = {"paths": paths, "secrets": secrets, "beside": ["notes.txt"], "secret_name": secret_name,
+                "marker": markers[0], "hang": False}
         (r,) = pool.run([(tool, args)])
         out["call"] = json.loads(r.text) if r.status == "ok" else r.text
         out["exists"] = [p for p in paths if os.path.exists(p)]
@@ -200,6 +224,7 @@ def main() -> None:
                 pass
         if len(sys.argv) <= 3 and not os.listdir(project):
             os.rmdir(project)
+        shutil.rmtree(tool_folder, ignore_errors=True)
     print(json.dumps(out), flush=True)
     os._exit(0)  # the trainer dies mid-call: no close, no clean-up
 
