@@ -97,3 +97,38 @@ def test_resolve_environment_finds_each_kind_of_name(monkeypatch):
 def test_an_opening_that_is_not_messages_ends_the_trajectory_at_reset():
     ((state, reason),) = InlineRunner().reset([{"gold": "7", "env": {"name": f"{HELPERS}:BadOpening"}}])
     assert (state, reason) == (None, "bad output: reset returned str, not a list of messages")
+
+
+def test_what_the_pool_says_of_a_crash_without_a_memory_limit_and_of_a_row_that_does_not_pickle():
+    crash = "tests/unit/envs_misbehave.py:Misbehaves"  # os._exit(3) on the reply "d"
+    with EnvPool(num_workers=1, timeout_s=30.0) as pool:
+        ((state, _),) = pool.reset([{"gold": "1", "env": {"name": crash}}])
+        ((dead, text),) = pool.step([(state, [], {"role": "assistant", "content": "d"})])
+        assert dead is None and text.startswith("crashed\n") and "the OOM killer)" in text and "memory_mb" not in text
+        # a job that cannot be sent (a row holding a function): its reason alone, no second line
+        ((dead, text),) = pool.reset([{"gold": "1", "f": lambda: 0, "env": {"name": ECHO}}])
+        assert dead is None and text.startswith("error: ") and "\n" not in text
+
+
+def _raised(msg: str) -> ValueError:
+    try:
+        raise ValueError(msg)
+    except ValueError as e:
+        return e
+
+
+def test_the_failure_text_cuts_a_traceback_only_past_its_limit_and_caps_a_bad_output_reason():
+    import traceback
+
+    from rlvr.envs.base import BadEnvOutput
+    from rlvr.envs.runner import TRACEBACK_CHARS, failure
+
+    one = len("".join(traceback.format_exception(_raised("x"))).rstrip("\n"))  # the traceback of a 1-character message
+    for extra, cut in ((0, 0), (1, 1)):  # a traceback of exactly TRACEBACK_CHARS characters is kept whole
+        e = _raised("x" * (TRACEBACK_CHARS - one + 1 + extra))
+        tb = "".join(traceback.format_exception(e)).rstrip("\n")
+        assert len(tb) == TRACEBACK_CHARS + extra
+        head = f"error: ValueError: {'x' * (TRACEBACK_CHARS - one + 1 + extra)}"[:300]
+        kept = tb if not cut else f"[traceback: its first {cut} characters cut]\n" + tb[-TRACEBACK_CHARS:]
+        assert failure(e) == f"{head}\n{kept}"
+    assert failure(BadEnvOutput("y" * 400)) == "bad output: " + "y" * (300 - len("bad output: "))
