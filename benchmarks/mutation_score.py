@@ -77,9 +77,10 @@ MODULES: dict[str, tuple[str, str, list[str]]] = {
               [U + f for f in ("test_env_turns.py", "test_turn_limits.py", "test_stateful_tools.py")]),
     "tokens": ("rlvr.envs.tokens", "rlvr/envs/tokens.py",
                [U + f for f in ("test_env_tokens.py", "test_env_turns.py", "test_turn_limits.py",
-                                "test_chat_templates.py")]),
+                                "test_chat_templates.py", "test_formats_mutants.py")]),
     "formats": ("rlvr.tools.formats", "rlvr/tools/formats.py",
-                [U + f for f in ("test_tools.py", "test_chat_templates.py", "test_stateful_tools.py")]),
+                [U + f for f in ("test_tools.py", "test_chat_templates.py", "test_stateful_tools.py",
+                                 "test_formats_mutants.py")]),
 }
 
 _BINOPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult, ast.FloorDiv: ast.Div,

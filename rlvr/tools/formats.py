@@ -157,7 +157,7 @@ def _mistral(text: str) -> list[ParsedCall]:
         found = _json_objects(rest.lstrip(), ",")
         if isinstance(found, str):
             return [ParsedCall(None, None, f"the [TOOL_CALLS] list is {found}: {rest[:200]}", rest)]
-        for value, raw in found[:1]:
+        for value, _ in found:  # each value a list of calls or one call: `[{..}], [{..}]` gives the calls of both
             items = value if isinstance(value, list) else [value]
             out += [_from_object(obj, json.dumps(obj), ("arguments", "parameters")) for obj in items]
         return out
