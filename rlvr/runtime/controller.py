@@ -149,10 +149,11 @@ def _load_data(r: Recipe) -> _Data:
 
     from rlvr.models import model_context
     from rlvr.runtime import checkpoint as ck
-    from rlvr.runtime.checks import build_verifiers, load_prompts
+    from rlvr.runtime.checks import build_verifiers, check_chat_template, load_prompts
 
     model_dir, ctx = model_context(r.model.path)
     tok = AutoTokenizer.from_pretrained(model_dir)
+    check_chat_template(r, tok)  # a multi-turn template the turns would refuse stops the run here, before any role
     prompts, _ = load_prompts(r, tok, ctx)
     build_verifiers(r)
     if r.teacher.model is not None:  # the teacher scores the student's token ids: one tokenizer (also in preflight)

@@ -401,3 +401,17 @@ def test_mistral_nemos_own_template_is_refused_and_the_shipped_mistral_template_
         "TemplateError: After the optional system message, conversation roles must alternate "
         "user/assistant/user/assistant/...")
     checked_renderer(tokenizer(nemo, "<s>", "</s>"), DataConfig(chat_template_path="mistral"), True, tools, "N")
+
+
+def test_the_run_refuses_a_template_its_turns_would_refuse_before_starting_any_role():
+    """The run's data loading (before Ray, engines or the trainer start) probes a multi-turn recipe's template as
+    its turns would: Qwen3's own template with an environment is refused there, not after the engines are up."""
+    from rlvr.config import RecipeError
+    from rlvr.recipe import load_recipe
+    from rlvr.runtime.controller import _load_data
+
+    qwen3 = Path(__file__).parent / "real_templates" / "Qwen-Qwen3-0.6B.jinja"
+    over = ["environment.name=guess", "environment.max_tokens=64"]
+    with pytest.raises(RecipeError, match="data.chat_template_path"):
+        _load_data(load_recipe("recipes/tiny_test.yaml", [*over, f"data.chat_template_path={qwen3}"]))
+    assert _load_data(load_recipe("recipes/tiny_test.yaml", over)).prompts
