@@ -18,21 +18,11 @@ from rlvr.envs.runner import InlineRunner
 from rlvr.envs.tokens import ChatRenderer
 from rlvr.envs.turns import TurnSettings, cap_observation, run_turns
 from rlvr.models import resolve_model
-from rlvr.types import Completion, Prompt, SamplingConfig
-from tests.unit.test_env_turns import ROW, ScriptedEngine, ids
+from rlvr.types import Completion, SamplingConfig
+from tests.unit.test_env_turns import ROW, ScriptedEngine, _start, ids, renderer  # noqa: F401 - the fixture
 
 HERE = "tests/unit/test_turn_limits.py"
 SAMPLING = SamplingConfig(n=1, max_new_tokens=8, seed=3)
-
-
-@pytest.fixture(scope="module")
-def renderer():
-    return ChatRenderer(AutoTokenizer.from_pretrained(resolve_model("tiny-random")))
-
-
-def _start(renderer, question="guess a number from 1 to 16"):
-    conv = [{"role": "user", "content": question}]
-    return Prompt(index=0, text="", prompt_ids=renderer.opening_ids(conv), gold="11"), conv
 
 
 def _run(renderer, script, settings, rows=(ROW,), g=1, engine=None):
