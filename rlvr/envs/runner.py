@@ -30,14 +30,14 @@ def resolve_environment(name: str) -> Any:
     ``AttributeError`` for a target that does not resolve, ``TypeError`` when it is not a class."""
     import difflib
 
-    from rlvr.reward.base import _load_file, is_file_target, missing_attribute
+    from rlvr.userfiles import is_file_target, load_file, missing_attribute
 
     if name in BUILTINS:
         module, attr = BUILTINS[name].split(":")
         obj = getattr(importlib.import_module(module), attr)
     elif ":" in name:
         target, _, attr = name.rpartition(":")
-        module_obj = _load_file(target, "environment") if is_file_target(name) else importlib.import_module(target)
+        module_obj = load_file(target, "environment") if is_file_target(name) else importlib.import_module(target)
         if not hasattr(module_obj, attr):
             raise missing_attribute("environment", name, target, module_obj, attr)
         obj = getattr(module_obj, attr)

@@ -20,19 +20,17 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import hashlib
 import importlib
 import importlib.metadata
-import importlib.util
 import inspect
 import numbers
-import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 
 from rlvr.config import VerifierSpec
 from rlvr.registry import Registry
 from rlvr.types import VerifyResult
+from rlvr.userfiles import is_file_target, load_file, missing_attribute
 
 ENTRY_POINT_GROUP = "rlvr.verifiers"
 
@@ -158,50 +156,8 @@ class FunctionVerifier:
         return f"FunctionVerifier({self.name})"
 
 
-def _load_file(path_text: str, kind: str = "verifier") -> Any:
-    """Import a Python file as a module (cached in ``sys.modules`` under a name derived from its full path).
-    ``kind``: what the file holds (``verifier``, ``environment``, ``tool``), named in the errors.
-    Errors: ``FileNotFoundError`` naming the nearest ``.py`` file of its folder; ``ImportError``."""
-    path = Path(path_text).expanduser().resolve()
-    if not path.is_file():
-        near = difflib.get_close_matches(path.name, sorted(p.name for p in path.parent.glob("*.py")), n=1) \
-            if path.parent.is_dir() else []
-        hint = f" Did you mean {str(Path(path_text).parent / near[0])!r}?" if near else ""
-        raise FileNotFoundError(f"{kind} file {path_text!r} not found (resolved to {path}).{hint}")
-    digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
-    mod_name = f"rlvr_user_verifier_{path.stem}_{digest}"
-    if mod_name in sys.modules:
-        return sys.modules[mod_name]
-    spec = importlib.util.spec_from_file_location(mod_name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {kind} file {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[mod_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[mod_name]
-        raise
-    return module
-
-
-def missing_attribute(kind: str, name: str, target: str, obj: Any, attr: str) -> AttributeError:
-    """The error for ``name`` (a ``module:attr`` or ``file.py:attr`` target of a ``kind``: verifier, environment,
-    tool) whose module (or object) ``obj``, named ``target``, has no ``attr``: names the nearest public name it has
-    (a class or function typo: ``Feedbak`` -> ``Feedback``)."""
-    near = difflib.get_close_matches(attr, [n for n in dir(obj) if not n.startswith("_")], n=1)
-    hint = f" Did you mean {target}{'.' if ':' in target else ':'}{near[0]}?" if near else ""
-    return AttributeError(f"{kind} {name!r}: {target} has no attribute {attr!r}.{hint}")
-
-
 def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
     return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
-
-
-def is_file_target(name: str) -> bool:
-    """True when ``name`` is ``path/to/file.py:attr`` (a path before the last colon)."""
-    target = name.rpartition(":")[0]
-    return target.endswith(".py") or "/" in target or "\\" in target
 
 
 def resolve_verifier(name: str) -> Any:
@@ -215,7 +171,7 @@ def resolve_verifier(name: str) -> Any:
         return VERIFIERS.get(name)
     if ":" in name:
         target, _, attr = name.rpartition(":")
-        module = _load_file(target) if is_file_target(name) else importlib.import_module(target)
+        module = load_file(target) if is_file_target(name) else importlib.import_module(target)
         obj: Any = module
         where = target  # the object searched: the module, then target:Class for a dotted Class.method
         for part in attr.split("."):

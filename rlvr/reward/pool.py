@@ -32,10 +32,10 @@ from typing import Any, Callable, Sequence
 
 from rlvr.config import VerifierSpec
 from rlvr.metrics import names as mn
-from rlvr.reward.base import (INVALID_SCORE, InvalidScoreError, build_verifier, coerce_result, is_file_target,
-                              resolve_verifier)
+from rlvr.reward.base import INVALID_SCORE, InvalidScoreError, build_verifier, coerce_result, resolve_verifier
 from rlvr.runtime.sandbox import ProcessPool, error_reason
 from rlvr.types import VerifyResult
+from rlvr.userfiles import is_file_target
 
 log = logging.getLogger("rlvr")
 

@@ -143,7 +143,7 @@ def resolve_target(target: str) -> Any:
     function nor a class."""
     import difflib
 
-    from rlvr.reward.base import _load_file, is_file_target, missing_attribute
+    from rlvr.userfiles import is_file_target, load_file, missing_attribute
 
     if target in BUILTINS:
         target = BUILTINS[target]
@@ -153,7 +153,7 @@ def resolve_target(target: str) -> Any:
         raise KeyError(f"unknown tool {target!r}.{hint} Built-in: {', '.join(sorted(BUILTINS))}; or give "
                        "'package.module:name' or 'path/to/file.py:name'.")
     module_name, _, attr = target.rpartition(":")
-    module = _load_file(module_name, "tool") if is_file_target(target) else importlib.import_module(module_name)
+    module = load_file(module_name, "tool") if is_file_target(target) else importlib.import_module(module_name)
     if not hasattr(module, attr):
         raise missing_attribute("tool", target, module_name, module, attr)
     obj = getattr(module, attr)

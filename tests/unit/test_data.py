@@ -192,7 +192,7 @@ def test_near_source_finds_a_data_file_in_the_working_directory_and_a_verifier_f
     """A newcomer's typos (issue 24 frictions): a bare file name near a data file in the working directory
     ('d.jsnl' ~ 'd.jsonl': M = 6, T = 13: 0.92), and a verifier file near a .py file in its folder."""
     from rlvr.data.datasets import near_source
-    from rlvr.reward.base import _load_file
+    from rlvr.userfiles import load_file as _load_file
 
     (tmp_path / "d.jsonl").write_text("{}\n")
     (tmp_path / "my_verifier.py").write_text("")
