@@ -219,13 +219,18 @@ class Again:
         return EnvStep([{"role": "user", "content": "again"}])
 
 
-def test_a_template_that_rewrites_history_ends_the_trajectory_as_sampled(renderer):
+def rewriting_renderer() -> ChatRenderer:
+    """The tiny model's template with earlier assistant turns losing what comes before "=" (a stand-in for Qwen3's
+    dropped reasoning): a second turn breaks the prefix property."""
     tok = AutoTokenizer.from_pretrained(resolve_model("tiny-random"))
-    # earlier assistant turns lose what comes before "=" (a stand-in for Qwen3's dropped reasoning)
     tok.chat_template = tok.chat_template.replace(
         "message['content']", "(message['content'].split('=')[-1] if message['role'] == 'assistant' and not loop.last "
         "else message['content'])")
-    r = ChatRenderer(tok)
+    return ChatRenderer(tok)
+
+
+def test_a_template_that_rewrites_history_ends_the_trajectory_as_sampled(renderer):
+    r = rewriting_renderer()
     start, conv = _start(r)
     rows = [{"gold": "7", "env": {"name": "tests/unit/test_env_turns.py:Again"}}]
     (t,), counters = run_turns([start], [conv], 1, ScriptedEngine(None, ["3+4=7"]), InlineRunner(), r,

@@ -34,11 +34,21 @@ ROOT = os.geteuid() == 0
 
 
 def _user() -> str | None:
+    """The non-root user the user modes run as: ``RLVR_TEST_USER``, else ``rlvrtest``, created here (``useradd -m``)
+    when the tests run as root and it does not exist yet, so the README's test command covers the non-root modes
+    on a fresh machine; None where there is none and it cannot be made (not root, no useradd)."""
     name = os.environ.get("RLVR_TEST_USER", "rlvrtest")
     try:
         return pwd.getpwnam(name).pw_name
     except KeyError:
-        return None
+        pass
+    if ROOT and "RLVR_TEST_USER" not in os.environ and shutil.which("useradd"):
+        subprocess.run(["useradd", "-m", name], capture_output=True, check=False)
+        try:
+            return pwd.getpwnam(name).pw_name
+        except KeyError:
+            return None
+    return None
 
 
 @pytest.fixture

@@ -19,7 +19,8 @@ from rlvr.envs.tokens import ChatRenderer
 from rlvr.envs.turns import TurnSettings, cap_observation, run_turns
 from rlvr.models import resolve_model
 from rlvr.types import Completion, SamplingConfig
-from tests.unit.test_env_turns import ROW, ScriptedEngine, _start, ids, renderer  # noqa: F401 - the fixture
+from tests.unit.test_env_turns import (ROW, ScriptedEngine, _start, ids, renderer,  # noqa: F401 - the fixture
+                                       rewriting_renderer)
 
 HERE = "tests/unit/test_turn_limits.py"
 SAMPLING = SamplingConfig(n=1, max_new_tokens=8, seed=3)
@@ -122,11 +123,7 @@ def test_the_conversation_shows_only_messages_the_model_saw_and_a_budget_end_is_
 
 
 def test_a_message_after_a_prefix_break_is_not_shown(renderer):
-    tok = AutoTokenizer.from_pretrained(resolve_model("tiny-random"))
-    tok.chat_template = tok.chat_template.replace(
-        "message['content']", "(message['content'].split('=')[-1] if message['role'] == 'assistant' and not loop.last "
-        "else message['content'])")
-    r = ChatRenderer(tok)
+    r = rewriting_renderer()
     rows = ({"gold": "7", "env": {"name": "tests/unit/test_env_turns.py:Again"}},)
     (t,), _, _ = _run(r, ["3+4=7"], TurnSettings(max_turns=3, max_tokens=200, max_new_tokens=8), rows=rows)
     assert t.end == "prefix_broken" and [m["role"] for m in t.messages] == ["user", "assistant"]
@@ -455,12 +452,8 @@ def test_cap_observation_at_its_edges(renderer):
 
 
 def test_a_prefix_break_records_its_reason_and_a_reset_failure_has_policy_version_0(renderer):
-    tok = AutoTokenizer.from_pretrained(resolve_model("tiny-random"))
-    tok.chat_template = tok.chat_template.replace(
-        "message['content']", "(message['content'].split('=')[-1] if message['role'] == 'assistant' and not loop.last "
-        "else message['content'])")
     rows = ({"gold": "7", "env": {"name": "tests/unit/test_env_turns.py:Again"}},)
-    (t,), _, _ = _run(ChatRenderer(tok), ["3+4=7"], TurnSettings(max_turns=3, max_tokens=200, max_new_tokens=8),
+    (t,), _, _ = _run(rewriting_renderer(), ["3+4=7"], TurnSettings(max_turns=3, max_tokens=200, max_new_tokens=8),
                       rows=rows)  # fmt: skip
     assert list(t.info[-1]) == ["prefix_broken"] and "rewrites" in t.info[-1]["prefix_broken"]
     rows = ({"gold": "1", "env": {"name": "nosuchenv"}},)
