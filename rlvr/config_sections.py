@@ -147,8 +147,24 @@ class RolloutConfig:
     them between batches. A sample older than N versions at its update is dropped and regenerated
     (``async/dropped_stale``). The lag is corrected by ``algorithm.rollout_correction`` (by default AReaL's
     decoupled objective at N = 1). The batches generated ahead are saved in checkpoints (a resumed run trains on
-    the same). N > 1 is refused: the sync needs idle engines, so one generation is ever in flight and a larger N
-    only adds lag (measured: ``benchmarks/async_speedup.py``, uneven generation times)."""
+    the same). Without ``in_flight_updates`` N > 1 is refused: the sync needs idle engines, so one generation is
+    ever in flight and a larger N only adds lag (measured: ``benchmarks/async_speedup.py``, uneven generation
+    times). With it, N >= 1 batches are in flight while step s trains (s + 1 .. s + N), and the bound is per token:
+    a sample holding a token of a version below ``s - 1 - N`` is dropped and regenerated."""
+    in_flight_updates: bool = False
+    """The engines keep their requests across a weight sync (needs ``max_staleness`` >= 1 and the vLLM engine): the
+    new weights are loaded between two decode steps while every request stays queued or running
+    (:mod:`rlvr.rollout.inflight`), so the engines never wait for the trainer and N batches stay in flight. Each
+    token is labelled with the version that sampled it (``Completion.token_versions``) and keeps the logprob that
+    version computed; one trajectory may span updates (``async/spanning_frac``). PipelineRL's design; verl's
+    fully-async ``partial_rollout``, AReaL, SkyRL and NeMo-RL's ``in_flight_weight_updates`` pause, load and
+    resume likewise."""
+    in_flight_kv: str = "keep"
+    """What an in-flight update does to the KV cache of the tokens already computed: ``keep`` (PipelineRL: the new
+    weights apply from the next token; no cost) or ``recompute`` (NeMo-RL's
+    ``recompute_kv_cache_after_weight_updates``: every running request's prefix is recomputed under the new
+    weights before its next token; costs a prefill of every running request per update). Compare the two with
+    ``benchmarks/inflight_gap.py`` (the trainer-vs-behaviour logprob gap by token age)."""
     cpus: tuple[int, ...] = ()
     """CPU cores the engines' threads are bound to (``VLLM_CPU_OMP_THREADS_BIND``; with tensor parallel, the
     workers take consecutive ``rollout.threads`` of them); empty: vLLM's own choice. With ``trainer.cpus`` this

@@ -187,12 +187,14 @@ def _rollout_errors(r: Recipe) -> list[str]:
         errs.append("rollout.max_new_tokens must be >= 1")
     if ro.max_staleness < 0:
         errs.append(f"rollout.max_staleness={ro.max_staleness} must be >= 0 (0: on-policy; 1: one step off-policy)")
-    elif ro.max_staleness > 1:
+    elif ro.max_staleness > 1 and not ro.in_flight_updates:
         errs.append(
             f"rollout.max_staleness={ro.max_staleness}: rlvr's asynchronous rollout keeps one generation in flight "
             "(the weight sync needs idle engines), so N > 1 only adds lag without more overlap (measured with "
-            "benchmarks/async_speedup.py on uneven generation times: N = 2 no faster than N = 1). Use 1"
+            "benchmarks/async_speedup.py on uneven generation times: N = 2 no faster than N = 1). Use 1, or set "
+            "rollout.in_flight_updates: true (the engines keep their requests across a sync)"
         )
+    errs += in_flight_errors(r)
     for key, cpus in (("rollout.cpus", ro.cpus), ("trainer.cpus", r.trainer.cpus)):
         if any(c < 0 for c in cpus) or len(set(cpus)) != len(cpus):
             errs.append(f"{key}={list(cpus)} must list distinct core numbers >= 0 (os.cpu_count() shows how many)")
@@ -212,6 +214,28 @@ def _rollout_errors(r: Recipe) -> list[str]:
                     "rollout.tensor_parallel_size=1")
     if not ro.kv_cache_gib > 0:
         errs.append(f"rollout.kv_cache_gib={ro.kv_cache_gib} must be > 0 GiB (the KV cache of each engine worker on CPU)")
+    return errs
+
+
+def in_flight_errors(r: Recipe) -> list[str]:
+    """``rollout.in_flight_updates`` and ``rollout.in_flight_kv``: what they need (asynchronous rollout, the vLLM
+    engine, full-weight sync), each message naming the key to change."""
+    from rlvr.rollout.inflight import KV_MODES
+
+    ro, errs = r.rollout, []
+    if ro.in_flight_kv not in KV_MODES:
+        errs.append(f"rollout.in_flight_kv={ro.in_flight_kv!r}: expected one of {', '.join(KV_MODES)}")
+    if not ro.in_flight_updates:
+        return errs
+    if ro.max_staleness < 1:
+        errs.append("rollout.in_flight_updates needs rollout.max_staleness >= 1 (the batches in flight while a step "
+                    "trains); at 0 every batch is generated and trained in turn, with nothing in flight at a sync")
+    if ro.engine != "vllm":
+        errs.append(f"rollout.in_flight_updates needs rollout.engine: vllm (rollout.engine={ro.engine!r} cannot load "
+                    "weights between decode steps)")
+    if r.trainer.lora.adapter_sync:
+        errs.append("rollout.in_flight_updates with trainer.lora.sync: adapter is not supported (a running request "
+                    "keeps the adapter it started with); use trainer.lora.sync: merged")
     return errs
 
 

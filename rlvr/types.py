@@ -53,7 +53,8 @@ class Completion:
     ``token_ids``: [T_i] generated ids, ending with the eos id when ``finish_reason == "stop"``.
     ``logprobs``: [T_i] log-probabilities (nats) the sampler assigned to each generated token, after the
     temperature transform (the same transform the trainer applies), so ratios are comparable (case R1).
-    ``policy_version``: the version of the weights the engine held when it sampled.
+    ``policy_version``: the version of the weights that sampled it: the oldest such version when updates landed
+    while it was generated (``token_versions``), so a staleness bound on it bounds every token.
     """
 
     prompt_index: int
@@ -81,6 +82,11 @@ class Completion:
     turn_info: list[dict[str, Any]] | None = None
     """The environment's ``info`` after each assistant turn it answered (JSON-able dicts); None without an
     environment."""
+    token_versions: list[int] | None = None
+    """[T_i] the policy version of the weights that sampled each token (in-flight weight updates,
+    ``rollout.in_flight_updates``: one trajectory may hold several); -1 on tokens not sampled (``loss_mask`` 0).
+    None: every token was sampled by ``policy_version``. Each token's ``logprobs`` entry is the one that version
+    computed when it sampled it (the behaviour logprob of the off-policy corrections)."""
     failure: str | None = None
     """An infrastructure failure that ended the trajectory (an environment's reset or step that raised, hung, crashed
     or returned bad output; a chat-template error on its message): the whole text the runner gave, its first line
@@ -93,6 +99,12 @@ class Completion:
         """Cut by a length limit: a turn cut at the token limit, or a trajectory ended by its token budget
         (``budget``: the next turn would not fit), whatever its last turn's finish."""
         return self.finish_reason == "length" or self.end_reason == "budget"
+
+    def versions(self) -> list[int]:
+        """[T'] the policy version of each sampled token (T' = :attr:`sampled_tokens`), in order."""
+        if self.token_versions is None:
+            return [self.policy_version] * self.sampled_tokens
+        return [v for v in self.token_versions if v >= 0]
 
     @property
     def sampled_tokens(self) -> int:

@@ -10,6 +10,7 @@ import logging
 import os
 import threading
 import time
+from typing import Any
 
 from rlvr.rollout.base import checkpoint_shapes, set_threads
 from rlvr.runtime.environ import recording_env, scoped_env
@@ -128,7 +129,9 @@ class VLLMEngine:
     memory; ``threads`` torch threads per worker on CPU; ``cpus`` the cores they are bound to (``rollout.cpus``;
     empty: tensor parallel workers take this process's cores in turn, one worker runs unbound); ``lora_rank`` > 0:
     the engine serves the policy's LoRA adapters (``trainer.lora.sync: adapter``, :meth:`receive_adapter`) of that
-    rank, keeping the last ``lora_slots`` versions loaded (``rollout.max_staleness`` + 1).
+    rank, keeping the last ``lora_slots`` versions loaded (``rollout.max_staleness`` + 1); ``in_flight``: the
+    engine keeps its requests across a weight sync (``rollout.in_flight_updates``): an :class:`~rlvr.rollout.
+    inflight.EngineLoop` drives it and every call is a batch or a job of that loop; ``in_flight_kv`` its KV policy.
     """
 
     def __init__(
@@ -146,6 +149,8 @@ class VLLMEngine:
         cpus: tuple[int, ...] = (),
         lora_rank: int = 0,
         lora_slots: int = 1,
+        in_flight: bool = False,
+        in_flight_kv: str = "keep",
     ) -> None:
         gpu = _on_gpu()
         tp = tensor_parallel_size
@@ -190,6 +195,11 @@ class VLLMEngine:
         self._loras: list = []
         self._lora_dir: str | None = None
         self._omp = _ThreadMatch(gpu or tp > 1)
+        self.loop = None
+        if in_flight:  # every later call goes through the loop's thread, the only one that steps the engine
+            from rlvr.rollout.inflight import EngineLoop
+
+            self.loop = EngineLoop(self.llm.llm_engine, kv=in_flight_kv, step_lock=FORWARD_LOCK, on_start=self._omp.here)
         self.start_s = time.perf_counter() - t0
         log.info("vLLM engine up in %.1fs (%s, %s)", self.start_s, model_dir, dtype)
 
@@ -206,6 +216,8 @@ class VLLMEngine:
             logprobs=0,
             stop_token_ids=list(sampling.stop_token_ids) or None,
         )
+        if self.loop is not None:
+            return self._generate_in_flight(prompts, sampling, params)
         if sampling.seed is not None:
             # Seed the worker's global generator rather than each request: vLLM's per-request generators fail on
             # CPU whenever chunked prefill discards a sampled token ("CPU Generator does not use offset", vLLM
@@ -241,6 +253,43 @@ class VLLMEngine:
                 )
         return result
 
+    def _generate_in_flight(self, prompts: list[Prompt], sampling: SamplingConfig, params: Any) -> list[Completion]:
+        """:meth:`generate` through the engine loop: one request per sample (n = 1, each step's new tokens), each
+        token labelled with the version that sampled it (``Completion.token_versions``; ``policy_version`` the
+        oldest). The seed goes to the sampler just before the batch joins (a job of the loop): draws repeat when
+        batches do not overlap; overlapping batches share the sampler's stream in the order the steps take."""
+        from vllm.sampling_params import RequestOutputKind
+
+        one = params.clone()
+        one.n, one.output_kind = 1, RequestOutputKind.DELTA
+        reqs = []
+        for p in prompts:
+            sp = one if p.max_new_tokens in (None, sampling.max_new_tokens) else one.clone()
+            if sp is not one:
+                sp.max_tokens = p.max_new_tokens
+            reqs += [(list(p.prompt_ids), sp if j == 0 else sp.clone()) for j in range(sampling.n)]
+        if sampling.seed is not None:
+            self.loop.call(lambda: self.llm.collective_rpc("rlvr_seed", args=(int(sampling.seed),)))
+        outs = self.loop.submit(reqs, self._lora).result()
+        result, k = [], 0
+        for p in prompts:
+            for j in range(sampling.n):
+                o = outs[k]
+                k += 1
+                reason = o.finish_reason if o.finish_reason in ("length", "stop") else "abort"
+                versions = o.versions or [self.loop.version]
+                result.append(Completion(prompt_index=p.index, sample_index=j, prompt_ids=list(p.prompt_ids),
+                                         token_ids=list(o.token_ids), logprobs=list(o.logprobs), text=o.text,
+                                         finish_reason=reason, policy_version=min(versions),
+                                         token_versions=list(o.versions)))  # fmt: skip
+        return result
+
+    def _loop_call(self, fn: Any, forward: bool = True) -> Any:
+        """``fn()`` now (no loop), or as a job of the engine loop between two decode steps."""
+        if self.loop is None:
+            return fn()
+        return self.loop.call(fn, forward).result()
+
     def sequence_logprobs(self, sequences: list[list[int]], temperature: float = 1.0) -> list[list[float]]:
         """Logprobs (nats) of tokens 1.. of each sequence: [E][len - 1], from vLLM's prompt logprobs in one call.
         Errors: ``ValueError`` for ``temperature`` != 1: vLLM 0.32's prompt logprobs ignore the sampling temperature
@@ -250,6 +299,13 @@ class VLLMEngine:
         if temperature != 1.0:
             raise ValueError(f"sequence_logprobs at temperature {temperature}: vLLM's prompt logprobs are at T = 1 only")
         params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0)
+        if self.loop is not None:
+            from vllm.sampling_params import RequestOutputKind
+
+            params.output_kind = RequestOutputKind.DELTA
+            outs = self.loop.submit([(list(s), params.clone()) for s in sequences], self._lora).result()
+            return [[float(o.prompt_logprobs[i][seq[i]].logprob) for i in range(1, len(seq))]
+                    for seq, o in zip(sequences, outs)]  # fmt: skip
         self._omp.here()
         with FORWARD_LOCK:
             outs = self.llm.generate([{"prompt_token_ids": s} for s in sequences], params, use_tqdm=False,
@@ -272,6 +328,12 @@ class VLLMEngine:
         from vllm import SamplingParams
 
         params = SamplingParams(n=1, max_tokens=n_tokens, temperature=0.0, logprobs=0, ignore_eos=True)
+        if self.loop is not None:
+            from vllm.sampling_params import RequestOutputKind
+
+            params.output_kind = RequestOutputKind.DELTA
+            (o,) = self.loop.submit([(list(prompt_ids), params)], self._lora).result()
+            return list(o.token_ids), self.sequence_logprobs([list(prompt_ids)])[0] + list(o.logprobs)
         self._omp.here()
         with FORWARD_LOCK:
             (out,) = self.llm.generate([{"prompt_token_ids": list(prompt_ids)}], params, use_tqdm=False,
@@ -294,6 +356,11 @@ class VLLMEngine:
         """Every worker receives the full tensors over the sync group (packed in buckets of ``bucket_mb``, 0: one
         broadcast per tensor) and loads them (vLLM's loader keeps each worker's shard). Returns one checksum per
         worker, in worker order ([tensor_parallel_size])."""
+        if self.loop is not None:  # in flight: loaded between two decode steps; requests keep running
+            checksums = self.loop.update(lambda: self.llm.collective_rpc("rlvr_receive", args=(specs, bucket_mb)),
+                                         version).result()
+            self.policy_version = version
+            return [float(c) for c in checksums]
         checksums = self.llm.collective_rpc("rlvr_receive", args=(specs, bucket_mb))
         self.llm.reset_prefix_cache()
         self.policy_version = version
@@ -341,7 +408,7 @@ class VLLMEngine:
     def loaded_blocks(self, names: list[str], dtype: str) -> list[list[tuple]]:
         """Each worker's read-back of the checkpoint tensors ``names`` from the weights it computes with, after the
         last sync (:func:`rlvr.sync.readback.vllm_blocks`): [tensor_parallel_size] lists of blocks."""
-        return self.llm.collective_rpc("rlvr_readback", args=(list(names), dtype))
+        return self._loop_call(lambda: self.llm.collective_rpc("rlvr_readback", args=(list(names), dtype)), False)
 
     def get_policy_version(self) -> int:
         return self.policy_version
@@ -355,6 +422,9 @@ class VLLMEngine:
         finalizer), that happened whenever a collection ran, and once tore down the groups of a newer engine built
         in the same process ("pipeline model parallel group is not initialized" at its next call: the local
         executor, tests). Idempotent; the engine cannot be used afterwards."""
+        if getattr(self, "loop", None) is not None:
+            self.loop.close()
+            self.loop = None
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()

@@ -76,7 +76,9 @@ def host_ip() -> str:
 class Resources:
     """What one role needs: CPUs (fractional allowed), GPUs, Ray custom resources (``custom``), environment
     variables set before it starts, and where it goes: bundle ``bundle`` of the placement group ``group``
-    (:meth:`RayExecutor.reserve`; None: wherever Ray puts it)."""
+    (:meth:`RayExecutor.reserve`; None: wherever Ray puts it); ``concurrency``: how many of its calls may run at once
+    (1: one at a time, in order, as an actor; more: a threaded actor, for a role that answers calls while one
+    waits, e.g. an engine with in-flight weight updates taking a sync while its batches run)."""
 
     num_cpus: float = 0.1
     num_gpus: float = 0.0
@@ -84,6 +86,7 @@ class Resources:
     custom: dict[str, float] = field(default_factory=dict)
     group: str | None = None
     bundle: int = 0
+    concurrency: int = 1
 
     def bundle_dict(self) -> dict[str, float]:
         """The placement-group bundle that holds exactly this role."""
@@ -299,7 +302,8 @@ class _Waiting:
 class LocalExecutor(_Waiting):
     """Roles as objects in this process. Like an actor, each role has one thread of its own: it is built there and
     runs its calls there, one at a time (vLLM's CPU kernels check that the OpenMP thread count of a call matches
-    the one its batch metadata was built with, which differs between fresh threads). The roles share this
+    the one its batch metadata was built with, which differs between fresh threads); a role of ``concurrency`` k
+    has k threads (an in-flight engine runs its model in its own loop thread). The roles share this
     process's devices: a role without GPUs is not hidden from them here, as it is under Ray (:func:`actor_env`)."""
 
     def __init__(self) -> None:
@@ -314,7 +318,7 @@ class LocalExecutor(_Waiting):
         with recording_env(self._env_before):
             for k, v in resources.env.items():
                 os.environ.setdefault(k, v)
-        thread = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"rlvr-{name}")
+        thread = cf.ThreadPoolExecutor(max_workers=max(1, resources.concurrency), thread_name_prefix=f"rlvr-{name}")
         self._threads.append(thread)
         target = (thread, thread.submit(self._construct, cls, args, kwargs))
         self._roles.append(target)
@@ -553,6 +557,7 @@ class RayExecutor(_Waiting):
             num_gpus=resources.num_gpus,
             runtime_env={"env_vars": actor_env(resources)},
             max_restarts=0,
+            **({"max_concurrency": resources.concurrency} if resources.concurrency > 1 else {}),
             **options,
         )
         actor = actor_cls.remote(*args, **kwargs)
