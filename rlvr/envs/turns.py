@@ -61,18 +61,23 @@ class TurnSettings:
 
 @dataclass
 class Segment:
-    """A trajectory's training sequence: ``prompt_ids`` [L], then ``ids`` [T] with ``mask`` [T] (1 sampled) and
-    ``logprobs`` [T] (nats; 0 where mask is 0)."""
+    """A trajectory's training sequence: ``prompt_ids`` [L], then ``ids`` [T] with ``mask`` [T] (1 sampled),
+    ``logprobs`` [T] (nats; 0 where mask is 0) and ``versions`` [T] (the policy version that sampled each token;
+    -1 where mask is 0)."""
 
     prompt_ids: list[int]
     ids: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
 
-    def add(self, ids: Sequence[int], logprobs: Sequence[float] | None) -> None:
+    def add(self, ids: Sequence[int], logprobs: Sequence[float] | None, versions: Sequence[int] | None = None) -> None:
+        """Append ``ids``: sampled (with their ``logprobs`` and ``versions``, one per id) or, with ``logprobs``
+        None, put there by the environment or the template."""
         self.ids += list(ids)
         self.mask += [1 if logprobs is not None else 0] * len(ids)
         self.logprobs += list(logprobs) if logprobs is not None else [0.0] * len(ids)
+        self.versions += list(versions) if logprobs is not None and versions is not None else [-1] * len(ids)
 
 
 @dataclass
@@ -112,7 +117,7 @@ class Trajectory:
     def completion(self) -> Completion:
         """The trajectory as one :class:`Completion`: ``token_ids`` every id after the prompt, ``loss_mask`` 1 on
         the sampled ones, ``text`` the last assistant message (what verifiers judge), ``policy_version`` the oldest
-        turn's."""
+        turn's, ``token_versions`` each token's (:class:`Segment`)."""
         s = self.seq
         return Completion(
             prompt_index=self.start.index, sample_index=self.sample_index, prompt_ids=list(s.prompt_ids),
@@ -120,6 +125,7 @@ class Trajectory:
             policy_version=min(self.versions) if self.versions else 0, loss_mask=list(s.mask), turns=self.turns,
             messages=[dict(m) for m in self.messages], turn_rewards=list(self.turn_rewards), end_reason=self.end,
             opening_messages=self.opening, turn_info=[dict(i) for i in self.info], failure=self.failure,
+            token_versions=list(s.versions),
         )  # fmt: skip
 
 
@@ -282,7 +288,7 @@ def _sample_round(live: list[Trajectory], generate: Generate, settings: TurnSett
     seed = None if sampling.seed is None else turn_seed(sampling.seed, round_)
     comps = generate(prompts, dataclasses.replace(sampling, n=1, seed=seed))
     for t, c in zip(live, comps):
-        t.seq.add(c.token_ids, c.logprobs)
+        t.seq.add(c.token_ids, c.logprobs, c.token_versions or [c.policy_version] * len(c.token_ids))
         t.turns += 1
         t.versions.append(c.policy_version)
         t.last_text, t.last_finish = c.text, c.finish_reason

@@ -30,7 +30,8 @@ Namespaces (per training step unless said otherwise):
   the union of the role's calls as it ran them, averaged over the role's processes for ``engines`` and
   ``trainer``), and ``roles/overlap_frac``, the share of the step in which generation and training ran at once.
 - ``async/``: asynchronous rollout (``rollout.max_staleness``): the policy lag of the samples trained on
-  (versions, and a histogram ``async/staleness/<n>``: fraction of the batch's samples n versions behind) and the
+  (versions, and histograms ``async/staleness/<n>`` per sample, by its oldest token, and ``async/token_staleness/<n>``
+  per sampled token; ``async/spanning_frac``: samples that span an update) and the
   samples dropped as too stale.
 - ``sync/``: the weight sync (seconds, GB = 1e9 bytes, GB/s, the engines' policy version) and its probe (nats).
 - ``val/``: validation on held-out prompts (``validation.every_steps``; step 0 = the starting policy):
@@ -142,6 +143,12 @@ def staleness(n: int | str) -> str:
     return _name(NS_ASYNC, f"staleness/{n}")
 
 
+def token_staleness(n: int | str) -> str:
+    """``async/token_staleness/<n>``: fraction of the trained batch's sampled tokens whose policy was n versions
+    behind (in-flight updates: one trajectory's tokens may differ)."""
+    return _name(NS_ASYNC, f"token_staleness/{n}")
+
+
 def val_pass(k: int | str) -> str:
     """``val/pass@<k>``: validation pass@k, mean over problems (fraction of problems)."""
     return _name(NS_VAL, f"pass@{k}")
@@ -168,6 +175,7 @@ TOOL_INSTANCE_OUTCOMES = ("created", "create_error", "closed", "close_error")
 """A stateful tool class's instance counts (``rlvr.tools.runner``), the ``<outcome>`` of a class's counts."""
 ROLE_IDLE = role_idle("<role>")
 STALENESS = staleness("<n>")
+TOKEN_STALENESS = token_staleness("<n>")
 VAL_PASS = val_pass("<k>")
 VAL_MAJ = val_maj("<n>")
 VAL_MEAN = val_mean("<n>")
@@ -298,6 +306,8 @@ ROLES_OVERLAP_FRAC = _name(NS_ROLES, "overlap_frac")
 ASYNC_STALENESS_MEAN = _name(NS_ASYNC, "staleness_mean")
 ASYNC_STALENESS_MAX = _name(NS_ASYNC, "staleness_max")
 ASYNC_DROPPED_STALE = _name(NS_ASYNC, "dropped_stale")
+ASYNC_TOKEN_STALENESS_MEAN = _name(NS_ASYNC, "token_staleness_mean")
+ASYNC_SPANNING_FRAC = _name(NS_ASYNC, "spanning_frac")
 
 # val/ (rlvr.runtime.validation)
 VAL_REWARD_MEAN = _name(NS_VAL, "reward_mean")
@@ -454,6 +464,10 @@ _ENTRIES: tuple[Metric, ...] = (
     _M(ASYNC_STALENESS_MEAN, "version", "mean policy lag of the trained samples (rollout.max_staleness bounds it)"),
     _M(ASYNC_STALENESS_MAX, "version", "largest policy lag of a trained sample"),
     _M(ASYNC_DROPPED_STALE, "count", "samples dropped as older than rollout.max_staleness and regenerated"),
+    _M(TOKEN_STALENESS, "fraction", "trained sampled tokens whose policy was n versions behind the weights updated"),
+    _M(ASYNC_TOKEN_STALENESS_MEAN, "version", "mean policy lag of the trained sampled tokens"),
+    _M(ASYNC_SPANNING_FRAC, "fraction", "trained samples whose tokens come from more than one policy version "
+       "(an in-flight update landed while they were generated)"),
     # val/
     _M(VAL_PASS, "fraction", "validation pass@k over the n samples per problem, mean over problems"),
     _M(VAL_MAJ, "fraction", "validation majority vote over the n samples (exact maj@n), mean over problems"),

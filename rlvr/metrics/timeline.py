@@ -117,16 +117,23 @@ def role_usage(spans: Iterable[Any], t0: float, t1: float) -> dict[str, float]:
     return out
 
 
-def staleness_metrics(versions: Sequence[int], trainer_version: int, max_staleness: int) -> dict[str, float]:
-    """``async/*`` of a trained batch, ``versions`` [B] (each sample's policy version): the lag
-    ``trainer_version - v`` of each sample's version ``v``
-    (the trainer updates weights of version ``trainer_version``, the step number minus one), its mean and max, and
-    the histogram ``async/staleness/<n>`` for n = 0..max_staleness; mean and fractions over the B samples."""
-    lags = [trainer_version - int(v) for v in versions]
-    n = max(1, len(lags))
-    out = {mn.ASYNC_STALENESS_MEAN: sum(lags) / n, mn.ASYNC_STALENESS_MAX: float(max(lags, default=0))}
+def staleness_metrics(completions: Sequence[Any], trainer_version: int, max_staleness: int) -> dict[str, float]:
+    """``async/*`` of a trained batch of B completions: each sample's lag ``trainer_version - v`` by its oldest
+    token's version ``v`` (``Completion.policy_version``; the trainer updates weights of version
+    ``trainer_version``, the step number minus one), its mean and max and the histogram ``async/staleness/<n>``
+    (fractions of the B samples); the same per sampled token (``async/token_staleness_mean``,
+    ``async/token_staleness/<n>``: fractions of the batch's sampled tokens, ``Completion.versions``); and
+    ``async/spanning_frac``, the share of the B samples whose tokens come from more than one version. Histograms
+    for n = 0..max_staleness."""
+    lags = [trainer_version - int(c.policy_version) for c in completions]
+    tokens = [trainer_version - int(v) for c in completions for v in c.versions()]
+    n, nt = max(1, len(lags)), max(1, len(tokens))
+    out = {mn.ASYNC_STALENESS_MEAN: sum(lags) / n, mn.ASYNC_STALENESS_MAX: float(max(lags, default=0)),
+           mn.ASYNC_TOKEN_STALENESS_MEAN: sum(tokens) / nt,
+           mn.ASYNC_SPANNING_FRAC: sum(len(set(c.versions())) > 1 for c in completions) / n}  # fmt: skip
     for k in range(max_staleness + 1):
         out[mn.staleness(k)] = sum(1 for x in lags if x == k) / n
+        out[mn.token_staleness(k)] = sum(1 for x in tokens if x == k) / nt
     return out
 
 

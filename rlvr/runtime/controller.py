@@ -379,7 +379,7 @@ def _step_metrics(step: int, roll: Rollout, adv_metrics: dict, train_stats: dict
     teacher = {mn.TIMING_TEACHER_SHARE: adv_metrics[mn.TIMING_TEACHER_S] / max(step_s, 1e-9)} \
         if mn.TIMING_TEACHER_S in adv_metrics else {}  # fmt: skip
     return {
-        **staleness_metrics([c.policy_version for c in roll.completions], step - 1, r.rollout.max_staleness),
+        **staleness_metrics(roll.completions, step - 1, r.rollout.max_staleness),
         mn.ASYNC_DROPPED_STALE: float(dropped),
         **roll.metrics,
         **adv_metrics,

@@ -43,11 +43,35 @@ def test_role_groups():
         "engines", "engines", "trainer", "reward", "critic", "engineX"]
 
 
+def _sample(versions, token_versions=None):
+    from rlvr.types import Completion
+
+    n = len(token_versions) if token_versions is not None else 2
+    return Completion(prompt_index=0, sample_index=0, prompt_ids=[1], token_ids=[7] * n, logprobs=[-1.0] * n,
+                      text="", finish_reason="stop", policy_version=versions, token_versions=token_versions)
+
+
 def test_staleness_histogram_by_hand():
-    # trainer at version 5; samples of versions 5, 4, 4, 3: lags 0, 1, 1, 2
-    m = staleness_metrics([5, 4, 4, 3], 5, 2)
+    # trainer at version 5; samples of versions 5, 4, 4, 3 (2 tokens each, one version each): lags 0, 1, 1, 2
+    m = staleness_metrics([_sample(v) for v in (5, 4, 4, 3)], 5, 2)
     assert m[mn.ASYNC_STALENESS_MEAN] == pytest.approx(1.0) and m[mn.ASYNC_STALENESS_MAX] == 2.0
     assert [m[mn.staleness(k)] for k in range(3)] == [0.25, 0.5, 0.25]
+    assert [m[mn.token_staleness(k)] for k in range(3)] == [0.25, 0.5, 0.25]
+    assert m[mn.ASYNC_SPANNING_FRAC] == 0.0
+
+
+def test_staleness_per_token_and_spanning_by_hand():
+    """In-flight updates: sample A's 4 tokens by versions 3, 3, 4, 5 (labelled by its oldest, 3), sample B's 2 by 5,
+    a multi-turn sample C with tokens 4, -1 (environment), -1, 4. Trainer at 5. Per sample lags 2, 0, 1: mean 1,
+    max 2, histogram [1/3, 1/3, 1/3]. Per sampled token (8: C's environment tokens are not sampled) the lags are
+    A 2, 2, 1, 0; B 0, 0; C 1, 1: mean 7/8, histogram [3/8, 3/8, 2/8]. Spanning: A only, 1/3."""
+    a, b, c = _sample(3, [3, 3, 4, 5]), _sample(5, [5, 5]), _sample(4, [4, -1, -1, 4])
+    m = staleness_metrics([a, b, c], 5, 2)
+    assert m[mn.ASYNC_STALENESS_MEAN] == pytest.approx(1.0) and m[mn.ASYNC_STALENESS_MAX] == 2.0
+    assert [m[mn.staleness(k)] for k in range(3)] == pytest.approx([1 / 3] * 3)
+    assert m[mn.ASYNC_TOKEN_STALENESS_MEAN] == pytest.approx(7 / 8)
+    assert [m[mn.token_staleness(k)] for k in range(3)] == pytest.approx([3 / 8, 3 / 8, 2 / 8])
+    assert m[mn.ASYNC_SPANNING_FRAC] == pytest.approx(1 / 3)
 
 
 def test_the_timeline_file_holds_each_span_clipped_to_its_step(tmp_path):
