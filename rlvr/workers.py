@@ -1,5 +1,7 @@
 """Untrusted code in worker processes with a hard wall-clock limit per job: the home of what the scoring pool
-(verifiers, :mod:`rlvr.reward.pool`) and the environment pool (:mod:`rlvr.envs.pool`) share.
+(verifiers, :mod:`rlvr.reward.pool`), the environment pool (:mod:`rlvr.envs.pool`) and the tool calls
+(:mod:`rlvr.tools.execute`) share. This module imports nothing of rlvr: the reward, environment and tool layers all
+stand on it (as on :mod:`rlvr.userfiles`).
 
 Model output and user plug-ins are untrusted: a call can hang (math-verify on towers of powers), exhaust memory or
 kill its process. So each job runs in a worker process (a ``multiprocessing`` forkserver context where the platform
@@ -172,7 +174,7 @@ class ProcessPool:
         self.timeout_s, self.memory_mb, self.name, self.what = float(timeout_s), memory_mb, name, what
         self._ctx = mp.get_context(start_method or default_start_method())
         if self._ctx.get_start_method() == "forkserver":
-            self._ctx.set_forkserver_preload(["rlvr.runtime.sandbox", *preload])
+            self._ctx.set_forkserver_preload(["rlvr.workers", *preload])
         self._stats: collections.Counter[str] = collections.Counter()
         self._start_failures = 0
         self._workers: list[_Worker] = []

@@ -1,4 +1,4 @@
-"""Environments in worker processes with hard limits (:class:`~rlvr.runtime.sandbox.ProcessPool`, the machinery
+"""Environments in worker processes with hard limits (:class:`~rlvr.workers.ProcessPool`, the machinery
 the scoring pool uses): each ``reset`` and ``step`` call runs in a worker, with ``timeout_s`` wall-clock seconds and
 ``memory_mb`` of address space; the environment's state travels as its pickle (:mod:`rlvr.envs.base`), so any worker
 takes any trajectory's next step and a call that hangs, crashes or raises ends only its own trajectory, with the
@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from rlvr.envs.runner import env_reset, env_step, failure
 from rlvr.envs.tokens import Message
-from rlvr.runtime.sandbox import ProcessPool
+from rlvr.workers import ProcessPool
 
 
 def _handler() -> Callable[[tuple], Any]:
@@ -35,7 +35,7 @@ class EnvPool:
     """Runs environment calls in ``num_workers`` processes (see the module docstring). Each row given to
     :meth:`reset` names its environment under ``env`` (``{"name": ..., "args": {...}}``).
 
-    Errors: those of :class:`~rlvr.runtime.sandbox.ProcessPool` (bad sizes, workers that cannot start)."""
+    Errors: those of :class:`~rlvr.workers.ProcessPool` (bad sizes, workers that cannot start)."""
 
     def __init__(self, num_workers: int, timeout_s: float, memory_mb: int | None = None, *,
                  preload: tuple[str, ...] = ()) -> None:

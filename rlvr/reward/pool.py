@@ -1,8 +1,8 @@
 """Scoring pool: the recipe's verifiers in worker processes, with a hard wall-clock limit per sample.
 
 Model output is untrusted input: a verifier can hang (math-verify on towers of powers), exhaust memory or kill
-its process. So every sample is scored in a worker process of a :class:`~rlvr.runtime.sandbox.ProcessPool`
-(forkserver or spawn, never threads; the module docstring of :mod:`rlvr.runtime.sandbox` says why). Each worker
+its process. So every sample is scored in a worker process of a :class:`~rlvr.workers.ProcessPool`
+(forkserver or spawn, never threads; the module docstring of :mod:`rlvr.workers` says why). Each worker
 builds the verifiers once.
 
 Per sample, exactly one :class:`Scored` comes back, in input order, always:
@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 from rlvr.config import VerifierSpec
 from rlvr.metrics import names as mn
 from rlvr.reward.base import INVALID_SCORE, InvalidScoreError, build_verifier, coerce_result, resolve_verifier
-from rlvr.runtime.sandbox import ProcessPool, error_reason
+from rlvr.workers import ProcessPool, error_reason
 from rlvr.types import VerifyResult
 from rlvr.userfiles import is_file_target
 
@@ -130,7 +130,7 @@ def _error(exc: BaseException) -> VerifyResult:
 
 
 def _build_scorer(specs: tuple[VerifierSpec, ...], keys: list[str]) -> Callable[[tuple], dict[str, VerifyResult]]:
-    """A scoring worker's handler (:class:`~rlvr.runtime.sandbox.ProcessPool`): the verifiers built once, then
+    """A scoring worker's handler (:class:`~rlvr.workers.ProcessPool`): the verifiers built once, then
     ``(response, gold, row) -> {key: VerifyResult}``, a verifier that raises scoring 0 with its reason."""
     verifiers = [(key, build_verifier(spec)) for key, spec in zip(keys, specs)]
 
@@ -149,7 +149,7 @@ def _build_scorer(specs: tuple[VerifierSpec, ...], keys: list[str]) -> Callable[
 
 class ScoringPool:
     """Scores completions with the recipe's verifiers in ``num_workers`` processes (see the module docstring;
-    the processes are a :class:`~rlvr.runtime.sandbox.ProcessPool`).
+    the processes are a :class:`~rlvr.workers.ProcessPool`).
 
     Args:
         specs: the verifiers; a sample's reward is the weighted sum of their scores.

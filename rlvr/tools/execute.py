@@ -1,4 +1,4 @@
-"""Tool calls with hard limits, isolated: a :class:`~rlvr.runtime.sandbox.ProcessPool` (the machinery the scoring
+"""Tool calls with hard limits, isolated: a :class:`~rlvr.workers.ProcessPool` (the machinery the scoring
 and environment pools use) whose workers run no tool code: each starts a tool server per distinct
 :class:`~rlvr.tools.registry.Access` of the recipe's tools, and every call runs in a process of its own forked by
 that server, in the isolation of :mod:`rlvr.tools.isolation` (namespaces where the machine allows, a folder of its
@@ -32,7 +32,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from rlvr.runtime.sandbox import ProcessPool
+from rlvr.workers import ProcessPool
 from rlvr.tools.calls import STATE_MUST_PICKLE  # noqa: F401 - re-exported: its home before the calls module
 from rlvr.tools.isolation import Isolation, Server, import_paths, machine_isolation, nobody
 from rlvr.tools.registry import Access, Tool, resolve_target
@@ -103,7 +103,7 @@ class ToolPool:
     best this machine gives (:func:`~rlvr.tools.isolation.machine_isolation`).
 
     Errors: ``RuntimeError`` when a worker cannot start its servers or they cannot import the tools (the message
-    holds the traceback); those of :class:`~rlvr.runtime.sandbox.ProcessPool` for bad sizes; ``ValueError`` for
+    holds the traceback); those of :class:`~rlvr.workers.ProcessPool` for bad sizes; ``ValueError`` for
     an unknown mode."""
 
     def __init__(self, tools: list[Tool], num_workers: int, timeout_s: float, max_output_chars: int,
