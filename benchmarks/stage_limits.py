@@ -166,7 +166,7 @@ def train_child(conn, overrides: list[str], completions: list[dict], also: list[
     from transformers import AutoModelForCausalLM
 
     from rlvr.models import resolve_model
-    from rlvr.rollout.base import set_threads
+    from rlvr.hardware import set_threads
     from rlvr.runtime.executors import free_port
     from rlvr.train.policy import PolicyWorker
 

@@ -1,4 +1,5 @@
-"""What the machine can do fast, read without importing torch (recipe loading stays light).
+"""What the machine can do fast, read without importing torch (recipe loading stays light), and the thread and
+core settings of a role's process (:func:`set_threads`, :func:`bind_cpus`).
 
 ``model.dtype: auto`` (the default) resolves through :func:`fast_dtype` when a recipe is loaded.
 """
@@ -49,3 +50,14 @@ def bind_cpus(cpus: "tuple[int, ...] | list[int]") -> None:
         raise ValueError(f"cores {missing} are not available here (allowed: {sorted(have)}): fix rollout.cpus / "
                          "trainer.cpus")
     os.sched_setaffinity(0, set(cpus))
+
+
+def set_threads(n: int) -> None:
+    """Set torch's intra-op threads for this process (``OMP_NUM_THREADS`` too, for what starts later), the
+    ``*.threads`` of a role; n <= 0: leave as is. torch is imported here, not at the module's top (recipe loading
+    stays light)."""
+    if n > 0:
+        import torch
+
+        os.environ["OMP_NUM_THREADS"] = str(n)
+        torch.set_num_threads(n)

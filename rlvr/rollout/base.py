@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Protocol
 
@@ -73,12 +72,3 @@ def checkpoint_shapes(model_dir: str) -> dict[str, tuple[int, ...]]:
             for k in h.keys():
                 shapes[k] = tuple(h.get_slice(k).get_shape())
     return shapes
-
-
-def set_threads(n: int) -> None:
-    """Set torch intra-op threads for this process (n <= 0: leave as is)."""
-    if n > 0:
-        import torch
-
-        os.environ["OMP_NUM_THREADS"] = str(n)
-        torch.set_num_threads(n)

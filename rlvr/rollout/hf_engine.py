@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.hardware import bind_cpus
-from rlvr.rollout.base import checkpoint_shapes, set_threads
+from rlvr.hardware import bind_cpus, set_threads
+from rlvr.rollout.base import checkpoint_shapes
 from rlvr.sync.weights import DTYPES, Received, WeightSpec, create_group, receive_stream
 from rlvr.types import Completion, Prompt, SamplingConfig
 

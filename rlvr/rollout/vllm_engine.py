@@ -12,7 +12,8 @@ import threading
 import time
 from typing import Any
 
-from rlvr.rollout.base import checkpoint_shapes, set_threads
+from rlvr.hardware import set_threads
+from rlvr.rollout.base import checkpoint_shapes
 from rlvr.runtime.environ import recording_env, scoped_env
 from rlvr.types import Completion, Prompt, SamplingConfig
 

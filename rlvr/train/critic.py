@@ -21,8 +21,8 @@ import torch
 
 from rlvr.algos.gae import value_loss
 from rlvr.config import Recipe
+from rlvr.hardware import set_threads
 from rlvr.metrics import names as mn
-from rlvr.rollout.base import set_threads
 from rlvr.seeding import critic_order_seed, critic_seed
 from rlvr.sync.weights import DTYPES
 from rlvr.train.batch import TrainBatch

@@ -30,9 +30,8 @@ from rlvr.algos.kl import dph_forward_kl, dph_js
 from rlvr.algos.objective import dph_term, micro_batch_loss
 from rlvr.algos.logprobs import logprobs_and_entropy
 from rlvr.config import Recipe
-from rlvr.hardware import bind_cpus
+from rlvr.hardware import bind_cpus, set_threads
 from rlvr.metrics import names as mn
-from rlvr.rollout.base import set_threads
 from rlvr.seeding import policy_order_seed, trainer_seed
 from rlvr.sync.weights import DTYPES, WeightSender
 from rlvr.train import lora
