@@ -33,9 +33,9 @@ from typing import Any, Callable, Sequence
 from rlvr.config import VerifierSpec
 from rlvr.metrics import names as mn
 from rlvr.reward.base import INVALID_SCORE, InvalidScoreError, build_verifier, coerce_result, resolve_verifier
-from rlvr.workers import ProcessPool, error_reason
 from rlvr.types import VerifyResult
 from rlvr.userfiles import is_file_target
+from rlvr.workers import ProcessPool, error_reason
 
 log = logging.getLogger("rlvr")
 

@@ -32,10 +32,10 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from rlvr.workers import ProcessPool
 from rlvr.tools.calls import STATE_MUST_PICKLE  # noqa: F401 - re-exported: its home before the calls module
 from rlvr.tools.isolation import Isolation, Server, import_paths, machine_isolation, nobody
 from rlvr.tools.registry import Access, Tool, resolve_target
+from rlvr.workers import ProcessPool
 
 log = logging.getLogger("rlvr")
 
