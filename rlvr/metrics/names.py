@@ -149,6 +149,12 @@ def token_staleness(n: int | str) -> str:
     return _name(NS_ASYNC, f"token_staleness/{n}")
 
 
+def rollout_gap_age(n: int | str) -> str:
+    """``train/rollout_gap_abs_age/<n>``: mean |trainer old logprob - engine logprob| (nats) over the response
+    tokens sampled n policy versions before the weights updated (in-flight updates: the gap by token age)."""
+    return _name(NS_TRAIN, f"rollout_gap_abs_age/{n}")
+
+
 def val_pass(k: int | str) -> str:
     """``val/pass@<k>``: validation pass@k, mean over problems (fraction of problems)."""
     return _name(NS_VAL, f"pass@{k}")
@@ -176,6 +182,7 @@ TOOL_INSTANCE_OUTCOMES = ("created", "create_error", "closed", "close_error")
 ROLE_IDLE = role_idle("<role>")
 STALENESS = staleness("<n>")
 TOKEN_STALENESS = token_staleness("<n>")
+ROLLOUT_GAP_AGE = rollout_gap_age("<n>")
 VAL_PASS = val_pass("<k>")
 VAL_MAJ = val_maj("<n>")
 VAL_MEAN = val_mean("<n>")
@@ -406,6 +413,7 @@ _ENTRIES: tuple[Metric, ...] = (
     _M(TRAIN_RATIO, "ratio", "importance ratio pi / pi_old per response token"),
     _M(TRAIN_APPROX_KL, "nats", "k3 estimate of KL(pi_old || pi) per response token"),
     _M(TRAIN_ROLLOUT_GAP_ABS, "nats", "|trainer old logprob - engine logprob| per response token"),
+    _M(ROLLOUT_GAP_AGE, "nats", "|trainer old logprob - engine logprob| over tokens sampled n versions behind"),
     _M(TRAIN_ROLLOUT_GAP_ABS_MAX, "nats", "largest |trainer old logprob - engine logprob| of any token"),
     _M(TRAIN_ROLLOUT_KL_K3, "nats", "k3 estimate of KL(pi_rollout || pi_old) per response token"),
     _M(TRAIN_TIS_WEIGHT, "ratio", "truncated importance-sampling weight per response token (algorithm.tis_cap)"),

@@ -24,6 +24,9 @@ class TrainBatch:
     ``advantages``: [B] one advantage per sequence (broadcast over its tokens), or [B, S-1] one per token (``gae``,
     KL folded into the reward).
     ``max_new_tokens``: the generation limit (the constant normaliser of Dr. GRPO aggregation).
+    ``versions``: [B, S-1] the policy version that sampled each response token (``Completion.token_versions``),
+    -1 off the loss mask; None when no completion carried per-token versions (the trainer then reports no gap by
+    token age).
     """
 
     input_ids: torch.Tensor
@@ -32,6 +35,7 @@ class TrainBatch:
     rollout_logprobs: torch.Tensor
     advantages: torch.Tensor
     max_new_tokens: int
+    versions: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -48,6 +52,7 @@ class TrainBatch:
             rollout_logprobs=self.rollout_logprobs[idx, : s - 1],
             advantages=self.advantages[idx] if self.advantages.dim() == 1 else self.advantages[idx, : s - 1],
             max_new_tokens=self.max_new_tokens,
+            versions=self.versions[idx, : s - 1] if self.versions is not None else None,
         )
 
 
@@ -67,6 +72,7 @@ def pack(completions: list[Completion], advantages: torch.Tensor, pad_id: int, m
     am = torch.zeros((b, s), dtype=torch.long)
     lm = torch.zeros((b, s - 1), dtype=torch.float32)
     rl = torch.zeros((b, s - 1), dtype=torch.float32)
+    ver = torch.full((b, s - 1), -1, dtype=torch.long) if any(c.token_versions is not None for c in completions) else None
     for i, c in enumerate(completions):
         lp, lr = len(c.prompt_ids), len(c.token_ids)
         ids[i, : lp + lr] = torch.tensor(c.prompt_ids + c.token_ids)
@@ -75,6 +81,9 @@ def pack(completions: list[Completion], advantages: torch.Tensor, pad_id: int, m
             mask = torch.ones(lr) if c.loss_mask is None else torch.tensor(c.loss_mask, dtype=torch.float32)
             lm[i, lp - 1 : lp - 1 + lr] = mask
             rl[i, lp - 1 : lp - 1 + lr] = torch.tensor(c.logprobs, dtype=torch.float32) * mask
+            if ver is not None:
+                v = torch.tensor(c.token_versions if c.token_versions is not None else [c.policy_version] * lr)
+                ver[i, lp - 1 : lp - 1 + lr] = torch.where(mask.bool(), v, torch.full_like(v, -1))
     return TrainBatch(
         input_ids=ids,
         attention_mask=am,
@@ -82,4 +91,5 @@ def pack(completions: list[Completion], advantages: torch.Tensor, pad_id: int, m
         rollout_logprobs=rl,
         advantages=advantages.float().reshape(b),
         max_new_tokens=max_new_tokens,
+        versions=ver,
     )

@@ -129,6 +129,17 @@ def apply_optimizer_settings(optimizer: torch.optim.Optimizer, *, lr: float, bet
     return changes
 
 
+def _gap_by_age(gap: torch.Tensor, versions: torch.Tensor, mask: torch.Tensor, version: int) -> dict[str, tuple[float, float]]:
+    """The rollout gap |old - rollout| ``gap`` [B, T] (nats) summed per token age ``version - versions`` [B, T]
+    over the loss mask ``mask`` [B, T]: ``train/rollout_gap_abs_age/<n>`` -> (sum, count), turned into token means
+    across micro-batches and ranks (:meth:`PolicyWorker._across_ranks`)."""
+    on = mask.bool() & (versions >= 0)
+    ages = (version - versions)[on]
+    vals = gap[on]
+    return {mn.rollout_gap_age(int(a)): (float(vals[ages == a].sum()), float((ages == a).sum()))
+            for a in ages.unique().tolist()}  # fmt: skip
+
+
 def _longest_first(lengths: torch.Tensor) -> torch.Tensor:
     """Positions [n] that order ``lengths`` ([n] tokens per sequence) longest first, ties in their given order."""
     return torch.sort(lengths, descending=True, stable=True).indices
@@ -512,6 +523,9 @@ class PolicyWorker:
                 out[mn.train_stat(k)] = float(v)
         if kl is not None:
             toks[mn.TRAIN_KL] = (float((kl.detach() * mask).sum()), n)
+        if mb.versions is not None and torch.is_tensor(pstats.get("rollout_gap_abs")):
+            toks.update(_gap_by_age(pstats["rollout_gap_abs"].detach().float().cpu(), mb.versions[:, :s1],
+                                    mask.cpu(), self.version))  # fmt: skip
         toks.update(dph_stats)
         return out, toks
 

@@ -278,3 +278,30 @@ def test_jobs_run_between_steps_in_the_loop_thread(core_loop):
     loop.submit([([1], params(3))]).result(timeout=10)
     name, calls = seen[0].result(timeout=5)
     assert name.endswith("-loop") and calls == 1  # after step 1, before step 2
+
+
+def test_pack_carries_token_versions_and_the_trainer_reports_the_gap_by_age():
+    """``pack`` puts each sampled token's version at its loss position (-1 off the mask, environment tokens
+    included); the trainer's ``_gap_by_age`` sums the rollout gap per token age (trainer version - token version):
+    by hand, trainer at v3, tokens of versions [3, 2, 2, 1] with gaps [0.1, 0.2, 0.4, 0.8] and a second sample
+    [3, -1(env), 3] with [0.3, 9.0, 0.5]: age 0 -> (0.1 + 0.3 + 0.5, 3), age 1 -> (0.6, 2), age 2 -> (0.8, 1)."""
+    from rlvr.metrics import names as mn
+    from rlvr.train.batch import pack
+    from rlvr.train.policy import _gap_by_age
+    from rlvr.types import Completion
+
+    a = Completion(prompt_index=0, sample_index=0, prompt_ids=[1, 2], token_ids=[5, 6, 7, 8], logprobs=[-1.0] * 4,
+                   text="", finish_reason="stop", policy_version=1, token_versions=[3, 2, 2, 1])
+    b = Completion(prompt_index=0, sample_index=1, prompt_ids=[1], token_ids=[5, 9, 6], logprobs=[-1.0, 0.0, -1.0],
+                   text="", finish_reason="stop", policy_version=3, token_versions=[3, -1, 3], loss_mask=[1, 0, 1])
+    old = Completion(prompt_index=1, sample_index=0, prompt_ids=[1], token_ids=[5], logprobs=[-1.0], text="",
+                     finish_reason="stop", policy_version=2)  # no per-token versions: its policy_version
+    batch = pack([a, b, old], torch.zeros(3), pad_id=0, max_new_tokens=4)
+    assert batch.versions.tolist() == [[-1, 3, 2, 2, 1], [3, -1, 3, -1, -1], [2, -1, -1, -1, -1]]
+    assert batch.select([1]).versions.tolist() == [[3, -1, 3]]
+    gap = torch.tensor([[0.0, 0.1, 0.2, 0.4, 0.8], [0.3, 9.0, 0.5, 0.0, 0.0], [0.7, 0, 0, 0, 0]])
+    got = _gap_by_age(gap[:2], batch.versions[:2], batch.loss_mask[:2], 3)
+    assert got.keys() == {mn.rollout_gap_age(0), mn.rollout_gap_age(1), mn.rollout_gap_age(2)}
+    assert got[mn.rollout_gap_age(0)] == (pytest.approx(0.9), 3.0)
+    assert got[mn.rollout_gap_age(1)] == (pytest.approx(0.6), 2.0)
+    assert got[mn.rollout_gap_age(2)] == (pytest.approx(0.8), 1.0)
