@@ -1,6 +1,6 @@
 """Multi-turn rollouts in a training run: the turn loop (:func:`rlvr.envs.turns.run_turns`) on the run's engines and
 an :class:`~rlvr.envs.pool.EnvPool`, in a thread of the driver so that a rollout is submitted and collected like a
-single-turn one (:meth:`rlvr.runtime.roles.Roles.start_rollout` / ``finish_rollout``; the asynchronous loop overlaps
+single-turn one (:func:`rlvr.runtime.rollout_stage.submit_rollout` / ``collect_scored``; the asynchronous loop overlaps
 it with the update the same way).
 """
 

@@ -29,8 +29,8 @@ from rlvr.types import Completion, Prompt, SamplingConfig
 log = logging.getLogger("rlvr")
 
 Generate = Callable[[list[Prompt], SamplingConfig], tuple[list[Completion], list, dict[str, float]]]
-"""``(prompts, sampling) -> (completions [B], scored [B], timings)``: :meth:`rlvr.runtime.roles.Roles.generate_and_score`
-or a fake."""
+"""``(prompts, sampling) -> (completions [B], scored [B], timings)``: :func:`rlvr.runtime.rollout_stage.rule_scores`
+on the run's roles, or a fake."""
 
 
 def uses_critic(recipe: Recipe) -> bool:

@@ -9,11 +9,12 @@ and the console.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -29,8 +30,7 @@ from rlvr.runtime.advantage_stage import (build_dph_buffer, dph_batch, form_adva
 from rlvr.runtime.checks import preflight  # noqa: F401 (rlvr.runtime.controller.preflight: checks at load)
 from rlvr.runtime.roles import Roles
 from rlvr.runtime.rundir import prepare_run_dir, resume_point, write_recipe  # noqa: F401 (cli, tests)
-from rlvr.runtime.rollout_stage import (Rollout, collect_rollout, drop_stale, finish_rollout, infra_valid,
-                                        start_rollout, step_sampling)
+from rlvr.runtime.rollout_stage import Rollout, RolloutStage, infra_valid, rule_scores, step_sampling
 from rlvr.runtime.validation import run_validation, validation_prompts
 from rlvr.seeding import DPH_BUFFER_ROUND
 from rlvr.train.batch import TrainBatch, pack
@@ -95,8 +95,9 @@ def save_checkpoint(roles: "Roles", run_dir: Path, step: int, sampler: Any, r: R
                     ahead: dict | None = None) -> str:
     """Write ``RUN/checkpoints/step_N`` (:mod:`rlvr.runtime.checkpoint`: temporary folder, every trainer rank's
     state, the critic's, the controller's, then an atomic rename) and prune old ones. Returns its path.
-    ``ahead``: under asynchronous rollout, the batches generated for the next steps (``checkpoint.AHEAD``):
-    their weights are gone once the trainer moves on, so a resumed run reads them back instead of regenerating."""
+    ``ahead``: under asynchronous rollout, the batches generated for the next steps (``checkpoint.AHEAD``,
+    :meth:`~rlvr.runtime.rollout_stage.RolloutStage.ahead_state`): their weights are gone once the trainer moves on,
+    so a resumed run reads them back instead of regenerating."""
     from rlvr.runtime import checkpoint as ck
 
     t0 = time.perf_counter()
@@ -238,32 +239,34 @@ def _train(recipe: Recipe, run_dir: Path, executor: Any | None) -> RunResult:
             _restore(roles, resume_from, state)
             ck.set_rng_state(state.rng)
         dph_buffer = _dph_buffer(roles, data.prompts, sampling, r, primary, run_dir)
+        validate = functools.partial(rule_scores, roles)  # generate and score without the judge
         if val_every and r.validation.at_start and state is None:
-            sink.log(0, {**run_validation(roles.rule_scores, val_prompts, r, primary, step=0,
+            sink.log(0, {**run_validation(validate, val_prompts, r, primary, step=0,
                                           record=run_dir / "validation.jsonl"), mn.POLICY_VERSION: 0.0})
         nonfinite_in_row = 0
         rows_of = lambda s: r.metrics.samples_rows if every_s and s % every_s == 0 else 0  # noqa: E731
-        ahead = _generated_ahead(resume_from, first, roles, data.prompts, sampler, sampling, r, primary, rows_of)
+        stage = RolloutStage(roles, data.prompts, sampler, sampling, r, primary, rows_of)
+        stage.fill(first, resume_from)  # the batches generated ahead (asynchronous rollout)
         origin = time.time()
         progress.start_clock()  # the ETA's pace: steps only, not the start-up
         with _StopFlag() as stop:
             for step in range(first, r.run.steps + 1):
                 roles.step = step
                 w0 = time.time()
-                metrics, rows = _one_step(step, roles, data.prompts, sampler, sampling, r, primary, data.pad_id,
-                                          dph_buffer, ahead, rows_of)  # fmt: skip
+                metrics, rows = _one_step(step, roles, stage, r, data.pad_id, dph_buffer)
                 metrics.update(_role_usage(roles, run_dir, step, w0, time.time(), origin))
                 if rows:  # the table before the step's metrics (W&B steps must not go backwards)
                     sink.log_table(step, rows)
                     print_sample_table(step, rows)
                 if val_every and (step % val_every == 0 or step == r.run.steps):
-                    metrics.update(run_validation(roles.rule_scores, val_prompts, r, primary, step=step,
+                    metrics.update(run_validation(validate, val_prompts, r, primary, step=step,
                                                   record=run_dir / "validation.jsonl"))
                 sink.log(step, metrics)
                 progress.update(step, metrics)
                 nonfinite_in_row = _count_nonfinite(nonfinite_in_row, metrics, step, r)
                 if stop.signame or (every_ck and step % every_ck == 0) or step == r.run.steps:
-                    path = save_checkpoint(roles, run_dir, step, sampler, r, data.fingerprint, metrics, ahead)
+                    path = save_checkpoint(roles, run_dir, step, sampler, r, data.fingerprint, metrics,
+                                           stage.ahead_state())
                     saved_step = step
                     if stop.signame and step < r.run.steps:
                         raise RunInterrupted(stop.signame, step, path)
@@ -279,28 +282,6 @@ def _train(recipe: Recipe, run_dir: Path, executor: Any | None) -> RunResult:
             roles.shutdown()
     log.info("last checkpoint: step %d", saved_step)
     return RunResult(str(run_dir), final_dir, r.run.steps, metrics)
-
-
-def _generated_ahead(resume_from: Path | None, first: int, roles: "Roles", prompts: list[Prompt], sampler: Any,
-                     sampling: SamplingConfig, r: Recipe, primary: str, rows_of: Callable[[int], int]) -> dict:
-    """The batches of steps ``first .. first + N - 1`` that asynchronous rollout (``rollout.max_staleness`` = N)
-    has generated before step ``first`` trains: read back from the checkpoint resumed from, or, at a fresh
-    start, generated now with the starting weights (version 0). Empty for the on-policy loop.
-    Errors: :class:`~rlvr.config.RecipeError` when the checkpoint lacks them (it was written by another loop)."""
-    from rlvr.runtime import checkpoint as ck
-
-    n = r.rollout.max_staleness
-    if not n:
-        return {}
-    if resume_from is not None:
-        path = Path(resume_from) / ck.AHEAD
-        if not path.exists():
-            from rlvr.config import RecipeError
-
-            raise RecipeError(f"{resume_from} holds no batches generated ahead ({ck.AHEAD}): it was not written by a run "
-                              f"with rollout.max_staleness={n}; resume with the checkpoint's own setting")
-        return torch.load(path, weights_only=False)
-    return {j: collect_rollout(j, roles, prompts, sampler, sampling, r, primary, rows_of(j)) for j in range(first, first + n)}
 
 
 def _role_usage(roles: "Roles", run_dir: Path, step: int, t0: float, t1: float, origin: float) -> dict[str, float]:
@@ -324,7 +305,8 @@ def _dph_buffer(roles: "Roles", prompts: list[Prompt], sampling: SamplingConfig,
     path = run_dir / "dph_buffer.pt"
     if path.exists():
         return torch.load(path, weights_only=False)
-    buf = build_dph_buffer(roles.rule_scores, prompts, step_sampling(sampling, r.run.seed, 0, DPH_BUFFER_ROUND), r, primary)
+    buf = build_dph_buffer(functools.partial(rule_scores, roles), prompts,
+                           step_sampling(sampling, r.run.seed, 0, DPH_BUFFER_ROUND), r, primary)
     if not buf:
         log.warning("DPH-RL: the starting policy solved none of its %d buffer prompts; the DPH term is off "
                     "(raise algorithm.dph_prompts or use easier data)", al.dph_prompts)
@@ -332,39 +314,32 @@ def _dph_buffer(roles: "Roles", prompts: list[Prompt], sampling: SamplingConfig,
     return buf
 
 
-def _one_step(step: int, roles: "Roles", prompts: list[Prompt], sampler: Any, sampling: SamplingConfig, r: Recipe,
-              primary: str, pad_id: int, dph_buffer: list, ahead: dict[int, Rollout],
-              rows_of: Callable[[int], int]) -> tuple[dict[str, float], list[dict]]:
+def _one_step(step: int, roles: "Roles", stage: RolloutStage, r: Recipe, pad_id: int,
+              dph_buffer: list) -> tuple[dict[str, float], list[dict]]:
     """One training step, the five steps of the design guide: prompts -> rollouts scored by the verifiers ->
     advantages -> policy (and critic) update -> weight sync, then the step's metrics. Returns the metrics and the
-    rows of the step's sample table (``rows_of(step)`` of them, :func:`rlvr.metrics.samples.sample_rows`).
+    rows of the step's sample table (``stage.rows_of(step)`` of them, :func:`rlvr.metrics.samples.sample_rows`).
 
     With ``rollout.max_staleness`` = N >= 1 (asynchronous rollout) the engines generate step s + N's batch while
-    the trainer updates on step s's, generated N steps ago (``ahead`` holds the batches generated ahead, by step;
-    s + N's is added). Order: submit generation of s + N (the engines hold the weights of version s - 1) -> take
-    batch s -> advantages -> submit the update -> collect and score s + N while it runs -> wait for the update ->
-    sync version s (the engines are idle by then: each engine runs its calls in order, so they take the new
-    weights between batches, and no sample mixes two versions). So batch s was generated by version
-    max(0, s - 1 - N) and is N versions behind the weights it updates (fewer for the first N steps). At N = 0 the
-    batch is generated and collected first: generation and training take turns. Either way samples older than N
-    versions are dropped and regenerated (:func:`~rlvr.runtime.rollout_stage.drop_stale`)."""
+    the trainer updates on step s's, generated N steps ago (the stage's ``ahead``, by step). Order: submit
+    generation of s + N (the engines hold the weights of version s - 1) -> take batch s -> advantages -> submit the
+    update -> collect and score s + N while it runs -> wait for the update -> sync version s (the engines are idle
+    by then: each engine runs its calls in order, so they take the new weights between batches, and no sample
+    mixes two versions). So batch s was generated by version max(0, s - 1 - N) and is N versions behind the
+    weights it updates (fewer for the first N steps). At N = 0 the batch is generated and collected first:
+    generation and training take turns. Either way samples older than N versions are dropped and regenerated
+    (:meth:`~rlvr.runtime.rollout_stage.RolloutStage.drop_stale`)."""
     t_step = time.perf_counter()
-    n = r.rollout.max_staleness
-    # also past run.steps when N >= 1: the last N batches go to the final checkpoint, so a run continued for more
-    # steps trains on what an uninterrupted one would (their generation overlaps the last updates)
-    started = start_rollout(step + n, roles, prompts, sampler, sampling, r)
-    if not n:  # 1-2: generate and score, before the update
-        ahead[step] = finish_rollout(started, roles, prompts, sampler, sampling, r, primary, rows_of(step))
-    roll, dropped = drop_stale(ahead.pop(step), step, roles, prompts, sampling, r, primary)
+    roll, dropped = stage.take(step)  # 1-2: submit s + N; the batch of s (generated and scored now at N = 0)
     batch, critic_inputs, adv_metrics = _advantage_batch(roll, roles, r, pad_id)  # 3a: advantages
     calls = _submit_update(roles, batch, critic_inputs, dph_batch(dph_buffer, step, r, pad_id), step)  # 3b: update
-    if n:  # 1-2 for step s + N, beside the update
-        ahead[step + n] = finish_rollout(started, roles, prompts, sampler, sampling, r, primary, rows_of(step + n))
+    stage.collect_ahead(step)  # 1-2 for step s + N, beside the update
     t0 = time.perf_counter()  # the controller has nothing left to do but wait for the update
     train_stats = _wait_update(roles, calls, critic_inputs is not None, r)
     t1 = time.perf_counter()
     sync_stats = roles.sync(version=step)  # 4: push the new weights to every engine
-    return _step_metrics(step, roll, adv_metrics, train_stats, sync_stats, dropped, sampler, r, t_step, t0, t1), roll.rows
+    return (_step_metrics(step, roll, adv_metrics, train_stats, sync_stats, dropped, stage.sampler, r, t_step, t0, t1),
+            roll.rows)
 
 
 def _step_metrics(step: int, roll: Rollout, adv_metrics: dict, train_stats: dict, sync_stats: dict, dropped: int,

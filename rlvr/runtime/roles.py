@@ -1,10 +1,12 @@
 """The roles of a run and the plumbing between them: spawning (through an executor), waits with deadlines,
 engine restarts, and the weight-sync group between trainer rank 0 and the engines.
 
-:class:`Roles` is what the step loop (:mod:`rlvr.runtime.controller`) calls: ``generate_and_score``, ``sync``,
-``get`` (a wait on remote calls, deadline from the recipe) and the role handles ``engines``, ``reward``,
-``judge`` (the model-backed verifier, :mod:`rlvr.reward.judge`; None without one), ``teacher`` (on-policy
-distillation, :mod:`rlvr.rollout.teacher`; None without one), ``trainers``, ``critic``.
+:class:`Roles` holds the role handles the step loop (:mod:`rlvr.runtime.controller`) and the rollout stage
+(:mod:`rlvr.runtime.rollout_stage`, which generates and scores on them) call: ``engines``, ``reward``, ``judge``
+(the model-backed verifier, :mod:`rlvr.reward.judge`; None without one), ``teacher`` (on-policy distillation,
+:mod:`rlvr.rollout.teacher`; None without one), ``trainers``, ``critic``, ``turns`` (the multi-turn turn loop; None
+without an environment or tools), with ``get`` / ``as_completed`` (waits on remote calls, deadline from the recipe),
+``sync``, ``restart_dead_engines`` and the reference, teacher and critic calls of the advantage stage.
 """
 
 from __future__ import annotations
@@ -12,15 +14,12 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlvr.config import Recipe
-from rlvr.envs.watch import TrajectoryWatch
 from rlvr.metrics import names as mn
-from rlvr.reward.judge import JUDGE, NOT_JUDGED, JudgeItem, judge_keys, merge_judged, rule_specs, selected, settings_of
-from rlvr.reward.pool import FailureWatch, Scored, verifier_keys
+from rlvr.reward.judge import JUDGE, rule_specs
 from rlvr.rollout import engine_class
 from rlvr.runtime.advantage_stage import uses_critic, uses_teacher
 from rlvr.runtime.environ import comm_env
@@ -28,25 +27,8 @@ from rlvr.runtime.executors import Group, Handle, LocalExecutor, RayExecutor, Re
 from rlvr.seeding import engine_seed
 from rlvr.sync.readback import check_loaded
 from rlvr.sync.weights import WeightSpec, WeightSyncError, check_specs, checksums_match
-from rlvr.types import Completion, Prompt, SamplingConfig
 
 log = logging.getLogger("rlvr")
-
-
-@dataclass
-class PendingRollout:
-    """A rollout submitted to the engines (:meth:`Roles.start_rollout`) and not yet collected: the prompts, the
-    sampling, each engine's share (``chunks``), its generate calls and the submission time (``time.perf_counter``)."""
-
-    prompts: list[Prompt]
-    sampling: SamplingConfig
-    chunks: list[list[Prompt]]
-    calls: list
-    t0: float
-    judge: bool = True
-    """Ask the judge role about the scored samples (training rollouts); False for validation and the DPH buffer."""
-    engines: list = field(default_factory=list)
-    """The engine handles the calls went to (an engine replaced since is not restarted again for them)."""
 
 
 def role_env(recipe: Recipe, run_dir: Path, threads: int) -> dict[str, str]:
@@ -173,10 +155,6 @@ class Roles:
         self.reward: Handle | None = None  # set once spawned: what shutdown() closes
         self.turns: Any = None  # rlvr.envs.rollout.TurnRollouts with an environment (multi-turn), set in _start
         self.step = 0  # the step the loop is on (named in timeout errors); set by train()
-        self.failures = FailureWatch(r.reward.warn_error_frac)  # warns on verifiers failing a step's samples
-        # warns on environments, the template or tools failing a step's trajectories; their texts to train.log
-        multi_turn = r.environment.enabled or r.tools.enabled  # the key is checked at load only then
-        self.trajectory_failures = TrajectoryWatch(r.environment.warn_failure_frac if multi_turn else None)
         try:
             self._start(model_dir, env)
         except BaseException:  # a role that fails to start: stop every role, group and thread started so far
@@ -343,9 +321,15 @@ class Roles:
     def get(self, calls: list, timeout_s: float, what: str, setting: str | None = None) -> list:
         """Wait for ``calls`` (at most ``timeout_s`` seconds in all); errors name the step, the role and ``setting``,
         the recipe key of the deadline. Errors: :class:`RoleError`."""
-        return self.ex.get(calls, timeout_s, self._what(what), setting)
+        return self.ex.get(calls, timeout_s, self.what(what), setting)
 
-    def _what(self, what: str) -> str:
+    def as_completed(self, calls: list, timeout_s: float, what: str, setting: str | None = None):
+        """Yield ``(position in calls, result)`` as ``calls`` finish (first finished first), all within
+        ``timeout_s`` seconds; errors as :meth:`get`'s."""
+        return self.ex.as_completed(calls, timeout_s, self.what(what), setting)
+
+    def what(self, what: str) -> str:
+        """``what`` a wait is for, as errors name it: prefixed with the step the loop is on (once it runs)."""
         return f"step {self.step}: {what}" if self.step else what
 
     def _init_sync(self) -> None:
@@ -440,161 +424,6 @@ class Roles:
             mn.SYNC_POLICY_VERSION: float(version),
             **probe,
         }
-
-    def generate_and_score(self, prompts: list[Prompt], sampling: SamplingConfig,
-                           judge: bool = True) -> tuple[list[Completion], list[Scored], dict[str, float]]:
-        """Roll out ``prompts`` (split evenly over the engines) and score every completion: :meth:`start_rollout`
-        then :meth:`finish_rollout`. Returns (completions [B], scored [B], timings), both prompt-major in input
-        order (B = len(prompts) x G). ``judge=False``: the rule verifiers only (validation: pass@k is the
-        primary verifier's; the results then hold no judge key)."""
-        return self.finish_rollout(self.start_rollout(prompts, sampling, judge))
-
-    def rule_scores(self, prompts: list[Prompt], sampling: SamplingConfig) -> tuple[list[Completion], list[Scored], dict[str, float]]:
-        """:meth:`generate_and_score` without the judge (validation, the DPH-RL buffer)."""
-        return self.generate_and_score(prompts, sampling, judge=False)
-
-    def start_rollout(self, prompts: list[Prompt], sampling: SamplingConfig, judge: bool = True) -> "PendingRollout":
-        """Submit the generation of ``prompts`` (split evenly over the engines) and return at once. Each engine runs
-        its calls in order, so the rollout uses the weights of the last sync submitted before it."""
-        if self.turns is not None:  # multi-turn: the turn loop's thread calls the engines round by round
-            future = self.turns.submit(prompts, sampling, self.generate)
-            return PendingRollout(prompts, sampling, [prompts], [future], time.perf_counter(), judge, list(self.engines))
-        chunks, gen = self._submit_generate(prompts, sampling)
-        return PendingRollout(prompts, sampling, chunks, gen, time.perf_counter(), judge, list(self.engines))
-
-    def _submit_generate(self, prompts: list[Prompt], sampling: SamplingConfig) -> tuple[list[list[Prompt]], list]:
-        """``prompts`` split evenly over the engines, each share's generate call submitted: (shares, calls)."""
-        e = len(self.engines)
-        per = (len(prompts) + e - 1) // e
-        chunks = [prompts[i * per : (i + 1) * per] for i in range(e)]
-        return chunks, [eng.call("generate", chunk, sampling) for eng, chunk in zip(self.engines, chunks)]
-
-    def generate(self, prompts: list[Prompt], sampling: SamplingConfig) -> list[Completion]:
-        """Generate ``prompts`` on the engines (split evenly) and wait: completions in input order, unscored (one
-        round of the turn loop). Errors: :class:`RoleError` (an engine failed or overran ``timeouts.rollout_s``)."""
-        _, calls = self._submit_generate(prompts, sampling)
-        parts = self.get(calls, self.recipe.timeouts.rollout_s, self._what("rollout"), "timeouts.rollout_s")
-        return [c for part in parts for c in part]
-
-    def finish_rollout(self, pending: "PendingRollout") -> tuple[list[Completion], list[Scored], dict[str, float]]:
-        """Wait for a :meth:`start_rollout` and score it: each engine's part goes to the reward worker as soon as
-        that engine finishes, so scoring overlaps with the engines still generating.
-
-        An engine whose process dies is replaced and given the current weights (:meth:`restart_dead_engines`),
-        and the whole rollout is retried (seeded sampling draws the same samples), up to ``rollout.max_restarts``
-        times per run; ``timing/engine_restarts`` counts the restarts so far. A call that went to an engine
-        replaced since (it died in another rollout queued behind this one) is retried on the replacement, which is
-        not restarted again. Returns (completions [B], scored
-        [B], timings). Timings: ``timing/rollout_s`` (from the submission until the last engine finished: with
-        asynchronous rollout this includes the wait behind the engines' earlier calls) and ``timing/reward_s``
-        (from then until the last score arrived: the reward time not hidden by rollout) and, when a judge verifier
-        asked the judge role (training rollouts; :meth:`_judged`), ``timing/judge_s`` (its verdicts, after that).
-        Errors: :class:`RoleError` (a role failed, timed out, or the restarts are spent)."""
-        while True:
-            try:
-                out = self._finish_rollout(pending)
-                out[2][mn.TIMING_ENGINE_RESTARTS] = float(self.restarts)
-                return out
-            except RoleError as err:
-                if not (err.died and (err.role or "").startswith("engine")):
-                    raise
-                role = err.role or ""
-                i = int(role[len("engine"):]) if role[len("engine"):].isdigit() else None
-                if i is not None and i < len(pending.engines) and pending.engines[i] is not self.engines[i]:
-                    # the call went to an engine replaced since (it died during another rollout, e.g. the
-                    # regeneration of stale groups queued behind this one): retry on its replacement, restart nothing
-                    log.warning("%s; engine%d was replaced since this rollout was submitted: retrying it on the "
-                                "replacement", err, i)
-                    pending = self.start_rollout(pending.prompts, pending.sampling, pending.judge)
-                    continue
-                if self.restarts >= self.recipe.rollout.max_restarts:
-                    raise
-                self.restarts += 1
-                log.warning("%s; replacing it (restart %d of at most %d) and retrying the rollout", err,
-                            self.restarts, self.recipe.rollout.max_restarts)
-                replaced = self.restart_dead_engines((i,) if i is not None else ())
-                log.warning("engines %s replaced and given policy version %d", replaced, self.version)
-                pending = self.start_rollout(pending.prompts, pending.sampling, pending.judge)
-
-    def _finish_rollout(self, pending: "PendingRollout") -> tuple[list[Completion], list[Scored], dict[str, float]]:
-        if self.turns is not None:
-            return self._finish_turns(pending)
-        t0, chunks, e = pending.t0, pending.chunks, len(pending.calls)
-        parts: list[list[Completion]] = [[] for _ in range(e)]
-        score_calls: list = [None] * e
-        for i, part in self.ex.as_completed(pending.calls, self.recipe.timeouts.rollout_s, self._what("rollout"),
-                                            "timeouts.rollout_s"):  # fmt: skip
-            parts[i] = part
-            by_index = {p.index: p for p in chunks[i]}
-            golds = [by_index[c.prompt_index].gold for c in part]
-            rows = [by_index[c.prompt_index].row for c in part]
-            score_calls[i] = self.reward.call("score", [c.text for c in part], golds, rows)
-        t_rollout = time.perf_counter() - t0
-        scored = [s for part in self.get(score_calls, self.recipe.timeouts.reward_s, "reward", "timeouts.reward_s") for s in part]
-        t_reward = time.perf_counter() - t0 - t_rollout
-        completions = [c for part in parts for c in part]
-        timings = {mn.TIMING_ROLLOUT_S: t_rollout, mn.TIMING_REWARD_S: t_reward}
-        if self.judge is not None and pending.judge:
-            t1 = time.perf_counter()
-            prompt_of = {p.index: p for chunk in chunks for p in chunk}
-            scored = self._judged(completions, scored, prompt_of)
-            timings[mn.TIMING_JUDGE_S] = time.perf_counter() - t1
-        return completions, scored, timings
-
-    def _finish_turns(self, pending: "PendingRollout") -> tuple[list[Completion], list[Scored], dict[str, float]]:
-        """Collect a multi-turn rollout (the turn loop's thread, within ``timeouts.rollout_s``), score each
-        trajectory's final answer with the verifiers, and set each reward as ``environment.reward`` says, times
-        ``environment.turn_discount ** (turns - 1)`` (:func:`rlvr.envs.rollout.trajectory_rewards`)."""
-        from rlvr.envs.rollout import trajectory_rewards
-
-        r, t0 = self.recipe, pending.t0
-        try:
-            completions, env_metrics = pending.calls[0].result(timeout=r.timeouts.rollout_s)
-        except TimeoutError:
-            raise RoleError(f"{self._what('multi-turn rollout')} did not finish within timeouts.rollout_s="
-                            f"{r.timeouts.rollout_s:.0f} s; raise timeouts.rollout_s, or lower environment.max_turns "
-                            "or rollout.max_new_tokens", timed_out=True) from None
-        t_rollout = time.perf_counter() - t0
-        prompt_of = {p.index: p for p in pending.prompts}
-        golds = [prompt_of[c.prompt_index].gold for c in completions]
-        rows = [prompt_of[c.prompt_index].row for c in completions]
-        scored = self.get([self.reward.call("score", [c.text for c in completions], golds, rows)],
-                          r.timeouts.reward_s, "reward", "timeouts.reward_s")[0]  # fmt: skip
-        timings = {mn.TIMING_ROLLOUT_S: t_rollout, mn.TIMING_REWARD_S: time.perf_counter() - t0 - t_rollout,
-                   **env_metrics}
-        if self.judge is not None and pending.judge:
-            t1 = time.perf_counter()
-            scored = self._judged(completions, scored, prompt_of)
-            timings[mn.TIMING_JUDGE_S] = time.perf_counter() - t1
-        return completions, trajectory_rewards(completions, scored, r.environment), timings
-
-    def _judged(self, completions: list[Completion], scored: list[Scored], prompt_of: dict[int, Prompt]) -> list[Scored]:
-        """``scored`` [B] with each judge verifier's verdicts merged in (:func:`rlvr.reward.judge.merge_judged`):
-        one call on the judge role per judge verifier, on the samples it judges (``only_correct``: those the
-        primary verifier marks correct; the others ``not_judged``). Two verdicts of the step go to ``train.log``.
-        Errors: :class:`RoleError` when the judge role fails or overruns ``timeouts.reward_s``."""
-        from rlvr.types import VerifyResult
-
-        specs = self.recipe.reward.verifiers
-        keys = verifier_keys(specs)
-        primary = keys[0]
-        judged: dict[str, list[VerifyResult]] = {}
-        for i, key in judge_keys(specs):
-            js = settings_of(specs[i], f"reward.verifiers[{i}].args")
-            picked = selected(scored, primary, js.only_correct)
-            asked = [(prompt_of[completions[j].prompt_index], completions[j].text) for j in picked]
-            items = [JudgeItem(question=p.question or p.text, response=text, gold=p.gold) for p, text in asked]
-            verdicts, texts = (self.get([self.judge.call("judge_with_text", items, js)], self.recipe.timeouts.reward_s,
-                                        f"judging {len(items)} samples ({key})", "timeouts.reward_s")[0]
-                               if items else ([], []))  # fmt: skip
-            out = [VerifyResult(score=0.0, parsed=None, reason=NOT_JUDGED)] * len(scored)
-            for j, v in zip(picked, verdicts):
-                out[j] = v
-            judged[key] = out
-            for j, text, v in list(zip(picked, texts, verdicts))[:2]:
-                log.info("step %d: %s verdict on sample %d: %r -> score %s, parsed %s, reason %s", self.step, key, j,
-                         text[:400], v.score, v.parsed, v.reason, extra={"console": False})  # fmt: skip
-        return merge_judged(scored, judged, {k: s.weight for k, s in zip(keys, specs)})
 
     def reference_logprobs(self, batch: Any) -> Any:
         """The reference model's logprobs [B, S-1] (nats, rollout temperature) of ``batch``, a

@@ -35,6 +35,7 @@ def _roles(tmp_path, *overrides):
     from rlvr.models import resolve_model
     from rlvr.recipe import load_recipe
     from rlvr.runtime.roles import Roles
+    from rlvr.runtime.rollout_stage import generate_and_score
 
     r = load_recipe(TINY, [f"run.output_dir={tmp_path}", *COMMON, *overrides])
     return Roles(r, resolve_model("tiny-random"), tmp_path)
@@ -45,7 +46,7 @@ def _one_step(roles) -> dict[str, float]:
     from rlvr.types import Prompt, SamplingConfig
 
     prompts = [Prompt(index=i, text="", prompt_ids=[1, 10 + i, 11], gold=str(i)) for i in range(2)]
-    comps, scored, _ = roles.generate_and_score(prompts, SamplingConfig(n=2, max_new_tokens=4))
+    comps, scored, _ = generate_and_score(roles, prompts, SamplingConfig(n=2, max_new_tokens=4))
     assert len(comps) == len(scored) == 4 and all(c.logprobs for c in comps)
     return roles.sync(version=1)
 

@@ -20,6 +20,7 @@ def test_killed_engine_is_replaced_with_current_weights(tmp_path):
     from transformers import AutoTokenizer
 
     from rlvr.runtime.roles import Roles
+    from rlvr.runtime.rollout_stage import collect_scored, generate_and_score, submit_rollout
     from rlvr.runtime.executors import RoleError
     from rlvr.train.batch import pack
     from rlvr.types import Prompt, SamplingConfig
@@ -32,7 +33,7 @@ def test_killed_engine_is_replaced_with_current_weights(tmp_path):
     try:
         prompt = Prompt(index=0, text="", prompt_ids=[1, 10, 11, 12], gold="7")
         sampling = SamplingConfig(n=4, max_new_tokens=8, seed=123)
-        comps = roles.generate_and_score([prompt], sampling)[0]
+        comps = generate_and_score(roles, [prompt], sampling)[0]
         batch = pack(comps, torch.tensor([1.0, -1.0, 0.5, -0.5]), tok.pad_token_id, 8)
         roles.get([roles.trainers[0].call("train_step", batch)], 120, "update")
         roles.sync(version=1)
@@ -42,7 +43,7 @@ def test_killed_engine_is_replaced_with_current_weights(tmp_path):
         import ray
 
         ray.kill(old_actor, no_restart=True)  # the engine's process dies
-        comps2, scored2, timing = roles.generate_and_score([prompt], sampling)
+        comps2, scored2, timing = generate_and_score(roles, [prompt], sampling)
         assert roles.engines[0]._target is not old_actor
         assert timing["timing/engine_restarts"] == 1.0
         assert len(comps2) == len(scored2) == 4
@@ -60,7 +61,7 @@ def test_killed_engine_is_replaced_with_current_weights(tmp_path):
         update = roles.trainers[0].call("train_step", batch)
         roles.trainer_version = 3
         ray.kill(roles.engines[0]._target, no_restart=True)
-        comps3, _, timing3 = roles.finish_rollout(roles.start_rollout([prompt], sampling))
+        comps3, _, timing3 = collect_scored(roles, submit_rollout(roles, [prompt], sampling))
         roles.get([update], 120, "update")
         assert timing3["timing/engine_restarts"] == 2.0
         assert {c.policy_version for c in comps3} == {3} and roles.version == 3
@@ -71,6 +72,6 @@ def test_killed_engine_is_replaced_with_current_weights(tmp_path):
         # the restart budget (2) is spent: the next death stops the run with the error
         ray.kill(roles.engines[0]._target, no_restart=True)
         with pytest.raises(RoleError, match="engine0 actor died"):
-            roles.generate_and_score([prompt], sampling)
+            generate_and_score(roles, [prompt], sampling)
     finally:
         roles.shutdown()

@@ -133,6 +133,7 @@ def _tp_body(address: str, head_ip: str, tmp: str) -> None:
     import torch
 
     from rlvr.runtime.roles import Roles
+    from rlvr.runtime.rollout_stage import generate_and_score
     from rlvr.train.batch import pack
     from rlvr.types import Prompt, SamplingConfig
 
@@ -152,7 +153,7 @@ def _tp_body(address: str, head_ip: str, tmp: str) -> None:
         assert [h.name for h in roles.all] == ["engine0", "reward", "trainer0", "trainer1"]
         assert nodes == [head_ip, head_ip, NODE_B, NODE_B], nodes  # each where its *.resources pins it
         prompts = [Prompt(index=i, text="", prompt_ids=[1, 10 + i, 11], gold=str(i)) for i in range(2)]
-        comps, scored, _ = roles.generate_and_score(prompts, SamplingConfig(n=2, max_new_tokens=4))
+        comps, scored, _ = generate_and_score(roles, prompts, SamplingConfig(n=2, max_new_tokens=4))
         assert len(comps) == len(scored) == 4 and all(c.logprobs for c in comps)
         batch = pack(comps, torch.tensor([1.0, -1.0, 0.5, -0.5]), 0, 4)
         before = roles.get([t.call("state_checksum") for t in roles.trainers], 300, "checksum")
@@ -180,7 +181,7 @@ def _tp_body(address: str, head_ip: str, tmp: str) -> None:
         assert roles.get([roles.engines[0].call("get_policy_version")], 60, "version") == [1]
         assert roles.ex.node_ips(roles.engines, 60) == [head_ip]  # back in its placement-group bundle
         assert roles.sync(version=2)["sync/probe_gap_mean"] < 2e-4
-        assert len(roles.generate_and_score(prompts, SamplingConfig(n=2, max_new_tokens=4))[0]) == 4
+        assert len(generate_and_score(roles, prompts, SamplingConfig(n=2, max_new_tokens=4))[0]) == 4
     finally:
         roles.shutdown()
 

@@ -92,8 +92,9 @@ def test_ray_vllm_deepspeed_gloo_three_steps(tmp_path):
 
 def test_engine_logprobs_equal_trainer_after_sync(tmp_path):
     """After an update and a sync, vLLM's logprobs of a fixed sequence equal the trainer's (fp32, 1e-4)."""
-    from rlvr.runtime.roles import Roles
     from rlvr.runtime.executors import LocalExecutor
+    from rlvr.runtime.roles import Roles
+    from rlvr.runtime.rollout_stage import generate_and_score
     from rlvr.train.batch import pack
     from rlvr.types import Prompt, SamplingConfig
 
@@ -107,7 +108,7 @@ def test_engine_logprobs_equal_trainer_after_sync(tmp_path):
         ids = tok.apply_chat_template([{"role": "user", "content": "what is 3 plus 4?"}], add_generation_prompt=True, tokenize=False)
         pids = tok(ids, add_special_tokens=False)["input_ids"]
         prompt = Prompt(index=0, text=ids, prompt_ids=pids, gold="7")
-        comps = roles.generate_and_score([prompt], SamplingConfig(n=4, max_new_tokens=8))[0]
+        comps = generate_and_score(roles, [prompt], SamplingConfig(n=4, max_new_tokens=8))[0]
         eng, trainer = roles.engines[0], roles.trainers[0]
         batch = pack(comps, torch.tensor([1.0, -1.0, 0.5, -0.5]), tok.pad_token_id, 8)
         before = roles.get([trainer.call("compute_logprobs", batch)], 60, "t")[0]

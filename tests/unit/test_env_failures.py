@@ -217,16 +217,16 @@ def test_a_quarter_of_trajectories_crashing_in_the_real_turn_loop_warns_with_the
     assert "return EnvStep([], reward=1.0 / 0, done=True)" in kept
 
 
-def test_the_key_is_checked_at_load_and_the_step_loop_hands_each_rollout_to_the_watch(caplog) -> None:
-    """``environment.warn_failure_frac`` outside (0, 1] is refused at load, naming the key; finish_rollout (every
-    training batch) hands the trajectories to the roles' TrajectoryWatch: 1 of 2 failing warns, naming the step."""
-    import types
+def test_the_key_is_checked_at_load_and_the_step_loop_hands_each_rollout_to_the_watch(caplog, monkeypatch) -> None:
+    """``environment.warn_failure_frac`` outside (0, 1] is refused at load, naming the key; the rollout stage's
+    ``finish`` (every training batch) hands the trajectories to its TrajectoryWatch: 1 of 2 failing warns, naming
+    the step."""
     from pathlib import Path
 
     from rlvr.config import RecipeError
     from rlvr.recipe import load_recipe
-    from rlvr.reward.pool import FailureWatch, Scored
-    from rlvr.runtime.rollout_stage import Started, finish_rollout
+    from rlvr.reward.pool import Scored
+    from rlvr.runtime import rollout_stage
     from rlvr.types import Prompt, VerifyResult
 
     recipe = str(Path(__file__).resolve().parents[2] / "recipes" / "multiturn_cpu.yaml")
@@ -235,12 +235,11 @@ def test_the_key_is_checked_at_load_and_the_step_loop_hands_each_rollout_to_the_
     r = load_recipe(recipe, ["rollout.prompts_per_step=1", "rollout.samples_per_prompt=2"])
     comps = [_traj(0, end="env: timeout", failure="timeout\nthe call ran past environment.timeout_s=10 s"), _traj(1)]
     scored = [Scored(reward=0.0, results={"math": VerifyResult(score=0.0, reason="wrong")}, latency_s=0.1)] * 2
-    roles = types.SimpleNamespace(failures=FailureWatch(r.reward.warn_error_frac),
-                                  trajectory_failures=TrajectoryWatch(r.environment.warn_failure_frac),
-                                  finish_rollout=lambda pending: (comps, scored, {}))  # fmt: skip
+    monkeypatch.setattr(rollout_stage, "collect_scored", lambda roles, pending: (comps, scored, {}))
     prompts = [Prompt(index=0, text="q", prompt_ids=[1], gold="g")]
+    stage = rollout_stage.RolloutStage(None, prompts, None, None, r, "math", lambda step: 0)
     with caplog.at_level(logging.INFO, logger="rlvr"):
-        finish_rollout(Started(7, prompts, None), roles, prompts, None, None, r, "math", 0)
+        stage.finish(rollout_stage.Started(7, prompts, None))
     warned = [m.getMessage() for m in caplog.records if m.levelno == logging.WARNING]
     assert len(warned) == 1 and warned[0].startswith("step 7: 50% of the step's trajectories (1 of 2) ended on an "
                                                      "environment failure, not the policy's doing; e.g. prompt 0 "

@@ -57,6 +57,7 @@ def test_two_engines_share_the_prompts_in_order_and_both_receive_weights(tmp_pat
     import dataclasses
 
     from rlvr.runtime.roles import Roles
+    from rlvr.runtime.rollout_stage import generate_and_score
     from rlvr.types import Prompt, SamplingConfig
 
     r = load_recipe(TINY, [f"run.output_dir={tmp_path}", "run.executor=local", "sync.probe_every=0"])
@@ -67,7 +68,7 @@ def test_two_engines_share_the_prompts_in_order_and_both_receive_weights(tmp_pat
     roles = Roles(r, resolve_model("tiny-random"), tmp_path, ex)  # its tokenizer builds the sync probe's prompt
     try:
         prompts = [Prompt(index=i, text="", prompt_ids=[1, 10 + i, 11], gold=str(i)) for i in range(4)]
-        comps, scored, timing = roles.generate_and_score(prompts, SamplingConfig(n=3, max_new_tokens=4))
+        comps, scored, timing = generate_and_score(roles, prompts, SamplingConfig(n=3, max_new_tokens=4))
         assert [(c.prompt_index, c.sample_index) for c in comps] == [(i, j) for i in range(4) for j in range(3)]
         assert len(scored) == 12 and [s.reward for s in scored[:3]] == [1.0, 0.0, 1.0]  # gold, wrong, gold
         assert [role for role, m in ex.log.calls if m == "generate"].count("engine1") == 1

@@ -10,13 +10,11 @@ from __future__ import annotations
 import logging
 import math
 import os
-import types
 from pathlib import Path
 
 import pytest
 
 from rlvr.config import RecipeError, VerifierSpec
-from rlvr.envs.watch import TrajectoryWatch
 from rlvr.metrics import names as mn
 from rlvr.metrics.samples import sample_rows
 from rlvr.recipe import load_recipe
@@ -146,21 +144,20 @@ def test_failure_watch_warns_past_the_threshold_once_then_only_when_worse(caplog
         FailureWatch(0.0)
 
 
-def test_the_step_loop_checks_each_rollout_it_collects(caplog) -> None:
-    """The controller's ``_finish_rollout`` (every training batch, either loop) hands the scored batch to the
-    roles' FailureWatch: 2 of 4 samples raising warns once, naming the batch's step."""
-    from rlvr.runtime.rollout_stage import finish_rollout as _finish_rollout, Started as _Started
+def test_the_step_loop_checks_each_rollout_it_collects(caplog, monkeypatch) -> None:
+    """The rollout stage's ``finish`` (every training batch, either loop) hands the scored batch to its
+    FailureWatch: 2 of 4 samples raising warns once, naming the batch's step."""
+    from rlvr.runtime import rollout_stage
 
     r = load_recipe(TINY, ["rollout.prompts_per_step=1", "rollout.samples_per_prompt=4"])
     err = "error: ValueError: bad"
     scored = _step({"math": [err, None, err]}, b=4)
-    roles = types.SimpleNamespace(failures=FailureWatch(r.reward.warn_error_frac),
-                                  trajectory_failures=TrajectoryWatch(r.environment.warn_failure_frac),
-                                  finish_rollout=lambda pending: (_completions(["x"] * 4), scored, {}))  # fmt: skip
+    monkeypatch.setattr(rollout_stage, "collect_scored", lambda roles, pending: (_completions(["x"] * 4), scored, {}))
     prompts = [Prompt(index=0, text="q", prompt_ids=[1], gold="g")]
+    stage = rollout_stage.RolloutStage(None, prompts, None, None, r, "math", lambda step: 0)
     with caplog.at_level(logging.WARNING, logger="rlvr"):
-        _finish_rollout(_Started(7, prompts, None), roles, prompts, None, None, r, "math", 0)
-        _finish_rollout(_Started(8, prompts, None), roles, prompts, None, None, r, "math", 0)
+        stage.finish(rollout_stage.Started(7, prompts, None))
+        stage.finish(rollout_stage.Started(8, prompts, None))
     warned = [m for m in caplog.messages if "failed on" in m]
     assert len(warned) == 1 and warned[0].startswith("step 7: verifier 'math' failed on 50% of the step's samples")
 
