@@ -76,3 +76,43 @@ def test_two_engines_share_the_prompts_in_order_and_both_receive_weights(tmp_pat
         assert roles.get([e.call("get_policy_version") for e in roles.engines], 10, "versions") == [1, 1]
     finally:
         roles.shutdown()
+
+
+def _calls_from_the_stage(tmp_path, *overrides, **fakes) -> tuple[set[str], set[str]]:
+    """Run the loop on fakes with a profiler on the controller's thread: (the functions of rlvr/runtime/roles.py
+    that rlvr/runtime/rollout_stage.py calls, the rollout stage's functions called at all)."""
+    import sys
+
+    into_roles, in_stage = set(), set()
+
+    def profile(frame, event, arg):
+        if event != "call":
+            return
+        here, caller = frame.f_code.co_filename, frame.f_back.f_code.co_filename if frame.f_back else ""
+        if here.endswith("runtime/rollout_stage.py"):
+            in_stage.add(frame.f_code.co_name)
+        elif here.endswith("runtime/roles.py") and caller.endswith("runtime/rollout_stage.py"):
+            into_roles.add(frame.f_code.co_name)
+
+    ex = FakeExecutor(**fakes)
+    r = load_recipe(TINY, [f"run.output_dir={tmp_path}", "run.executor=local", "run.steps=3", "run.save_final=false",
+                           "checkpoint.every_steps=0", "sync.probe_every=0", *overrides])  # fmt: skip
+    sys.setprofile(profile)
+    try:
+        train(r, executor=ex)
+    finally:
+        sys.setprofile(None)
+    return into_roles, in_stage
+
+
+def test_a_batch_walks_through_the_rollout_stage_and_only_waits_on_the_roles(tmp_path):
+    """Issue 39: a batch's way (draw, generate, score, judge, shape, refill, drop stale) is the rollout stage's
+    from top to bottom; of the roles module it calls nothing but the waits on the roles' calls (``get``,
+    ``as_completed``): on-policy with DAPO's refill, and at N = 1 with a stale batch regenerated."""
+    into_roles, in_stage = _calls_from_the_stage(tmp_path / "dapo", "algorithm.dynamic_sampling=true",
+                                                 all_right_calls=1)  # fmt: skip
+    assert into_roles == {"get", "as_completed"}
+    assert {"take", "start", "submit_rollout", "finish", "collect_scored", "refill_groups", "drop_stale"} <= in_stage
+    into_roles, in_stage = _calls_from_the_stage(tmp_path / "async", "rollout.max_staleness=1", stale_call=2)
+    assert into_roles == {"get", "as_completed"}
+    assert {"fill", "take", "collect_ahead", "generate_and_score", "shaped_rewards"} <= in_stage

@@ -101,3 +101,22 @@ def test_loading_every_shipped_recipe_imports_no_torch():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     n, loaded = out.split(" ", 1)
     assert int(n) >= 15 and loaded.strip() == "[]"
+
+
+def test_the_low_floors_import_nothing_of_rlvr():
+    """Issue 39: the worker pool (rlvr.workers), the loader of user files (rlvr.userfiles) and the hardware facts
+    (rlvr.hardware: set_threads among them) stand on no other rlvr module, and torch only inside functions."""
+    for name in ("workers", "userfiles", "hardware"):
+        tree = ast.parse((PKG / f"{name}.py").read_text())
+        top = {a.name for n in tree.body if isinstance(n, ast.Import) for a in n.names}
+        top |= {n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.module}
+        assert not {m for m in _imports(PKG / f"{name}.py") if m.startswith("rlvr")}, name
+        assert "torch" not in top, name
+
+
+def test_rewards_environments_and_tools_do_not_reach_up_into_the_runtime():
+    """The verifier, environment and tool layers stand on the low floors, never on rlvr.runtime (its worker pool
+    lived there once: rlvr.runtime.sandbox)."""
+    up = {(_module_name(f), m) for d in ("reward", "envs", "tools") for f in (PKG / d).rglob("*.py")
+          for m in _imports(f) if m.startswith("rlvr.runtime")}  # fmt: skip
+    assert up == set()
