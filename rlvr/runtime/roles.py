@@ -73,7 +73,8 @@ def role_resources(recipe: Recipe, env: dict[str, str]) -> dict[str, list[Resour
         "trainer": [Resources(num_cpus=ROLE_CPUS, num_gpus=r.trainer.num_gpus, env=tenv, custom=dict(r.trainer.resources),
                               group="trainer", bundle=k) for k in range(r.trainer.num_workers)],  # fmt: skip
         "engines": [Resources(num_cpus=ROLE_CPUS * tp, num_gpus=r.rollout.num_gpus * tp, env=env,
-                              custom=dict(r.rollout.resources), group="engines", bundle=i)
+                              custom=dict(r.rollout.resources), group="engines", bundle=i,
+                              concurrency=engine_concurrency(r))
                     for i in range(r.rollout.num_engines)],  # fmt: skip
         "reward": [Resources(num_cpus=ROLE_CPUS, env=env, custom=dict(r.reward.resources), group="reward")],
     }
@@ -90,6 +91,14 @@ def role_resources(recipe: Recipe, env: dict[str, str]) -> dict[str, list[Resour
         out["critic"] = [Resources(num_cpus=ROLE_CPUS, num_gpus=r.critic.num_gpus, env=cenv, custom=dict(r.critic.resources),
                                    group="critic")]  # fmt: skip
     return out
+
+
+def engine_concurrency(recipe: Recipe) -> int:
+    """How many calls an engine takes at once: 1 (in order) unless ``rollout.in_flight_updates``, where its N
+    batches in flight (``rollout.max_staleness``), each multi-turn round's calls, a regeneration, and a sync with
+    its read-back and probe all wait on it together (they are queued in its own loop,
+    :class:`rlvr.rollout.inflight.EngineLoop`): N + 6."""
+    return recipe.rollout.max_staleness + 6 if recipe.rollout.in_flight_updates else 1
 
 
 def uses_judge(recipe: Recipe) -> bool:
@@ -287,6 +296,7 @@ class Roles:
             **({"cpus": tuple(r.rollout.cpus)} if r.rollout.cpus else {}),
             **({"tensor_parallel_size": r.rollout.tensor_parallel_size} if r.rollout.tensor_parallel_size > 1 else {}),
             **({"lora_rank": r.trainer.lora.rank, "lora_slots": r.rollout.max_staleness + 1} if r.trainer.lora.adapter_sync else {}),
+            **({"in_flight": True, "in_flight_kv": r.rollout.in_flight_kv} if r.rollout.in_flight_updates else {}),
             resources=self.res["engines"][i],
         )
 

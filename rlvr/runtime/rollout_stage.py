@@ -83,7 +83,10 @@ class RolloutStage:
     """The rollout pipeline of a run: which batch is submitted, collected and trained at each step.
 
     With ``rollout.max_staleness`` = N >= 1 (asynchronous rollout) step s trains on the batch generated N steps
-    ago and step s + N's is generated while s trains; at N = 0 each batch is generated and collected first.
+    ago and step s + N's is generated while s trains; at N = 0 each batch is generated and collected first. With
+    ``rollout.in_flight_updates`` the N batches s + 1 .. s + N stay in flight on the engines across the syncs
+    (their tokens labelled by the versions that sampled them, :mod:`rlvr.rollout.inflight`), each collected when
+    its step takes it.
     State, keyed by step: :attr:`started` (submitted to the engines, not yet collected) and :attr:`ahead` (collected,
     not yet trained: what a checkpoint saves, :meth:`ahead_state`). ``rows_of(step)``: how many sample-table rows
     the step's batch keeps (0: none). The watches warn on verifiers (``reward.warn_error_frac``) and environments
@@ -95,6 +98,7 @@ class RolloutStage:
         self.roles, self.prompts, self.sampler, self.sampling = roles, prompts, sampler, sampling
         self.recipe, self.primary, self.rows_of = r, primary, rows_of
         self.n = r.rollout.max_staleness
+        self.in_flight = r.rollout.in_flight_updates
         self.started: dict[int, Started] = {}
         self.ahead: dict[int, Rollout] = {}
         self.failures = FailureWatch(r.reward.warn_error_frac)
@@ -122,7 +126,8 @@ class RolloutStage:
             return
         for j in range(first, first + self.n):
             self.submit(j)
-            self.collect(j)
+            if not self.in_flight:  # in flight: collected when its step needs it (take)
+                self.collect(j)
 
     def take(self, step: int) -> tuple[Rollout, int]:
         """The batch step ``step`` trains on, and the number of its samples dropped as too stale: submits the
@@ -130,19 +135,30 @@ class RolloutStage:
         so a run continued for more steps trains on what an uninterrupted one would), at N = 0 collects it at once,
         then pops step's batch and regenerates its stale groups (:meth:`drop_stale`)."""
         self.submit(step + self.n)
-        if not self.n:  # generate and score before the update
+        if step in self.started:  # N = 0: generate and score before the update; in flight: wait for it now
             self.collect(step)
         return self.drop_stale(self.ahead.pop(step), step)
 
     def collect_ahead(self, step: int) -> None:
-        """Under asynchronous rollout, collect and score step + N's batch (submitted by :meth:`take`) while step's
-        update runs; nothing at N = 0."""
-        if self.n:
+        """Under asynchronous rollout without in-flight updates, collect and score step + N's batch (submitted by
+        :meth:`take`) while step's update runs, so the engines are idle at the sync; nothing at N = 0 or in flight
+        (the engines keep their batches across the sync; each is collected when its step takes it)."""
+        if self.n and not self.in_flight:
             self.collect(step + self.n)
+
+    def drain(self) -> None:
+        """Collect every batch still in flight, oldest first (in-flight updates): each finishes under the weights
+        it has, and is kept with its tokens, their versions and behaviour logprobs in :attr:`ahead`. Called before
+        the sync of a step that writes a checkpoint, so that the checkpoint, and the run after it, do not depend on
+        where an update would have landed (the deterministic drain of exact resume)."""
+        for step in sorted(self.started):
+            self.collect(step)
 
     def ahead_state(self) -> dict[int, Rollout]:
         """What a checkpoint keeps of the pipeline (``checkpoint.AHEAD``): the batches generated for the next steps
-        (their weights are gone once the trainer moves on); empty for the on-policy loop."""
+        (their weights are gone once the trainer moves on), batches still in flight collected first
+        (:meth:`drain`); empty for the on-policy loop."""
+        self.drain()
         return self.ahead
 
     def submit(self, step: int) -> None:
