@@ -53,6 +53,13 @@ def turn_seed(seed: int, turn: int) -> int:
     return (seed + turn * 10_000_019) % SEED_MODULUS
 
 
+def request_seed(seed: int, prompt_index: int, sample: int) -> int:
+    """The sampling seed of one request (sample ``sample`` of prompt ``prompt_index``) of a call seeded ``seed``,
+    for an engine with in-flight updates (:mod:`rlvr.rollout.inflight`): its batches overlap in one engine, so a
+    request draws from a generator of its own and samples the same tokens whatever else runs beside it."""
+    return (seed * 7_919 + prompt_index * 1_009 + sample * 31 + 17) % SEED_MODULUS
+
+
 def dph_prompt_seed(seed: int) -> int:
     """Which training prompts the DPH-RL buffer samples (one choice per run)."""
     return seed * 31 + 5

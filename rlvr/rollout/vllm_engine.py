@@ -173,6 +173,10 @@ class VLLMEngine:
                           max_cpu_loras=lora_slots)
         if tp > 1:
             kwargs["distributed_executor_backend"] = "mp"  # vLLM's worker processes, inside this actor's bundle
+        if in_flight and not gpu:
+            # each request of an in-flight engine has a seed of its own (batches overlap); a CPU generator cannot
+            # step back over a token that a partial (chunked) prefill discards ("CPU Generator does not use offset")
+            kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 8192))
         if gpu:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         else:
@@ -257,9 +261,11 @@ class VLLMEngine:
     def _generate_in_flight(self, prompts: list[Prompt], sampling: SamplingConfig, params: Any) -> list[Completion]:
         """:meth:`generate` through the engine loop: one request per sample (n = 1, each step's new tokens), each
         token labelled with the version that sampled it (``Completion.token_versions``; ``policy_version`` the
-        oldest). The seed goes to the sampler just before the batch joins (a job of the loop): draws repeat when
-        batches do not overlap; overlapping batches share the sampler's stream in the order the steps take."""
+        oldest). Each request is seeded on its own (:func:`rlvr.seeding.request_seed`): its draws do not depend on
+        the batches that overlap it."""
         from vllm.sampling_params import RequestOutputKind
+
+        from rlvr.seeding import request_seed
 
         one = params.clone()
         one.n, one.output_kind = 1, RequestOutputKind.DELTA
@@ -268,9 +274,11 @@ class VLLMEngine:
             sp = one if p.max_new_tokens in (None, sampling.max_new_tokens) else one.clone()
             if sp is not one:
                 sp.max_tokens = p.max_new_tokens
-            reqs += [(list(p.prompt_ids), sp if j == 0 else sp.clone()) for j in range(sampling.n)]
-        if sampling.seed is not None:
-            self.loop.call(lambda: self.llm.collective_rpc("rlvr_seed", args=(int(sampling.seed),)))
+            for j in range(sampling.n):
+                sj = sp.clone()
+                if sampling.seed is not None:
+                    sj.seed = request_seed(int(sampling.seed), p.index, j)
+                reqs.append((list(p.prompt_ids), sj))
         outs = self.loop.submit(reqs, self._lora).result()
         result, k = [], 0
         for p in prompts:
