@@ -25,8 +25,8 @@ class TrainBatch:
     KL folded into the reward).
     ``max_new_tokens``: the generation limit (the constant normaliser of Dr. GRPO aggregation).
     ``versions``: [B, S-1] the policy version that sampled each response token (``Completion.token_versions``),
-    -1 off the loss mask; None when no completion carried per-token versions (the trainer then reports no gap by
-    token age).
+    -1 off the loss mask (a completion without per-token versions gives its ``policy_version`` to every token);
+    None for a batch built without them (the trainer then reports no gap by token age).
     """
 
     input_ids: torch.Tensor
@@ -72,7 +72,7 @@ def pack(completions: list[Completion], advantages: torch.Tensor, pad_id: int, m
     am = torch.zeros((b, s), dtype=torch.long)
     lm = torch.zeros((b, s - 1), dtype=torch.float32)
     rl = torch.zeros((b, s - 1), dtype=torch.float32)
-    ver = torch.full((b, s - 1), -1, dtype=torch.long) if any(c.token_versions is not None for c in completions) else None
+    ver = torch.full((b, s - 1), -1, dtype=torch.long)
     for i, c in enumerate(completions):
         lp, lr = len(c.prompt_ids), len(c.token_ids)
         ids[i, : lp + lr] = torch.tensor(c.prompt_ids + c.token_ids)
@@ -81,9 +81,9 @@ def pack(completions: list[Completion], advantages: torch.Tensor, pad_id: int, m
             mask = torch.ones(lr) if c.loss_mask is None else torch.tensor(c.loss_mask, dtype=torch.float32)
             lm[i, lp - 1 : lp - 1 + lr] = mask
             rl[i, lp - 1 : lp - 1 + lr] = torch.tensor(c.logprobs, dtype=torch.float32) * mask
-            if ver is not None:
-                v = torch.tensor(c.token_versions if c.token_versions is not None else [c.policy_version] * lr)
-                ver[i, lp - 1 : lp - 1 + lr] = torch.where(mask.bool(), v, torch.full_like(v, -1))
+            # each sampled token's version: its own, or the sample's
+            v = torch.tensor(c.token_versions if c.token_versions is not None else [c.policy_version] * lr)
+            ver[i, lp - 1 : lp - 1 + lr] = torch.where(mask.bool(), v, torch.full_like(v, -1))
     return TrainBatch(
         input_ids=ids,
         attention_mask=am,
