@@ -205,7 +205,7 @@ class SlotSim:
         self.updates.append((u.version, self.steps))
 
     def tick(self) -> tuple[list[SimBatch], list[SimUpdate]]:
-        """One tick of the clock (see the class docstring). Returns the batches finished and the updates landed in it."""
+        """One tick of the clock (see the class docstring). Returns the batches finished and the updates landed."""
         self.ticks += 1
         landed: list[SimUpdate] = []
         while self._loading is None and (u := self._next_update()) is not None:
@@ -278,7 +278,8 @@ class SlotEngine(FakeEngine):
                  **kw: Any) -> None:
         super().__init__(model_dir, log=log, role=role, **kw)
         self.sim = SlotSim(slots, in_flight, load_ticks=round(sync_s / dt_s))
-        self.dt_s, self.short, self.long_mult, self.long_frac, self.in_flight = dt_s, short, long_mult, long_frac, in_flight
+        self.dt_s, self.short, self.long_mult, self.long_frac = dt_s, short, long_mult, long_frac
+        self.in_flight = in_flight
         self.batches: list[list[int]] = []  # the lengths of each generate call, in call order
         self.marks: dict[int, tuple[int, int, int, float]] = {}
         self._cond = threading.Condition()

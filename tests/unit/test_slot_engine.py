@@ -61,7 +61,8 @@ def test_an_update_lands_between_two_steps_in_flight_and_after_the_batch_in_lock
     In flight (2 slots): v1 lands before step 3: A's tokens [0, 0, 1, 1]; B enters at tick 3 under v1: steps 3-4.
     Lock-step: the update waits for A (all v0), lands at tick 5 before the step (0 load ticks): B [1, 1], steps 5-6.
     ``updates``: (version, decode steps taken when it landed)."""
-    for in_flight, a_v, b_steps, landed in ((True, [0, 0, 1, 1], [3, 4], (1, 2)), (False, [0, 0, 0, 0], [5, 6], (1, 4))):
+    cases = ((True, [0, 0, 1, 1], [3, 4], (1, 2)), (False, [0, 0, 0, 0], [5, 6], (1, 4)))
+    for in_flight, a_v, b_steps, landed in cases:
         sim = SlotSim(2, in_flight=in_flight)
         a = sim.add([4])
         run(sim, 2)
