@@ -116,9 +116,11 @@ class SimSample:
 
 
 class SimBatch:
-    """One ``generate`` call's samples; ``done_tick``: the tick its last sample finished at (None: running)."""
+    """One ``generate`` call's samples; ``arrived_tick``: the ticks elapsed when it arrived; ``done_tick``: the tick
+    its last sample finished at (None: running)."""
 
-    def __init__(self, lengths: list[int]) -> None:
+    def __init__(self, lengths: list[int], arrived_tick: int = 0) -> None:
+        self.arrived_tick = arrived_tick
         self.samples = [SimSample(n, self) for n in lengths]
         self.queued = deque(self.samples)  # not yet in a slot
         self.left = len(self.samples)
@@ -170,7 +172,7 @@ class SlotSim:
         """A batch of samples of these lengths (tokens) arrives; it enters at the next tick."""
         if any(n < 1 for n in lengths):
             raise ValueError(f"SlotSim.add: every length must be >= 1, got {lengths}")
-        b = SimBatch(list(lengths))
+        b = SimBatch(list(lengths), self.ticks)
         if b.left == 0:
             b.done_tick = self.ticks
             b.event.set()
@@ -280,7 +282,7 @@ class SlotEngine(FakeEngine):
         self.sim = SlotSim(slots, in_flight, load_ticks=round(sync_s / dt_s))
         self.dt_s, self.short, self.long_mult, self.long_frac = dt_s, short, long_mult, long_frac
         self.in_flight = in_flight
-        self.batches: list[list[int]] = []  # the lengths of each generate call, in call order
+        self.batches: list[SimBatch] = []  # each generate call's, in call order
         self.marks: dict[int, tuple[int, int, int, float]] = {}
         self._cond = threading.Condition()
         self._closed = False
@@ -311,8 +313,8 @@ class SlotEngine(FakeEngine):
         with self._cond:
             if self._closed:
                 raise RuntimeError(f"{self.role}: the engine is shut down")
-            self.batches.append(lengths)
             b = self.sim.add(lengths)
+            self.batches.append(b)
         b.event.wait()
         if b.done_tick is None:
             raise RuntimeError(f"{self.role}: the engine shut down with this batch running")
