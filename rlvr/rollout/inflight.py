@@ -138,12 +138,6 @@ class EngineLoop:
 
         return self.call(job, forward=False)
 
-    @property
-    def running(self) -> int:
-        """Requests submitted and not finished."""
-        with self._cond:
-            return len(self._reqs) + sum(len(reqs) for _, reqs, _ in self._new)
-
     def close(self, timeout_s: float = 30.0) -> None:
         """Stop the loop (after the job or step in progress); waiting batches get :class:`EngineLoopError`."""
         with self._cond:

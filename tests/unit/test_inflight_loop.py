@@ -305,3 +305,26 @@ def test_pack_carries_token_versions_and_the_trainer_reports_the_gap_by_age():
     assert got[mn.rollout_gap_age(0)] == (pytest.approx(0.9), 3.0)
     assert got[mn.rollout_gap_age(1)] == (pytest.approx(0.6), 2.0)
     assert got[mn.rollout_gap_age(2)] == (pytest.approx(0.8), 1.0)
+
+
+def test_a_weight_load_runs_without_the_step_lock():
+    """Engines sharing a process share one step lock (vLLM's forward context, ``FORWARD_LOCK``) and all take part in
+    one broadcast: a weight load holding the lock would deadlock the second engine's load. The load runs without
+    it; a forward job (prompt logprobs, the probe) and the recompute reset run with it."""
+    lock = threading.Lock()
+    core = ScriptedCore()
+    loop = EngineLoop(core, kv="recompute", step_lock=lock)
+    try:
+        held = {}
+
+        def load_job():
+            held["load"] = lock.locked()
+
+        update_at(core, loop, 1, 1)
+        core.at_step[1] = lambda: loop.update(load_job, 1)
+        loop.submit([([1], params(3))]).result(timeout=10)
+        assert held == {"load": False}
+        assert loop.call(lambda: lock.locked()).result(timeout=5) is True  # a forward job holds it
+        assert loop.call(lambda: lock.locked(), forward=False).result(timeout=5) is False
+    finally:
+        loop.close()
