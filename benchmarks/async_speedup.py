@@ -17,20 +17,21 @@ N = 2 measured before the refusal ran 5.98 s against N = 1's 5.44 s at scale 0.1
 Part 1c, long-tail generation on a GPU-like engine, in flight (issue 39): the real controller and local executor
 drive fake roles whose engine is ``loop_fakes.SlotEngine``, a continuous-batching engine on a simulated clock: C
 slots (C = a batch's 16 x 4 samples), one token per running sample per decode step (8 s x ``--scale`` / 128 tokens
-of wall time), 90% of samples 16 tokens and 10% 128 (the coin seeded per sample: every mode draws the same
-batches). Lock-step (today's vLLM ``LLM.generate``) runs one call's samples alone and loads weights between calls;
-in flight (``rollout.in_flight_updates``) a free slot takes the next waiting sample of any batch and a weight load
-(0.2 s x ``--scale``, nothing decodes meanwhile) lands between two decode steps, the tokens after it labelled with
-the new version. The update sleeps ``--tail-train`` x a batch's generation work on full slots (mean length x step:
-generation is then ~80% of the synchronous step, as in part 1's GPU-like profile). Modes: synchronous (N = 0),
-N = 1 lock-step, in flight N = 1, 2, 4. Per mode, over the steps after the warm-up and before the last (which
-drains the batches in flight before its sync): the median and mean step time, the bound (perfect overlap: max(update
-+ load, work on full slots + load); lock-step: max(longest sample, update) + load; in flight N also (longest +
-update + load) / (N + 1), as a batch is submitted N steps before the step that waits for it), the speed-up over
-synchronous (means: in flight, steps alternate between waiting for a long sample and taking a batch already done),
-the engine idle share (1 - busy slot-steps / (C x the decode steps the window's wall time holds), weight loads
-counted idle), the share of time with no sample in a slot, and the medians of ``async/spanning_frac`` and
-``async/token_staleness_mean``.
+of wall time), 90% of samples 16 tokens and 10% 128 (the coin seeded per sample: every mode draws the same batches).
+Lock-step (today's vLLM ``LLM.generate``) runs one call's samples alone and loads weights between calls; in flight
+(``rollout.in_flight_updates``) a free slot takes the next waiting sample of any batch and a weight load (0.2 s x
+``--scale``, nothing decodes meanwhile) lands between two decode steps, the tokens after it labelled with the new
+version. The update sleeps ``--tail-train`` x a batch's generation work on full slots (mean length x step:
+generation is then ~80% of the synchronous step, as in part 1's GPU-like profile). Modes: synchronous (N = 0), N = 1
+lock-step, in flight N = 1, 2, 4 (and 8, beyond the issue's list). Per mode, over the steps after the warm-up and
+before the last (which drains the batches in flight before its sync): the median and mean step time, the bound
+(perfect overlap: max(update + load, work on full slots + load); lock-step: max(longest sample, update) + load; in
+flight N also (longest + update + load) / (N + 1), as a batch is submitted N steps before the step that waits for
+it), the speed-up over synchronous (means: in flight, steps alternate between waiting for a long sample and taking a
+batch already done), the engine idle share (1 - busy slot-steps / (C x the decode steps the window's wall time
+holds), weight loads counted idle), the share of time with no sample in a slot, the run's own engine idle
+(``roles/engines_idle_s``: time with no engine call open, blind to idle slots), and the medians of
+``async/spanning_frac`` and ``async/token_staleness_mean``.
 Goal (issue 39): >= 1.7x over synchronous with engines idle < 10%.
 
 Part 2, the real loop on this machine (``--real-steps K``, 0 skips it): ``recipes/smoke_cpu.yaml`` for K steps
@@ -40,7 +41,7 @@ medians of step, rollout, train and sync seconds, each role's idle share and the
 (``roles/*``, ``rlvr.metrics.timeline``), the reward per step, and the step-time ratio to N = 0.
 
     .venv/bin/python benchmarks/async_speedup.py --real-steps 5      # ~25 min on 2 cores; --real-steps 0: ~2 min
-    .venv/bin/python benchmarks/async_speedup.py --parts 1c          # part 1c alone: ~70 s
+    .venv/bin/python benchmarks/async_speedup.py --parts 1c          # part 1c alone: ~1.5 min
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ TAIL_MODES = {  # name -> (rollout.max_staleness, rollout.in_flight_updates)
     "in flight N=1": (1, True),
     "in flight N=2": (2, True),
     "in flight N=4": (4, True),
+    "in flight N=8": (8, True),  # beyond issue 39's list: how deep the pipeline must be for idle < 10% here
 }
 REAL = {  # name -> overrides
     "N=0": ["rollout.max_staleness=0"],
@@ -141,7 +143,7 @@ def uneven(scale: float, steps: int, out: Path) -> None:
     print()
 
 
-def long_tail(scale: float, steps: int, out: Path, train_frac: float = 1.0, warmup: int = 5) -> None:
+def long_tail(scale: float, steps: int, out: Path, train_frac: float = 1.0, warmup: int = 8) -> None:
     """Part 1c (see the module docstring): one run per mode of :data:`TAIL_MODES`, the same batches (the length coin
     is seeded per sample), medians over the steps after ``warmup`` and before the last (whose drain is not typical)."""
     from loop_fakes import FakeExecutor
@@ -191,15 +193,16 @@ def long_tail(scale: float, steps: int, out: Path, train_frac: float = 1.0, warm
           f"max(longest, update) + load; in flight N max(perfect overlap, (longest + update + load) / (N + 1)) (a "
           f"batch is submitted N steps before the step that waits for it)\n")
     print("| mode | step s (median) | step s (mean) | bound s | mean / bound | speed-up over synchronous (means) | "
-          "engine idle (slot-steps) | no sample running | spanning_frac | token_staleness_mean | dropped stale | "
-          "clock rate |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "engine idle (slot-steps) | no sample running | roles/engines_idle | spanning_frac | token_staleness_mean | "
+          "dropped stale | clock rate |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, (n, in_flight, rr, use, _) in results.items():
         step = mean(rr)
         bound = (serial if n == 0 else max(longest, train_s) + load if not in_flight
                  else max(ideal, serial / (n + 1)))  # fmt: skip
         print(f"| {name} | {_median(rr, mn.TIMING_STEP_S):.3f} | {step:.3f} | {bound:.3f} | {step / bound:.2f} | "
               f"{base / step:.2f}x | {use['idle']:.0%} | {use['zero']:.0%} | "
+              f"{statistics.mean(x[mn.role_idle('engines')] for x in rr) / step:.0%} | "
               f"{_median(rr, mn.ASYNC_SPANNING_FRAC):.2f} | {_median(rr, mn.ASYNC_TOKEN_STALENESS_MEAN):.2f} | "
               f"{sum(x[mn.ASYNC_DROPPED_STALE] for x in rr):.0f} | {use['clock_rate']:.2f} |")
     print()
@@ -248,7 +251,7 @@ def main() -> None:
     ap.add_argument("--real-steps", type=int, default=5, help="steps per real smoke run (0: skip part 2)")
     ap.add_argument("--out", type=Path, default=None, help="where the runs go (default: a temporary folder)")
     ap.add_argument("--parts", default="1,1b,1c,2", help="which parts to run (default: 1,1b,1c,2)")
-    ap.add_argument("--tail-steps", type=int, default=20, help="steps per part 1c run (default 20)")
+    ap.add_argument("--tail-steps", type=int, default=24, help="steps per part 1c run (default 24)")
     ap.add_argument("--tail-train", type=float, default=1.0,
                     help="part 1c's update time as a multiple of a batch's generation work on full slots (default 1)")
     a = ap.parse_args()
