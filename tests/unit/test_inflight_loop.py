@@ -26,7 +26,13 @@ def lp(w: int, pos: int) -> float:
 
 
 class ScriptedCore:
-    def __init__(self) -> None:
+    """``suffix``: the engine's own request ids are the given ones plus it (vLLM appends a random suffix), returned by
+    ``add_request`` and used on its outputs; ``stray``: an output of a request the loop never submitted comes first in
+    every step; ``bare``: outputs without logprobs or text, finished with no reason; ``prompt_lps``: each request's
+    outputs carry these prompt logprobs (a new list each step: the loop keeps the first)."""
+
+    def __init__(self, suffix: str = "", stray: bool = False, bare: bool = False, prompt_lps: list | None = None) -> None:
+        self.suffix, self.stray, self.bare, self.prompt_lps = suffix, stray, bare, prompt_lps
         self.weights = 0  # what a "load" sets
         self.running: list[dict] = []  # in submission order
         self.at_step: dict[int, object] = {}
@@ -36,8 +42,8 @@ class ScriptedCore:
 
     def add_request(self, request_id, prompt, params, lora_request=None):
         self.added.append((request_id, prompt))
-        self.running.append({"id": request_id, "max": params.max_tokens, "pos": 0})
-        return request_id
+        self.running.append({"id": request_id + self.suffix, "max": params.max_tokens, "pos": 0})
+        return request_id + self.suffix
 
     def step(self):
         self.calls += 1
@@ -45,15 +51,22 @@ class ScriptedCore:
         if hook is not None:
             hook()
         outs = []
+        if self.stray:  # another request's output (one the loop does not know): skipped, the rest still read
+            outs.append(SimpleNamespace(request_id="other-7", finished=True, prompt_logprobs=None,
+                                        outputs=[SimpleNamespace(token_ids=[99], logprobs=None, text="?",
+                                                                 finish_reason="stop")]))  # fmt: skip
         for r in list(self.running):
             pos = r["pos"]
             r["pos"] += 1
             done = r["pos"] >= r["max"]
             tok = 10 + pos
+            lps = None if self.bare else [{tok: SimpleNamespace(logprob=lp(self.weights, pos))}]
+            reason = None if self.bare else ("length" if done else None)
             outs.append(SimpleNamespace(
-                request_id=r["id"], finished=done, prompt_logprobs=None,
-                outputs=[SimpleNamespace(token_ids=[tok], logprobs=[{tok: SimpleNamespace(logprob=lp(self.weights, pos))}],
-                                         text=f"<{pos}>", finish_reason="length" if done else None)]))  # fmt: skip
+                request_id=r["id"], finished=done,
+                prompt_logprobs=None if self.prompt_lps is None else [*self.prompt_lps, pos],
+                outputs=[SimpleNamespace(token_ids=[tok], logprobs=lps, text=None if self.bare else f"<{pos}>",
+                                         finish_reason=reason)]))  # fmt: skip
             if done:
                 self.running.remove(r)
         return outs
@@ -107,6 +120,7 @@ def test_each_token_carries_the_version_that_sampled_it(core_loop):
     assert out.versions == [0, 0, 1, 1, 2, 2]
     assert out.logprobs == [-1.0, -1.01, -2.02, -2.03, -3.04, -3.05]
     assert out.steps == [1, 2, 3, 4, 5, 6]
+    assert out.text == "<0><1><2><3><4><5>"
     assert [f.result(timeout=5) for f in done] == ["loaded 1", "loaded 2"]
     assert loop.updates == [(1, 2), (2, 4)] and loop.version == 2
     assert out.finish_reason == "length"
@@ -164,6 +178,8 @@ def test_a_rollout_that_mixes_versions_says_so(core_loop):
     assert m[mn.staleness(1)] == pytest.approx(4 / 6)
     # the second batch was submitted under v1: its prompts' prefix cache is salted v1, the first batch's v0
     assert [p["cache_salt"] for _, p in core.added] == ["rlvr-v0"] * 4 + ["rlvr-v1"] * 2
+    assert [p["prompt_token_ids"] for _, p in core.added] == [[1]] * 6
+    assert len({rid for rid, _ in core.added}) == 6  # every request its own id
 
 
 def test_an_update_aborts_nothing(core_loop):
@@ -328,3 +344,43 @@ def test_a_weight_load_runs_without_the_step_lock():
         assert loop.call(lambda: lock.locked(), forward=False).result(timeout=5) is False
     finally:
         loop.close()
+
+
+def test_the_engines_own_ids_stray_outputs_and_bare_outputs():
+    """vLLM answers under its own request ids (the given id plus a suffix): the loop maps them; an output of a
+    request it never submitted is skipped and the rest of the step still read; an output without logprobs gives
+    0.0 per token, without text "", finished without a reason ``abort``; prompt logprobs are the first output's."""
+    core = ScriptedCore(suffix="-a1b2", stray=True, prompt_lps=[None, -0.5])
+    loop = EngineLoop(core)
+    try:
+        (o,) = loop.submit([([1, 2], params(3))]).result(timeout=10)
+        assert o.token_ids == [10, 11, 12] and o.versions == [0, 0, 0] and o.finish_reason == "length"
+        assert o.prompt_logprobs == [None, -0.5, 0]  # the first step's list, not a later one's
+    finally:
+        loop.close()
+    core = ScriptedCore(bare=True)
+    loop = EngineLoop(core)
+    try:
+        (o,) = loop.submit([([1], params(2))]).result(timeout=10)
+        assert o.logprobs == [0.0, 0.0] and o.text == "" and o.finish_reason == "abort"
+    finally:
+        loop.close()
+
+
+def test_a_job_waiting_when_the_loop_fails_gets_the_error():
+    """A job queued behind a failing step is answered with :class:`EngineLoopError`, never left waiting."""
+    core = ScriptedCore()
+    loop = EngineLoop(core)
+    waiting = []
+
+    def boom():
+        waiting.append(loop.call(lambda: "never"))
+        raise RuntimeError("engine core died")
+
+    core.at_step[1] = boom
+    a = loop.submit([([1], params(3))])
+    with pytest.raises(EngineLoopError, match="engine core died"):
+        a.result(timeout=10)
+    with pytest.raises(EngineLoopError, match="engine core died"):
+        waiting[0].result(timeout=10)
+    loop.close()

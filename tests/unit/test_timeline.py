@@ -97,3 +97,14 @@ def test_the_timeline_file_holds_each_span_clipped_to_its_step(tmp_path):
     assert rows[1] == {"step": 4, "start": 20.0, "end": 26.0,
                        "spans": [["trainer0", "train_step", 20.0, 22.5], ["engine0", "receive_weights", 20.0, 21.0],
                                  ["engine0", "generate", 21.0, 25.0]]}  # fmt: skip
+
+
+def test_staleness_of_one_sample_two_versions_and_an_empty_batch():
+    """One sample of tokens by versions 4, 5 (trainer at 5; bound 1): lag 1 by its oldest token, tokens 1/2 at lag 0
+    and 1/2 at lag 1, spanning 1 (two versions are enough), histograms for n = 0, 1 only. An empty batch: zeros."""
+    m = staleness_metrics([_sample(4, [4, 5])], 5, 1)
+    assert m[mn.ASYNC_STALENESS_MEAN] == 1.0 and m[mn.staleness(1)] == 1.0 and m[mn.ASYNC_SPANNING_FRAC] == 1.0
+    assert m[mn.token_staleness(0)] == 0.5 and m[mn.ASYNC_TOKEN_STALENESS_MEAN] == 0.5
+    assert not any(k.endswith("/2") for k in m)
+    e = staleness_metrics([], 5, 1)
+    assert e[mn.ASYNC_STALENESS_MAX] == 0.0 and e[mn.ASYNC_STALENESS_MEAN] == 0.0 and e[mn.ASYNC_SPANNING_FRAC] == 0.0
