@@ -168,7 +168,7 @@ def long_tail(scale: float, steps: int, out: Path, train_frac: float = 1.0, warm
     for name, (n, in_flight) in TAIL_MODES.items():
         ex = FakeExecutor(train_s=train_s, sync_s=load_ticks * dt,
                           slot_engine=dict(slots=slots, dt_s=dt, short=short, long_mult=mult, long_frac=frac))
-        tag = name.replace(" ", "").replace("=", "")
+        tag = "".join(c for c in name if c.isalnum())
         r = load_recipe(str(REPO / "recipes" / "tiny_test.yaml"), [
             f"run.output_dir={out}", f"run.name=tail-{tag}", "run.executor=local", f"run.steps={steps}",
             "run.save_final=false", "checkpoint.every_steps=0", "sync.probe_every=0", "metrics.progress=false",
