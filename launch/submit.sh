@@ -16,7 +16,7 @@ PASS_ENV=(
   HF_HOME HF_HUB_CACHE HF_DATASETS_CACHE HF_ENDPOINT HF_HUB_OFFLINE HF_DATASETS_OFFLINE TRANSFORMERS_OFFLINE
   RLVR_CACHE VLLM_CACHE_ROOT TORCH_EXTENSIONS_DIR
   WANDB_PROJECT WANDB_ENTITY WANDB_MODE
-  # NCCL and gloo settings every rank of a group must share (rlvr.runtime.environ.COMM_ENV, which forwards them
+  # NCCL and gloo settings every rank of a group must share (rlvr.environ.COMM_ENV, which forwards them
   # from the driver to every role)
   NCCL_SOCKET_IFNAME NCCL_IB_DISABLE NCCL_IB_HCA NCCL_P2P_DISABLE NCCL_SHM_DISABLE NCCL_NET_GDR_LEVEL
   NCCL_CUMEM_ENABLE NCCL_DEBUG GLOO_SOCKET_IFNAME

@@ -14,7 +14,7 @@ from typing import Any
 
 from rlvr.hardware import set_threads
 from rlvr.rollout.base import checkpoint_shapes
-from rlvr.runtime.environ import recording_env, scoped_env
+from rlvr.environ import recording_env, scoped_env
 from rlvr.types import Completion, Prompt, SamplingConfig
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ def construction_env(gpu: bool, tensor_parallel_size: int, threads: int,
                      cpus: tuple[int, ...] = ()) -> tuple[dict[str, str], tuple[str, ...]]:
     """The variables vLLM 0.32 reads only from the environment, as one engine's construction needs them: (set,
     unset). vLLM's worker processes (tensor parallel) are started during the construction and keep them; the
-    engine's own process has them only while it is built (:func:`rlvr.runtime.environ.scoped_env`).
+    engine's own process has them only while it is built (:func:`rlvr.environ.scoped_env`).
 
     On CPU: ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (the engine core in this process: ~3 s to start instead of
     25-45 s); ``OMP_NUM_THREADS`` = ``threads`` (> 0); ``VLLM_CPU_OMP_THREADS_BIND`` = :func:`cpu_bind` over

@@ -22,7 +22,7 @@ from typing import Any
 
 from rlvr.console import route_role_output
 from rlvr.runtime.codepath import by_value, driver_packages, pin_hook
-from rlvr.runtime.environ import clean_env, env_difference, recording_env, restore_env, scoped_env
+from rlvr.environ import clean_env, env_difference, recording_env, restore_env, scoped_env
 from rlvr.runtime.waits import Waits
 
 log = logging.getLogger(__name__)
@@ -387,7 +387,7 @@ class LocalExecutor(_Waiting):
     def shutdown(self) -> None:
         """Stop each role's engine (the role's own ``shutdown``, where it has one, in the role's thread, within
         :data:`SHUTDOWN_S`), the roles' threads, and give this process's environment back as it was before the
-        first spawn (the variables the roles set or changed, :mod:`rlvr.runtime.environ`): a ``ray start`` or
+        first spawn (the variables the roles set or changed, :mod:`rlvr.environ`): a ``ray start`` or
         child process started afterwards does not inherit them."""
         for thread, obj in self._roles:  # a role with an engine in this process stops it now (VLLMEngine.shutdown)
             if obj.done() and obj.exception() is None and callable(getattr(obj.result(), "shutdown", None)):

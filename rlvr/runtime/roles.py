@@ -22,7 +22,7 @@ from rlvr.metrics import names as mn
 from rlvr.reward.judge import JUDGE, rule_specs
 from rlvr.rollout import engine_class
 from rlvr.runtime.advantage_stage import uses_critic, uses_teacher
-from rlvr.runtime.environ import comm_env
+from rlvr.environ import comm_env
 from rlvr.runtime.executors import Group, Handle, LocalExecutor, RayExecutor, Resources, RoleError
 from rlvr.seeding import engine_seed
 from rlvr.sync.readback import check_loaded
@@ -33,7 +33,7 @@ log = logging.getLogger("rlvr")
 
 def role_env(recipe: Recipe, run_dir: Path, threads: int) -> dict[str, str]:
     """Environment for every role process: thread counts, caches inside writable places, and the launcher's
-    NCCL / gloo settings (:func:`rlvr.runtime.environ.comm_env`: every rank of a group needs the same). The engines' own
+    NCCL / gloo settings (:func:`rlvr.environ.comm_env`: every rank of a group needs the same). The engines' own
     settings (KV cache, vLLM's thread binding) are theirs to pass to vLLM
     (:class:`rlvr.rollout.vllm_engine.VLLMEngine`), not variables shared by every role."""
     cache = os.environ.get("RLVR_CACHE", str(Path.home() / ".cache" / "rlvr"))
@@ -50,7 +50,7 @@ def role_env(recipe: Recipe, run_dir: Path, threads: int) -> dict[str, str]:
     for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "PYTHONPATH"):
         if k in os.environ:
             env[k] = os.environ[k]
-    env.update(comm_env())  # NCCL / gloo settings every rank of a group must share (rlvr.runtime.environ.COMM_ENV)
+    env.update(comm_env())  # NCCL / gloo settings every rank of a group must share (rlvr.environ.COMM_ENV)
     return env
 
 

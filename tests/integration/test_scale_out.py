@@ -20,7 +20,7 @@ import pytest
 
 from rlvr.models import resolve_model
 from rlvr.recipe import load_recipe
-from rlvr.runtime.environ import clean_env
+from rlvr.environ import clean_env
 from rlvr.runtime.executors import RoleError, free_port
 
 pytestmark = pytest.mark.integration  # not slow: the two-node and tensor-parallel path runs in CI (issue 23)
@@ -32,7 +32,7 @@ NODE_B = "127.0.0.2"
 
 def _env() -> dict[str, str]:
     """The raylets' and the driver's environment: this process's without what roles built in it left there
-    (:func:`rlvr.runtime.environ.clean_env`) nor any vLLM setting but the caches and log level (an engine a test
+    (:func:`rlvr.environ.clean_env`) nor any vLLM setting but the caches and log level (an engine a test
     built directly leaves vLLM's own, e.g. ``VLLM_CPU_OMP_THREADS_BIND=nobind``, which a tensor-parallel engine
     started under such a raylet inherited)."""
     keep = ("VLLM_CACHE_ROOT", "VLLM_LOGGING_LEVEL")

@@ -14,7 +14,7 @@ import pytest
 
 from rlvr.config import RecipeError
 from rlvr.recipe import load_recipe
-from rlvr.runtime.environ import clean_env, recording_env, restore_env, scoped_env
+from rlvr.environ import clean_env, recording_env, restore_env, scoped_env
 from rlvr.runtime.executors import LocalExecutor, Resources
 
 TINY = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny_test.yaml")

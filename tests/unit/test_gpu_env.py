@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from rlvr.recipe import load_recipe
-from rlvr.runtime.environ import COMM_ENV, comm_env
+from rlvr.environ import COMM_ENV, comm_env
 from rlvr.runtime.executors import RayExecutor, Resources, actor_env
 from rlvr.runtime.roles import role_env, role_resources
 
