@@ -81,7 +81,7 @@ def one(variant: str, model_dir: str, a) -> dict:
     from transformers import AutoModelForCausalLM
 
     from rlvr.recipe import load_recipe
-    from rlvr.runtime.executors import free_port
+    from rlvr.hardware import free_port
     from rlvr.train.policy import PolicyWorker
 
     r = load_recipe(str(REPO / "recipes" / "smoke_cpu.yaml"), [

@@ -167,7 +167,7 @@ def train_child(conn, overrides: list[str], completions: list[dict], also: list[
 
     from rlvr.models import resolve_model
     from rlvr.hardware import set_threads
-    from rlvr.runtime.executors import free_port
+    from rlvr.hardware import free_port
     from rlvr.train.policy import PolicyWorker
 
     r = _recipe(overrides)
@@ -227,7 +227,7 @@ def sync_child(overrides: list[str], repeats: int, out) -> None:
     from transformers import AutoModelForCausalLM
 
     from rlvr.models import resolve_model
-    from rlvr.runtime.executors import free_port
+    from rlvr.hardware import free_port
     from rlvr.sync.weights import DTYPES, WeightSender, _broadcast, spec_of
 
     r = _recipe(overrides)

@@ -208,7 +208,7 @@ def main() -> None:
     ap.add_argument("--buckets-mb", default=",".join(f"{b:g}" for b in BUCKETS_MB))
     ap.add_argument("--vllm", action="store_true", help="also time a real vLLM engine's receive + reload (~1-2 min)")
     args = ap.parse_args()
-    from rlvr.runtime.executors import free_port
+    from rlvr.hardware import free_port
     from rlvr.sync.weights import DTYPES, WeightSpec, checksums_match, plan_buckets
 
     specs_t = smollm2_specs(args.dtype)

@@ -148,7 +148,7 @@ def main() -> None:
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
     from rlvr.models import resolve_model
-    from rlvr.runtime.executors import free_port
+    from rlvr.hardware import free_port
     from rlvr.sync.weights import checksums_match
 
     cache = Path(os.environ.get("RLVR_CACHE", Path.home() / ".cache" / "rlvr"))

@@ -1,5 +1,6 @@
-"""What the machine can do fast, read without importing torch (recipe loading stays light), and the thread and
-core settings of a role's process (:func:`set_threads`, :func:`bind_cpus`).
+"""What the machine can do fast, read without importing torch (recipe loading stays light), the thread and core
+settings of a role's process (:func:`set_threads`, :func:`bind_cpus`), and where this host is reached (:func:`host_ip`,
+:func:`free_port`: the rendezvous address of a group whose rank 0 lives here).
 
 ``model.dtype: auto`` (the default) resolves through :func:`fast_dtype` when a recipe is loaded.
 """
@@ -7,6 +8,7 @@ core settings of a role's process (:func:`set_threads`, :func:`bind_cpus`).
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 
@@ -61,3 +63,22 @@ def set_threads(n: int) -> None:
 
         os.environ["OMP_NUM_THREADS"] = str(n)
         torch.set_num_threads(n)
+
+
+def free_port() -> int:
+    """A TCP port that is free on this host right now."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def host_ip() -> str:
+    """This node's IP as the other nodes reach it (127.0.0.1 when it has no other)."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.util.get_node_ip_address()
+    except Exception:
+        pass
+    return "127.0.0.1"

@@ -14,15 +14,15 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 import os
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from rlvr.console import route_role_output
-from rlvr.runtime.codepath import by_value, driver_packages, pin_hook
 from rlvr.environ import clean_env, env_difference, recording_env, restore_env, scoped_env
+from rlvr.hardware import host_ip
+from rlvr.runtime.codepath import by_value, driver_packages, pin_hook
 from rlvr.runtime.waits import Waits
 
 log = logging.getLogger(__name__)
@@ -51,25 +51,6 @@ def _left(deadline: float | None) -> float | None:
 
 def _deadline(timeout_s: float | None) -> float | None:
     return None if timeout_s is None else time.monotonic() + timeout_s
-
-
-def free_port() -> int:
-    """A TCP port that is free on this host right now."""
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
-def host_ip() -> str:
-    """This node's IP as the other nodes reach it (127.0.0.1 when it has no other)."""
-    try:
-        import ray
-
-        if ray.is_initialized():
-            return ray.util.get_node_ip_address()
-    except Exception:
-        pass
-    return "127.0.0.1"
 
 
 @dataclass(frozen=True)

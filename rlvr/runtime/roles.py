@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.config import Recipe
+from rlvr.environ import comm_env
 from rlvr.metrics import names as mn
 from rlvr.reward.judge import JUDGE, rule_specs
 from rlvr.rollout import engine_class
 from rlvr.runtime.advantage_stage import uses_critic, uses_teacher
-from rlvr.environ import comm_env
 from rlvr.runtime.executors import Group, Handle, LocalExecutor, RayExecutor, Resources, RoleError
 from rlvr.seeding import engine_seed
 from rlvr.sync.readback import check_loaded

@@ -30,7 +30,7 @@ from rlvr.algos.kl import dph_forward_kl, dph_js
 from rlvr.algos.objective import dph_term, micro_batch_loss
 from rlvr.algos.logprobs import logprobs_and_entropy
 from rlvr.config import Recipe
-from rlvr.hardware import bind_cpus, set_threads
+from rlvr.hardware import bind_cpus, free_port, host_ip, set_threads
 from rlvr.metrics import names as mn
 from rlvr.seeding import policy_order_seed, trainer_seed
 from rlvr.sync.weights import DTYPES, WeightSender
@@ -174,8 +174,6 @@ class PolicyWorker:
         """(this node's IP as other nodes reach it, a TCP port free on it now): the master address of a group whose
         rank 0 lives in this process (the trainer's data-parallel group, the weight-sync group). Chosen here, not
         on the driver, because on a cluster the driver's node is rarely rank 0's (a KubeRay head has no GPUs)."""
-        from rlvr.runtime.executors import free_port, host_ip
-
         return host_ip(), free_port()
 
     def setup(self, master_addr: str, master_port: int) -> bool:

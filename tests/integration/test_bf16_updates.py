@@ -47,7 +47,7 @@ def _train(backend: str, dtype: str, stage: int) -> dict:
 
     from rlvr.recipe import load_recipe
     from rlvr.models import resolve_model
-    from rlvr.runtime.executors import free_port
+    from rlvr.hardware import free_port
     from rlvr.train.policy import PolicyWorker
 
     r = load_recipe(TINY, [f"trainer.backend={backend}", f"model.dtype={dtype}", f"trainer.zero_stage={stage}",

@@ -78,7 +78,7 @@ def _rank_main(stage: int, rank: int, world: int, port: int, out: str, extra: tu
 
 
 def _run(stage: int, world: int, tmp: Path, extra: tuple[str, ...] = ()) -> list[dict]:
-    from rlvr.runtime.executors import free_port
+    from rlvr.hardware import free_port
 
     port = free_port()
     code = "import sys; sys.path.insert(0, {here!r}); import test_data_parallel as t; t._rank_main({a})"

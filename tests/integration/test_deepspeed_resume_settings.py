@@ -26,7 +26,7 @@ def _worker_factory(stage: int):
 
     from rlvr.models import resolve_model
     from rlvr.recipe import load_recipe
-    from rlvr.runtime.executors import free_port
+    from rlvr.hardware import free_port
     from rlvr.train.policy import PolicyWorker
 
     model_dir, port = resolve_model("tiny-random"), free_port()

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.runtime.executors import free_port
+from rlvr.hardware import free_port
 
 pytestmark = pytest.mark.integration
 

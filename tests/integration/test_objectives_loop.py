@@ -83,7 +83,7 @@ def _batch():
 
 
 def _worker(*overrides):
-    from rlvr.runtime.executors import free_port
+    from rlvr.hardware import free_port
     from rlvr.train.policy import PolicyWorker
 
     r = load_recipe(TINY, ["rollout.prompts_per_step=1", "trainer.micro_batch_size=4", *overrides])

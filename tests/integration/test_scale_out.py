@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from rlvr.environ import clean_env
+from rlvr.hardware import free_port
 from rlvr.models import resolve_model
 from rlvr.recipe import load_recipe
-from rlvr.environ import clean_env
-from rlvr.runtime.executors import RoleError, free_port
+from rlvr.runtime.executors import RoleError
 
 pytestmark = pytest.mark.integration  # not slow: the two-node and tensor-parallel path runs in CI (issue 23)
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from rlvr.runtime.executors import free_port
+from rlvr.hardware import free_port
 from rlvr.sync.weights import (
     IN_FLIGHT,
     WeightSender,

@@ -175,7 +175,7 @@ def test_each_tensor_parallel_worker_is_checked_on_the_shard_it_loaded(arch, req
     import threading
 
     from rlvr.rollout.vllm_engine import VLLMEngine
-    from rlvr.runtime.executors import free_port
+    from rlvr.hardware import free_port
     from rlvr.sync.readback import check_loaded
     from rlvr.sync.weights import WeightSender
 

@@ -138,7 +138,7 @@ def test_sync_times_out_instead_of_hanging(tmp_path):
     import time
 
     from rlvr.sync.weights import WeightSender, WeightSyncError
-    from rlvr.runtime.executors import free_port
+    from rlvr.hardware import free_port
 
     t0 = time.perf_counter()
     with pytest.raises(WeightSyncError, match="could not form"):
@@ -184,7 +184,7 @@ def test_hf_engine_zero3_kl_two_epochs(tmp_path):
 def test_update_independent_of_micro_batch_split(tmp_path):
     """One update on the same batch gives the same weights whatever the micro-batch size, and DeepSpeed ZeRO-2
     gives the torch AdamW result (fp32): the loss is normalised by the whole mini-batch's token count."""
-    from rlvr.runtime.executors import free_port
+    from rlvr.hardware import free_port
     from rlvr.train.batch import pack
     from rlvr.train.policy import PolicyWorker
     from rlvr.types import Completion

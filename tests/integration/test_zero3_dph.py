@@ -62,7 +62,7 @@ def _rank_main(rank: int, port: int, out: str) -> None:
 
 @pytest.mark.timeout(420)
 def test_zero3_rank_without_dph_share_does_not_hang(tmp_path):
-    from rlvr.runtime.executors import free_port
+    from rlvr.hardware import free_port
 
     port = free_port()
     code = "import sys; sys.path.insert(0, {here!r}); import test_zero3_dph as t; t._rank_main({rank}, {port}, {out!r})"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from rlvr.config import RecipeError
-from rlvr.recipe import load_recipe
 from rlvr.environ import clean_env, recording_env, restore_env, scoped_env
+from rlvr.recipe import load_recipe
 from rlvr.runtime.executors import LocalExecutor, Resources
 
 TINY = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny_test.yaml")

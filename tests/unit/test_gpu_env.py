@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from rlvr.recipe import load_recipe
 from rlvr.environ import COMM_ENV, comm_env
+from rlvr.recipe import load_recipe
 from rlvr.runtime.executors import RayExecutor, Resources, actor_env
 from rlvr.runtime.roles import role_env, role_resources
 
