@@ -315,6 +315,8 @@ ASYNC_STALENESS_MAX = _name(NS_ASYNC, "staleness_max")
 ASYNC_DROPPED_STALE = _name(NS_ASYNC, "dropped_stale")
 ASYNC_TOKEN_STALENESS_MEAN = _name(NS_ASYNC, "token_staleness_mean")
 ASYNC_SPANNING_FRAC = _name(NS_ASYNC, "spanning_frac")
+ASYNC_ENGINE_BUSY_FRAC = _name(NS_ASYNC, "engine_busy_frac")
+ASYNC_ENGINE_LOAD_FRAC = _name(NS_ASYNC, "engine_load_frac")
 
 # val/ (rlvr.runtime.validation)
 VAL_REWARD_MEAN = _name(NS_VAL, "reward_mean")
@@ -474,6 +476,10 @@ _ENTRIES: tuple[Metric, ...] = (
     _M(ASYNC_DROPPED_STALE, "count", "samples dropped as older than rollout.max_staleness and regenerated"),
     _M(TOKEN_STALENESS, "fraction", "trained sampled tokens whose policy was n versions behind the weights updated"),
     _M(ASYNC_TOKEN_STALENESS_MEAN, "version", "mean policy lag of the trained sampled tokens"),
+    _M(ASYNC_ENGINE_BUSY_FRAC, "fraction", "in flight: share of the step's wall time an engine's loop spent in decode "
+       "steps (requests running), mean over the engines; the rest it loaded weights or had nothing to do"),
+    _M(ASYNC_ENGINE_LOAD_FRAC, "fraction", "in flight: share of the step's wall time an engine's loop spent loading "
+       "weights, mean over the engines"),
     _M(ASYNC_SPANNING_FRAC, "fraction", "trained samples whose tokens come from more than one policy version "
        "(an in-flight update landed while they were generated)"),
     # val/

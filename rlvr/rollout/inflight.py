@@ -26,6 +26,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 import threading
+import time
 from collections import deque
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -93,6 +94,8 @@ class EngineLoop:
         self._next = 0
         self._closed = False
         self._error: BaseException | None = None
+        self._spent = {"step_s": 0.0, "load_s": 0.0, "job_s": 0.0}
+        self._mark = time.perf_counter()
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"rlvr-{name}-loop")
         self._thread.start()
 
@@ -128,15 +131,32 @@ class EngineLoop:
         Returns the future of ``load()``'s result."""
 
         def job() -> Any:
+            t0 = time.perf_counter()
             out = load()
             if self.kv == "recompute":
                 with self._step_lock:
                     self.core.reset_prefix_cache(reset_running_requests=True)
             self.version = version
             self.updates.append((version, self.steps))
+            self._spend("load_s", time.perf_counter() - t0)
             return out
 
         return self.call(job, forward=False)
+
+    def usage(self) -> dict[str, float]:
+        """Where the loop's time went since the last call (or its start), in seconds: ``window_s`` the wall time,
+        ``step_s`` in decode steps (requests running), ``load_s`` in weight loads (:meth:`update`, the recompute
+        included), ``job_s`` in other jobs; the rest it waited with nothing to do. Resets the counts."""
+        with self._cond:
+            now = time.perf_counter()
+            out = {**self._spent, "window_s": now - self._mark}
+            self._spent = dict.fromkeys(self._spent, 0.0)
+            self._mark = now
+        return out
+
+    def _spend(self, key: str, seconds: float) -> None:
+        with self._cond:
+            self._spent[key] += seconds
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Stop the loop (after the job or step in progress); waiting batches get :class:`EngineLoopError`."""
@@ -166,16 +186,21 @@ class EngineLoop:
                     new, self._new = list(self._new), deque()
                 for fn, fut, forward in jobs:  # between two steps: the weights change here, and only here
                     if fut.set_running_or_notify_cancel():
+                        t0 = time.perf_counter()
                         try:
                             with self._step_lock if forward else nullcontext():
                                 fut.set_result(fn())
                         except BaseException as e:  # noqa: BLE001 - handed to the caller
                             fut.set_exception(e)
+                        if forward:  # (a weight load counts itself, as load_s)
+                            self._spend("job_s", time.perf_counter() - t0)
                 for batch, reqs, lora in new:
                     self._add(batch, reqs, lora)
                 if self._reqs:
+                    t0 = time.perf_counter()
                     with self._step_lock:
                         outs = self.core.step()
+                    self._spend("step_s", time.perf_counter() - t0)
                     self.steps += 1
                     self._take(outs)
         except BaseException as e:  # noqa: BLE001 - a failed step fails every waiting batch, never silently

@@ -419,6 +419,11 @@ class VLLMEngine:
         last sync (:func:`rlvr.sync.readback.vllm_blocks`): [tensor_parallel_size] lists of blocks."""
         return self._loop_call(lambda: self.llm.collective_rpc("rlvr_readback", args=(list(names), dtype)), False)
 
+    def loop_usage(self) -> dict[str, float]:
+        """In flight: the engine loop's time since the last call (:meth:`rlvr.rollout.inflight.EngineLoop.usage`);
+        empty without the loop."""
+        return self.loop.usage() if self.loop is not None else {}
+
     def get_policy_version(self) -> int:
         return self.policy_version
 

@@ -32,7 +32,7 @@ from rlvr.runtime.roles import Roles
 from rlvr.runtime.rundir import prepare_run_dir, resume_point, write_recipe  # noqa: F401 (cli, tests)
 from rlvr.runtime.rollout_stage import Rollout, RolloutStage, infra_valid, rule_scores, step_sampling
 from rlvr.runtime.validation import run_validation, validation_prompts
-from rlvr.seeding import DPH_BUFFER_ROUND
+from rlvr.seeding import DPH_BUFFER_ROUND, set_rng_state
 from rlvr.train.batch import TrainBatch, pack
 from rlvr.types import Prompt, SamplingConfig
 
@@ -237,7 +237,7 @@ def _train(recipe: Recipe, run_dir: Path, executor: Any | None) -> RunResult:
         val_prompts = validation_prompts(r, data.tokenizer) if val_every else []
         if state is not None:
             _restore(roles, resume_from, state)
-            ck.set_rng_state(state.rng)
+            set_rng_state(state.rng)
         dph_buffer = _dph_buffer(roles, data.prompts, sampling, r, primary, run_dir)
         validate = functools.partial(rule_scores, roles)  # generate and score without the judge
         if val_every and r.validation.at_start and state is None:
@@ -343,7 +343,7 @@ def _one_step(step: int, roles: "Roles", stage: RolloutStage, r: Recipe, pad_id:
     t1 = time.perf_counter()
     if saves and stage.in_flight:  # the checkpoint must not depend on where the update lands: drain first
         stage.drain()
-    sync_stats = roles.sync(version=step)  # 4: push the new weights to every engine
+    sync_stats = {**roles.sync(version=step), **stage.engine_usage()}  # 4: push the new weights to every engine
     return (_step_metrics(step, roll, adv_metrics, train_stats, sync_stats, dropped, stage.sampler, r, t_step, t0, t1),
             roll.rows)
 

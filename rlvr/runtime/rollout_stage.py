@@ -154,6 +154,21 @@ class RolloutStage:
         for step in sorted(self.started):
             self.collect(step)
 
+    def engine_usage(self) -> dict[str, float]:
+        """In flight, each engine loop's time since the last call (:meth:`rlvr.rollout.inflight.EngineLoop.usage`):
+        ``async/engine_busy_frac`` (decode steps over wall time) and ``async/engine_load_frac`` (weight loads),
+        means over the engines; empty otherwise. (The role-call spans, ``roles/*``, cannot see inside an engine
+        whose calls stay open across steps.)"""
+        if not self.in_flight:
+            return {}
+        got = self.roles.get([e.call("loop_usage") for e in self.roles.engines], self.recipe.timeouts.rollout_s,
+                             "reading the engines' loop usage", "timeouts.rollout_s")  # fmt: skip
+        got = [u for u in got if u.get("window_s", 0) > 0]
+        if not got:
+            return {}
+        return {mn.ASYNC_ENGINE_BUSY_FRAC: sum(u["step_s"] / u["window_s"] for u in got) / len(got),
+                mn.ASYNC_ENGINE_LOAD_FRAC: sum(u["load_s"] / u["window_s"] for u in got) / len(got)}
+
     def ahead_state(self) -> dict[int, Rollout]:
         """What a checkpoint keeps of the pipeline (``checkpoint.AHEAD``): the batches generated for the next steps
         (their weights are gone once the trainer moves on), batches still in flight collected first

@@ -94,6 +94,9 @@ class FakeEngine:
         self.version = version
         return 1.0
 
+    def loop_usage(self):  # no engine loop (the controller then reports no async/engine_* metric)
+        return {}
+
     def loaded_blocks(self, names, dtype):  # one worker holding w = [1.0], as the fake trainer sends it
         return [[("w", 0, 1, 0, 1, "float32", torch.ones(1).numpy().tobytes())]]
 
@@ -342,6 +345,17 @@ class SlotEngine(FakeEngine):
             raise RuntimeError(f"{self.role}: the engine shut down before version {version} landed")
         self.version = version
         return 1.0
+
+    def loop_usage(self) -> dict[str, float]:
+        """As :meth:`rlvr.rollout.inflight.EngineLoop.usage`, on the simulated clock since the last call: ``step_s``
+        the ticks with a sample in a slot, ``window_s`` all ticks, in units of ``dt_s`` (slot occupancy is
+        :meth:`usage`'s)."""
+        with self._cond:
+            ticks, zero = self.sim.ticks, self.sim.zero_ticks
+            t0, z0 = getattr(self, "_usage_mark", (0, 0))
+            self._usage_mark = (ticks, zero)
+        n = ticks - t0
+        return {"window_s": n * self.dt_s, "step_s": (n - (zero - z0)) * self.dt_s, "load_s": 0.0, "job_s": 0.0}
 
     def _mark(self) -> tuple[int, int, int, float]:
         return self.sim.ticks, self.sim.busy, self.sim.zero_ticks, time.perf_counter() - self._t0

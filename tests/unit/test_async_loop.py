@@ -339,3 +339,30 @@ def test_resume_with_another_engine_count_says_the_rollouts_differ(tmp_path, cap
         train(_recipe(tmp_path, "run.steps=3", *common, "run.resume=auto", "rollout.num_engines=2"),
               executor=FakeExecutor())  # fmt: skip
     assert "resume changes rollout.num_engines: 1 -> 2" in caplog.text and "not identical" in caplog.text
+
+
+@pytest.mark.parametrize("every_ck", [0, 2])
+def test_in_flight_the_sync_lands_while_batches_run_and_checkpoints_drain(tmp_path, every_ck):
+    """``rollout.in_flight_updates`` at N = 2 through the real controller on the continuous-batching fake
+    (:class:`loop_fakes.SlotEngine`: decode steps of 20 ms, samples 4 or 32 tokens, the update instant): every step
+    trains its 16 samples, no sampled token is more than 2 versions behind (the per-token histogram over lags 0..2
+    sums to 1), batches s + 1 .. s + 2 are in flight at step s's sync (the engine's calls for 4 + 2 batches all
+    submitted, samples spanning an update: ``async/spanning_frac`` > 0 at some step) and the engine's loop usage is
+    reported. With a checkpoint every 2 steps, the batches in flight at a checkpoint step finish before its sync:
+    no sample of the batches that step drains spans that step's update."""
+    ex = FakeExecutor(slot_engine=dict(slots=16, dt_s=0.02, short=4, long_mult=8, long_frac=0.25))
+    res = train(_recipe(tmp_path, "run.steps=4", "rollout.max_staleness=2", "rollout.in_flight_updates=true",
+                        f"checkpoint.every_steps={every_ck}"), executor=ex)  # fmt: skip
+    rows = _metrics(res.run_dir)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert ex.objects["trainer0"].result().updates == [16] * 4
+    for r in rows:
+        assert sum(r[mn.token_staleness(k)] for k in range(3)) == pytest.approx(1.0)
+        assert 0.0 <= r[mn.ASYNC_ENGINE_BUSY_FRAC] <= 1.0
+    assert _engine_calls(ex).count("generate") == 4 + 2
+    eng = ex.objects["engine0"].result()
+    if every_ck == 0:
+        assert max(r[mn.ASYNC_SPANNING_FRAC] for r in rows) > 0.0
+    else:  # steps 2 and 4 drain: batches 3, 4 (in flight at step 2) finish under the versions they had, below 2
+        for b in eng.batches[2:4]:
+            assert all(max(x.versions) < 2 for x in b.samples)

@@ -384,3 +384,25 @@ def test_a_job_waiting_when_the_loop_fails_gets_the_error():
     with pytest.raises(EngineLoopError, match="engine core died"):
         waiting[0].result(timeout=10)
     loop.close()
+
+
+def test_usage_splits_the_loops_time_into_steps_loads_and_waiting():
+    """``usage()``: a core whose step sleeps 20 ms, 3 steps and one load of 50 ms: step_s ~ 0.06, load_s ~ 0.05,
+    within a window that holds both; the next call starts from zero."""
+    import time as _t
+
+    core = ScriptedCore()
+    orig = core.step
+    core.step = lambda: (_t.sleep(0.02), orig())[1]
+    loop = EngineLoop(core)
+    try:
+        loop.usage()
+        core.at_step[1] = lambda: loop.update(lambda: _t.sleep(0.05), 1)
+        loop.submit([([1], params(3))]).result(timeout=10)
+        u = loop.usage()
+        assert 0.06 <= u["step_s"] < 0.2 and 0.05 <= u["load_s"] < 0.15
+        assert u["window_s"] >= u["step_s"] + u["load_s"] and u["job_s"] < 0.01
+        again = loop.usage()
+        assert again["step_s"] == 0.0 and again["load_s"] == 0.0
+    finally:
+        loop.close()
