@@ -26,9 +26,18 @@ transformers engine call    ``request seed * 1_000_003``, or       the HF engine
 ==========================  =====================================  ==========================================
 
 ``tests/unit/test_seeding.py`` fails when seed arithmetic appears anywhere else in the package.
+
+The generators a process seeds, as a checkpoint saves them (:func:`rng_state`, :func:`set_rng_state`: JSON-safe
+data, the controller's in ``controller.json``, each trainer rank's in ``rng_rank{k}.json``). numpy and torch are
+imported inside them: this module imports neither.
 """
 
 from __future__ import annotations
+
+import base64
+import random
+from collections.abc import Mapping
+from typing import Any
 
 SEED_MODULUS = 2**31 - 1
 """Seeds handed to engines stay below 2**31 - 1 (vLLM and NumPy take 32-bit seeds)."""
@@ -112,3 +121,51 @@ def hf_generator_seed(request_seed: int | None, engine_seed_: int, calls: int) -
 def numpy_seed(seed: int) -> int:
     """``seed`` folded into NumPy's 32-bit seed range."""
     return seed % 2**32
+
+
+# -- RNG states --------------------------------------------------------------------------------------------------------
+
+
+def rng_state() -> dict[str, Any]:
+    """This process's RNG states as JSON-safe data: Python ``random``, numpy's global generator, torch's CPU
+    generator (and every CUDA device's, when CUDA is initialised)."""
+    import numpy as np
+    import torch
+
+    version, internal, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    out: dict[str, Any] = {
+        "python": [version, list(internal), gauss],
+        "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+        "torch": _b64(torch.get_rng_state()),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        out["torch_cuda"] = [_b64(s) for s in torch.cuda.get_rng_state_all()]
+    return out
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    """Restore states saved by :func:`rng_state` (``torch_cuda`` only where CUDA is available).
+
+    Errors: ``KeyError`` when ``python``, ``numpy`` or ``torch`` is missing.
+    """
+    import numpy as np
+    import torch
+
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(_unb64(state["torch"]))
+    if "torch_cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([_unb64(s) for s in state["torch_cuda"]])
+
+
+def _b64(t: Any) -> str:
+    return base64.b64encode(t.numpy().tobytes()).decode("ascii")
+
+
+def _unb64(s: str) -> Any:
+    import torch
+
+    return torch.frombuffer(bytearray(base64.b64decode(s)), dtype=torch.uint8).clone()

@@ -31,7 +31,6 @@ import json
 import logging
 import math
 import os
-import random
 import re
 import secrets
 import shutil
@@ -43,6 +42,7 @@ from typing import Any
 import yaml
 
 from rlvr.config import Recipe, RecipeError, dump_yaml, read_recipe, to_dict
+from rlvr.seeding import rng_state
 
 log = logging.getLogger(__name__)
 
@@ -522,8 +522,8 @@ def _json_default(o: Any) -> Any:
 @dataclass(frozen=True, kw_only=True)
 class ControllerState:
     """What ``controller.json`` holds: the last finished ``step``, the engines' ``policy_version``, the
-    ``sampler`` position (``PromptSampler.state_dict``), the controller's ``rng`` states (:func:`rng_state`) and
-    the ``metrics`` logged at that step."""
+    ``sampler`` position (``PromptSampler.state_dict``), the controller's ``rng`` states
+    (:func:`rlvr.seeding.rng_state`) and the ``metrics`` logged at that step."""
 
     step: int
     policy_version: int
@@ -563,7 +563,8 @@ def save_controller(
 
 
 def load_controller(ckpt_dir: str | Path) -> ControllerState:
-    """Read ``controller.json`` of a checkpoint (RNG states are returned, not applied: :func:`set_rng_state`).
+    """Read ``controller.json`` of a checkpoint (RNG states are returned, not applied:
+    :func:`rlvr.seeding.set_rng_state`).
 
     Errors: ``FileNotFoundError`` when it is missing; ``ValueError`` for a newer format or a missing key.
     """
@@ -594,51 +595,3 @@ def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing")
     return json.loads(path.read_text())
-
-
-# -- RNG states -----------------------------------------------------------------------------------------------------
-
-
-def rng_state() -> dict[str, Any]:
-    """This process's RNG states as JSON-safe data: Python ``random``, numpy's global generator, torch's CPU
-    generator (and every CUDA device's, when CUDA is initialised)."""
-    import numpy as np
-    import torch
-
-    version, internal, gauss = random.getstate()
-    name, keys, pos, has_gauss, cached = np.random.get_state()
-    out: dict[str, Any] = {
-        "python": [version, list(internal), gauss],
-        "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)],
-        "torch": _b64(torch.get_rng_state()),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        out["torch_cuda"] = [_b64(s) for s in torch.cuda.get_rng_state_all()]
-    return out
-
-
-def set_rng_state(state: Mapping[str, Any]) -> None:
-    """Restore states saved by :func:`rng_state` (``torch_cuda`` only where CUDA is available).
-
-    Errors: ``KeyError`` when ``python``, ``numpy`` or ``torch`` is missing.
-    """
-    import numpy as np
-    import torch
-
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(_unb64(state["torch"]))
-    if "torch_cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([_unb64(s) for s in state["torch_cuda"]])
-
-
-def _b64(t: Any) -> str:
-    return base64.b64encode(t.numpy().tobytes()).decode("ascii")
-
-
-def _unb64(s: str) -> Any:
-    import torch
-
-    return torch.frombuffer(bytearray(base64.b64decode(s)), dtype=torch.uint8).clone()

@@ -32,7 +32,7 @@ from rlvr.algos.logprobs import logprobs_and_entropy
 from rlvr.config import Recipe
 from rlvr.hardware import bind_cpus, free_port, host_ip, set_threads
 from rlvr.metrics import names as mn
-from rlvr.seeding import policy_order_seed, trainer_seed
+from rlvr.seeding import policy_order_seed, rng_state, set_rng_state, trainer_seed
 from rlvr.sync.weights import DTYPES, WeightSender
 from rlvr.train import lora
 from rlvr.train.batch import TrainBatch, pack
@@ -687,8 +687,6 @@ class PolicyWorker:
         - ``rng_rank{k}.json``: this rank's RNG states (DeepSpeed saves none);
         - rank 0: the policy in Hugging Face format under ``out_dir/hf`` (what ``rlvr eval`` and vLLM load).
         """
-        from rlvr.runtime.checkpoint import rng_state
-
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         client = {"version": self.version}
@@ -710,8 +708,6 @@ class PolicyWorker:
         checkpoint's (:func:`apply_optimizer_settings`; DeepSpeed ZeRO-1/2 and fp16 also restore the saved
         clipping norm), so a resumed run may change them.
         Errors: ``FileNotFoundError`` when this rank's files are missing (a checkpoint of another world size)."""
-        from rlvr.runtime.checkpoint import set_rng_state
-
         src, tr = Path(ckpt_dir), self.recipe.trainer
         if self.ds:
             path, client = self.engine.load_checkpoint(str(src), tag="ds", load_module_strict=not self.lora)

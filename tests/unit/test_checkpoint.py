@@ -14,6 +14,7 @@ from rlvr.config import RecipeError
 from rlvr.recipe import load_recipe
 from rlvr.data import PromptSampler
 from rlvr.runtime import checkpoint as ck
+from rlvr.seeding import rng_state, set_rng_state
 from rlvr.types import Prompt
 
 PROMPTS = [{"text": f"What is {i} plus 1?", "gold": str(i + 1)} for i in range(12)]
@@ -261,10 +262,10 @@ def test_rng_round_trip():
     np.random.seed(2)
     torch.manual_seed(3)
     _draw()
-    saved = json.loads(json.dumps(ck.rng_state()))  # through JSON, as controller.json stores it
+    saved = json.loads(json.dumps(rng_state()))  # through JSON, as controller.json stores it
     expected = _draw()
     _draw()
-    ck.set_rng_state(saved)
+    set_rng_state(saved)
     assert _draw() == expected
 
 
