@@ -123,6 +123,37 @@ def default_ks(n: int) -> tuple[int, ...]:
     return tuple(ks)
 
 
+@dataclass(frozen=True)
+class GpuProcess:
+    """One process of a run that may hold a GPU: ``role`` (``trainer``, ``engine``: one rollout engine worker,
+    ``teacher``, ``judge``), ``section`` (the recipe section of its settings), ``fraction`` (its ``num_gpus``;
+    0: on CPU) and ``share`` (a vLLM engine's ``gpu_memory_utilization``, the share of the card it takes; 0 for a
+    trainer rank)."""
+
+    role: str
+    section: str
+    fraction: float
+    share: float = 0.0
+
+
+def gpu_processes(recipe: Recipe, *, teacher: bool, judge: bool = False) -> list[GpuProcess]:
+    """The processes of ``recipe`` that hold devices, in the order the memory plan places them
+    (:func:`rlvr.runtime.memory._place`): the trainer ranks (``trainer.num_workers``), the rollout engines' workers
+    (``rollout.num_engines`` x ``tensor_parallel_size``, vLLM only: the ``hf`` engine reserves no share), then, where
+    asked, the distillation teacher's engine and the judge's engine (one worker each). The memory plan models the
+    first three (:func:`rlvr.runtime.memory.memory_plan`); the recipe check of GPU sharing
+    (:func:`rlvr.recipe.gpu_sharing_errors`) all four. Here, beside the schema, so that both read it from below."""
+    tr, ro = recipe.trainer, recipe.rollout
+    out = [GpuProcess("trainer", "trainer", tr.num_gpus)] * tr.num_workers
+    engines = ro.num_engines * ro.tensor_parallel_size if ro.engine == "vllm" else 0
+    out += [GpuProcess("engine", "rollout", ro.num_gpus, ro.gpu_memory_utilization)] * engines
+    if teacher:
+        out.append(GpuProcess("teacher", "teacher", recipe.teacher.num_gpus, recipe.teacher.gpu_memory_utilization))
+    if judge:
+        out.append(GpuProcess("judge", "judge", recipe.judge.num_gpus, recipe.judge.gpu_memory_utilization))
+    return out
+
+
 # ------------------------------------------------------------------------------------------------------
 # loading
 

@@ -15,8 +15,8 @@ from typing import Any
 from rlvr.algos import ADVANTAGES, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
 from rlvr.algos.gae import CRITIC_ADVANTAGES
 from rlvr.algos.losses import correction_cap
-from rlvr.config import (AlgorithmConfig, Recipe, RecipeError, Spec, TimeoutsConfig, build_settings, plain,
-                         read_recipe)
+from rlvr.config import (AlgorithmConfig, Recipe, RecipeError, Spec, TimeoutsConfig, build_settings,
+                         gpu_processes, plain, read_recipe)
 from rlvr.registry import Registry
 
 
@@ -302,7 +302,7 @@ def gpu_errors(r: Recipe) -> list[str]:
 def gpu_sharing_errors(r: Recipe) -> list[str]:
     """Roles that would share a GPU they cannot share, refused at load (none apply on CPU). Ray packs fractional
     ``num_gpus`` onto one GPU where they fit (their sum <= 1), in whatever order the roles start, so each rule
-    holds for every set of processes that fits on one GPU (:func:`rlvr.runtime.memory.gpu_processes`):
+    holds for every set of processes that fits on one GPU (:func:`rlvr.config.gpu_processes`):
 
     - trainer ranks: with ``trainer.num_workers`` >= 2 and ``0 < trainer.num_gpus <= 0.5`` two ranks fit on one
       GPU, and their data-parallel group is NCCL on CUDA (:mod:`rlvr.train.policy`), which refuses two ranks on one
@@ -314,7 +314,6 @@ def gpu_sharing_errors(r: Recipe) -> list[str]:
       sections).
     """
     from rlvr.reward.judge import JUDGE
-    from rlvr.runtime.memory import gpu_processes
 
     errs: list[str] = []
     tr, ro = r.trainer, r.rollout

@@ -76,7 +76,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlvr.config import Recipe
+from rlvr.config import Recipe, gpu_processes
 
 GIB = 1 << 30
 GB = 10**9
@@ -370,36 +370,6 @@ def engine_memory(recipe: Recipe, shape: ModelShape, *, device: str, gpu: bool, 
                              f"({shape.kv_bytes_per_token(b)} bytes/token) + {GPU_ENGINE_OVERHEAD / GIB:.1f} GiB "
                              f"vLLM/CUDA overhead; it takes gpu_memory_utilization={ro.gpu_memory_utilization} of "
                              f"its card",))
-
-
-@dataclass(frozen=True)
-class GpuProcess:
-    """One process of a run that may hold a GPU: ``role`` (``trainer``, ``engine``: one rollout engine worker,
-    ``teacher``, ``judge``), ``section`` (the recipe section of its settings), ``fraction`` (its ``num_gpus``;
-    0: on CPU) and ``share`` (a vLLM engine's ``gpu_memory_utilization``, the share of the card it takes; 0 for a
-    trainer rank)."""
-
-    role: str
-    section: str
-    fraction: float
-    share: float = 0.0
-
-
-def gpu_processes(recipe: Recipe, *, teacher: bool, judge: bool = False) -> list[GpuProcess]:
-    """The processes of ``recipe`` that hold devices, in the order :func:`_place` places them: the trainer ranks
-    (``trainer.num_workers``), the rollout engines' workers (``rollout.num_engines`` x ``tensor_parallel_size``,
-    vLLM only: the ``hf`` engine reserves no share), then, where asked, the distillation teacher's engine and the
-    judge's engine (one worker each). The memory plan models the first three (:func:`memory_plan`); the recipe
-    check of GPU sharing (:func:`rlvr.recipe.gpu_sharing_errors`) all four."""
-    tr, ro = recipe.trainer, recipe.rollout
-    out = [GpuProcess("trainer", "trainer", tr.num_gpus)] * tr.num_workers
-    engines = ro.num_engines * ro.tensor_parallel_size if ro.engine == "vllm" else 0
-    out += [GpuProcess("engine", "rollout", ro.num_gpus, ro.gpu_memory_utilization)] * engines
-    if teacher:
-        out.append(GpuProcess("teacher", "teacher", recipe.teacher.num_gpus, recipe.teacher.gpu_memory_utilization))
-    if judge:
-        out.append(GpuProcess("judge", "judge", recipe.judge.num_gpus, recipe.judge.gpu_memory_utilization))
-    return out
 
 
 def _place(items: list[tuple[str, float]]) -> list[str]:
