@@ -120,3 +120,41 @@ def test_rewards_environments_and_tools_do_not_reach_up_into_the_runtime():
     up = {(_module_name(f), m) for d in ("reward", "envs", "tools") for f in (PKG / d).rglob("*.py")
           for m in _imports(f) if m.startswith("rlvr.runtime")}  # fmt: skip
     assert up == set()
+
+
+ABOVE_THE_RUNTIME = {"rlvr", "rlvr.cli", "rlvr.eval_run", "rlvr.evaluate"}
+"""The entry points that sit over rlvr.runtime and import it: ``rlvr.train`` (rlvr/__init__.py), ``rlvr train``
+(rlvr/cli.py), ``rlvr eval`` (rlvr/evaluate.py: the pass@k of validation; rlvr/eval_run.py: a run folder's policy).
+rlvr/eval_cli.py and rlvr/verify_cli.py sit up there too but need nothing of the runtime."""
+
+
+def _runtime(m: str) -> bool:
+    return m == "rlvr.runtime" or m.startswith("rlvr.runtime.")
+
+
+def _up_going(files: dict[str, Path]) -> set[tuple[str, str]]:
+    """(module, the rlvr.runtime module it imports) for every module outside rlvr.runtime and the entry points."""
+    return {(m, d) for m, f in files.items() if not _runtime(m) and m not in ABOVE_THE_RUNTIME
+            for d in _imports(f) if _runtime(d)}  # fmt: skip
+
+
+def test_no_lower_floor_imports_the_runtime():
+    """Issue 39 (the house): rlvr.runtime (the controller, roles, executors, checkpoints) is the top floor; no module
+    below it imports it, not even inside a function (the process environment lives in rlvr.environ, the rendezvous
+    address in rlvr.hardware, the RNG states in rlvr.seeding, a recipe's GPU processes in rlvr.config). The entry
+    points above it stay above: no runtime module reaches them."""
+    assert _up_going({_module_name(f): f for f in PKG.rglob("*.py")}) == set()
+    graph, reached = _graph(), set()
+    todo = [m for m in graph if _runtime(m)]
+    while todo:
+        for d in graph[todo.pop()] - reached:
+            reached.add(d)
+            todo.append(d)
+    assert reached & ABOVE_THE_RUNTIME == set()
+
+
+def test_the_up_going_check_sees_an_import_inside_a_function(tmp_path):
+    f = tmp_path / "low.py"
+    f.write_text("def f():\n    from rlvr.runtime.executors import free_port\n")
+    assert _up_going({"rlvr.low": f, "rlvr.cli": f}) == {("rlvr.low", "rlvr.runtime.executors"),
+                                                         ("rlvr.low", "rlvr.runtime.executors.free_port")}
