@@ -12,9 +12,9 @@ import threading
 import time
 from typing import Any
 
+from rlvr.environ import recording_env, scoped_env
 from rlvr.hardware import set_threads
 from rlvr.rollout.base import checkpoint_shapes
-from rlvr.environ import recording_env, scoped_env
 from rlvr.types import Completion, Prompt, SamplingConfig
 
 log = logging.getLogger(__name__)
