@@ -37,6 +37,32 @@ log = logging.getLogger(__name__)
 KV_MODES = ("keep", "recompute")
 
 
+def require_lockstep_core(engine: Any) -> None:
+    """Refuse a vLLM ``LLMEngine`` whose ``step()`` is not one decode step run in the calling thread.
+
+    The loop's labels are exact only if nothing is sampled outside its own ``step()`` calls. With the engine core in
+    a process of its own (``VLLM_ENABLE_V1_MULTIPROCESSING=1``, vLLM's default on GPU) the core keeps stepping while
+    the loop runs a job, and ``step()`` hands back tokens sampled steps ago; with async scheduling (a batch queue,
+    vLLM's default on GPU) a batch is still running when ``step()`` returns. Either way a weight load between two
+    ``step()`` calls would race a running batch and label old tokens with the new version (AReaL #1569).
+    :class:`rlvr.rollout.vllm_engine.VLLMEngine` builds in-flight engines with the core in process and
+    ``async_scheduling=False``. Objects that are not a vLLM engine (scripted cores in tests) pass.
+
+    Errors: ``ValueError`` naming the setting to change."""
+    client = getattr(engine, "engine_core", None)
+    if client is None:
+        return
+    from vllm.v1.engine.core_client import InprocClient
+
+    if not isinstance(client, InprocClient):
+        raise ValueError(
+            f"in-flight updates need vLLM's engine core in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0), not "
+            f"{type(client).__name__}: a core in a process of its own samples tokens while a weight load runs")
+    if getattr(client.engine_core, "batch_queue", None) is not None:
+        raise ValueError("in-flight updates need vLLM's engine built with async_scheduling=False: with a batch "
+                         "queue a batch still runs when step() returns, beside the weight load")
+
+
 @dataclass
 class Sampled:
     """One request's output: ``token_ids`` [T] sampled, ``logprobs`` [T] (nats, as the sampling step computed them),

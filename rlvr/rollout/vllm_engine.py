@@ -87,8 +87,8 @@ def kv_cache_bytes(kv_cache_gib: float) -> int:
     return max(1 << 20, int(kv_cache_gib * GIB))
 
 
-def construction_env(gpu: bool, tensor_parallel_size: int, threads: int,
-                     cpus: tuple[int, ...] = ()) -> tuple[dict[str, str], tuple[str, ...]]:
+def construction_env(gpu: bool, tensor_parallel_size: int, threads: int, cpus: tuple[int, ...] = (),
+                     in_flight: bool = False) -> tuple[dict[str, str], tuple[str, ...]]:
     """The variables vLLM 0.32 reads only from the environment, as one engine's construction needs them: (set,
     unset). vLLM's worker processes (tensor parallel) are started during the construction and keep them; the
     engine's own process has them only while it is built (:func:`rlvr.environ.scoped_env`).
@@ -97,9 +97,10 @@ def construction_env(gpu: bool, tensor_parallel_size: int, threads: int,
     25-45 s); ``OMP_NUM_THREADS`` = ``threads`` (> 0); ``VLLM_CPU_OMP_THREADS_BIND`` = :func:`cpu_bind` over
     ``cpus`` or, with tensor parallel, over this process's cores, else ``nobind``; ``VLLM_CPU_KVCACHE_SPACE``
     unset, as it would override the explicit ``kv_cache_memory_bytes`` (vLLM's CPU platform reads it last).
-    On GPU: nothing."""
+    On GPU: nothing, except for an engine with in-flight updates (``in_flight``), whose engine core must run in this
+    process on every platform (:func:`rlvr.rollout.inflight.require_lockstep_core`)."""
     if gpu:
-        return {}, ()
+        return ({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if in_flight else {}), ()
     tp = tensor_parallel_size
     env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     if threads > 0:
@@ -173,6 +174,10 @@ class VLLMEngine:
                           max_cpu_loras=lora_slots)
         if tp > 1:
             kwargs["distributed_executor_backend"] = "mp"  # vLLM's worker processes, inside this actor's bundle
+        if in_flight:
+            # one step() is one decode step, run by the loop's thread: no batch queued behind it (async scheduling
+            # would run a batch while the loop loads weights, and label its tokens with the new version)
+            kwargs["async_scheduling"] = False
         if in_flight and not gpu:
             # each request of an in-flight engine has a seed of its own (batches overlap); a CPU generator cannot
             # step back over a token that a partial (chunked) prefill discards ("CPU Generator does not use offset")
@@ -182,7 +187,7 @@ class VLLMEngine:
         else:
             kwargs["kv_cache_memory_bytes"] = kv_cache_bytes(kv_cache_gib)
             kwargs["block_size"] = CPU_BLOCK_SIZE
-        with recording_env(), scoped_env(*construction_env(gpu, tp, threads, cpus)):
+        with recording_env(), scoped_env(*construction_env(gpu, tp, threads, cpus, in_flight)):
             set_threads(threads)
             from vllm import LLM, envs
 
@@ -202,8 +207,9 @@ class VLLMEngine:
         self._omp = _ThreadMatch(gpu or tp > 1)
         self.loop = None
         if in_flight:  # every later call goes through the loop's thread, the only one that steps the engine
-            from rlvr.rollout.inflight import EngineLoop
+            from rlvr.rollout.inflight import EngineLoop, require_lockstep_core
 
+            require_lockstep_core(self.llm.llm_engine)
             self.loop = EngineLoop(self.llm.llm_engine, kv=in_flight_kv, step_lock=FORWARD_LOCK, on_start=self._omp.here)
         self.start_s = time.perf_counter() - t0
         log.info("vLLM engine up in %.1fs (%s, %s)", self.start_s, model_dir, dtype)

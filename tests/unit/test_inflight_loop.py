@@ -406,3 +406,29 @@ def test_usage_splits_the_loops_time_into_steps_loads_and_waiting():
         assert again["step_s"] == 0.0 and again["load_s"] == 0.0
     finally:
         loop.close()
+
+
+def test_only_an_engine_that_steps_in_this_thread_runs_in_flight():
+    """A core in another process (vLLM's default on GPU) or a batch queue (async scheduling) samples tokens beside
+    a weight load run between two step() calls: refused by name; the in-process core without a queue passes, and so
+    do scripted cores."""
+    from collections import deque
+
+    from vllm.v1.engine.core_client import InprocClient, SyncMPClient
+
+    from rlvr.rollout.inflight import require_lockstep_core
+    from rlvr.rollout.vllm_engine import construction_env
+
+    inproc = InprocClient.__new__(InprocClient)
+    inproc.engine_core = SimpleNamespace(batch_queue=None)
+    require_lockstep_core(SimpleNamespace(engine_core=inproc))
+    require_lockstep_core(SimpleNamespace(step=lambda: []))
+    with pytest.raises(ValueError, match="VLLM_ENABLE_V1_MULTIPROCESSING=0.*SyncMPClient"):
+        require_lockstep_core(SimpleNamespace(engine_core=SyncMPClient.__new__(SyncMPClient)))
+    inproc.engine_core = SimpleNamespace(batch_queue=deque(maxlen=2))
+    with pytest.raises(ValueError, match="async_scheduling=False"):
+        require_lockstep_core(SimpleNamespace(engine_core=inproc))
+    # and the engine is built that way on GPU too (the CPU build always has the core in process)
+    assert construction_env(True, 1, 0, (), in_flight=True) == ({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}, ())
+    assert construction_env(True, 1, 0) == ({}, ())
+    assert construction_env(False, 1, 0, (), in_flight=True)[0]["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
