@@ -77,7 +77,12 @@ REAL = {  # name -> overrides
     "N=1": ["rollout.max_staleness=1"],
     "N=1, cores split": ["rollout.max_staleness=1", "rollout.cpus=[0]", "trainer.cpus=[1]", "rollout.threads=1",
                          "trainer.threads=1"],
+    "in flight N=1, cores split": ["rollout.max_staleness=1", "rollout.in_flight_updates=true", "rollout.cpus=[0]",
+                                   "trainer.cpus=[1]", "rollout.threads=1", "trainer.threads=1"],
+    "in flight N=2, cores split": ["rollout.max_staleness=2", "rollout.in_flight_updates=true", "rollout.cpus=[0]",
+                                   "trainer.cpus=[1]", "rollout.threads=1", "trainer.threads=1"],
 }  # fmt: skip
+REAL_ONLY = ()  # --real-modes: a subset of REAL by name
 
 
 def _rows(run_dir: str | Path) -> list[dict]:
@@ -214,6 +219,8 @@ def real(steps: int, out: Path) -> None:
     print(f"## Part 2: the real loop (recipes/smoke_cpu.yaml, {steps} steps, medians of steps 2..)\n")
     results = {}
     for name, extra in REAL.items():
+        if REAL_ONLY and name not in REAL_ONLY:
+            continue
         tag = name.replace(" ", "").replace(",", "_").replace("=", "")
         cmd = [sys.executable, "-m", "rlvr.cli", "train", str(REPO / "recipes" / "smoke_cpu.yaml"), f"run.steps={steps}",
                f"run.output_dir={out}", f"run.name={tag}", "validation.every_steps=0", "metrics.samples_every=0",
@@ -228,15 +235,17 @@ def real(steps: int, out: Path) -> None:
         return
     base = _median(results.get("N=0", [])[1:], mn.TIMING_STEP_S) if "N=0" in results else float("nan")
     print("| run | step s | rollout s | train s | sync s | engine idle | trainer idle | reward idle | overlap | "
-          "step / N=0 |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "step / N=0 | engine loop busy (in flight) | token lag | spanning |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, rows in results.items():
         rr = rows[1:]
         step = _median(rr, mn.TIMING_STEP_S)
         idle = lambda g: _median(rr, mn.role_idle(g)) / step  # noqa: E731
         print(f"| {name} | {step:.1f} | {_median(rr, mn.TIMING_ROLLOUT_S):.1f} | {_median(rr, mn.TIMING_TRAIN_S):.1f} | "
               f"{_median(rr, mn.TIMING_SYNC_S):.1f} | {idle('engines'):.0%} | {idle('trainer'):.0%} | "
-              f"{idle('reward'):.0%} | {_median(rr, mn.ROLES_OVERLAP_FRAC):.0%} | {step / base:.2f} |")
+              f"{idle('reward'):.0%} | {_median(rr, mn.ROLES_OVERLAP_FRAC):.0%} | {step / base:.2f} | "
+              f"{_median(rr, mn.ASYNC_ENGINE_BUSY_FRAC):.0%} | {_median(rr, mn.ASYNC_TOKEN_STALENESS_MEAN):.2f} | "
+              f"{_median(rr, mn.ASYNC_SPANNING_FRAC):.2f} |")
     print("\nreward/mean per step (same seed):\n")
     for name, rows in results.items():
         print(f"- {name}: " + " ".join(f"{r[mn.REWARD_MEAN]:.3f}" for r in rows) +
@@ -254,7 +263,10 @@ def main() -> None:
     ap.add_argument("--tail-steps", type=int, default=24, help="steps per part 1c run (default 24)")
     ap.add_argument("--tail-train", type=float, default=1.0,
                     help="part 1c's update time as a multiple of a batch's generation work on full slots (default 1)")
+    ap.add_argument("--real-modes", nargs="*", default=(), help="part 2: only these runs of REAL (by name)")
     a = ap.parse_args()
+    global REAL_ONLY
+    REAL_ONLY = tuple(a.real_modes)
     out = a.out or Path(tempfile.mkdtemp(prefix="rlvr-async-"))
     parts = set(a.parts.split(","))
     if "1" in parts:
