@@ -179,6 +179,8 @@ FOREIGN_NAMES: dict[str, str] = {
     "adv_estimator": "algorithm.advantage",
     "rollout.n": "rollout.samples_per_prompt",  # verl (qualified: a bare `n` elsewhere means something else)
     "ppo_micro_batch_size_per_gpu": "trainer.micro_batch_size",
+    "use_remove_padding": "trainer.packing",  # verl
+    "packing_samples": "trainer.packing",  # OpenRLHF
     "total_training_steps": "run.steps",
 }
 """Names TRL, verl and OpenRLHF use for settings rlvr names otherwise (used only for error hints)."""

@@ -503,6 +503,12 @@ class TrainerConfig:
     """Sequences per optimizer step (0: the whole rollout batch, one step per epoch)."""
     micro_batch_size: int = 8
     """Sequences per forward/backward per rank."""
+    packing: bool | Literal["auto"] = "auto"
+    """Pack each micro-batch's sequences end to end in a few rows, ``position_ids`` restarting at each, attention
+    confined to each sequence (:mod:`rlvr.train.packing`): no padding computed. ``auto`` packs where the model
+    honours packed ``position_ids`` (checked on the model at start) and pads otherwise with a warning; ``true``
+    refuses such a model; ``false`` pads (each micro-batch to its longest sequence). The policy, its reference
+    and the critic alike; the values are today's per-row ones (tests/unit/test_packing.py)."""
     gradient_checkpointing: bool = False
     threads: int = 1
     """torch threads per trainer rank."""

@@ -26,6 +26,7 @@ from rlvr.metrics import names as mn
 from rlvr.seeding import critic_order_seed, critic_seed
 from rlvr.sync.weights import DTYPES
 from rlvr.train.batch import TrainBatch
+from rlvr.train.packing import forward_inputs, resolve_packing
 from rlvr.train.policy import apply_optimizer_settings
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,8 @@ log = logging.getLogger(__name__)
 
 class ValueModel(torch.nn.Module):
     """Backbone + scalar head. ``forward(input_ids [b, S], attention_mask [b, S]) -> values [b, S-1]`` (reward
-    units), the value at every position but the last (shifted frame)."""
+    units), the value at every position but the last (shifted frame; 0 past a sequence's end). ``packed``: the
+    rows packed for the backbone (:mod:`rlvr.train.packing`), the values placed back in the padded frame."""
 
     def __init__(self, backbone: torch.nn.Module, hidden_size: int):
         super().__init__()
@@ -41,10 +43,16 @@ class ValueModel(torch.nn.Module):
         self.value_head = torch.nn.Linear(hidden_size, 1)
         torch.nn.init.zeros_(self.value_head.weight)
         torch.nn.init.zeros_(self.value_head.bias)
+        self.packed = False
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[:, :-1]
-        return self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)
+        inputs = forward_inputs(input_ids.cpu(), attention_mask.cpu(), self.packed)
+        dev = input_ids.device
+        kw = {k: v.to(dev) for k, v in inputs.kwargs.items()}
+        hidden = self.backbone(**kw, use_cache=False).last_hidden_state.flatten(0, 1)
+        values = self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)  # [R * C]
+        index = inputs.index.to(dev)
+        return values[index.clamp(min=0)] * (index >= 0)  # [b, S-1]
 
 
 class CriticWorker:
@@ -68,6 +76,8 @@ class CriticWorker:
         backbone = AutoModel.from_pretrained(path, dtype=torch.float32)
         backbone.config.use_cache = False
         self.model = ValueModel(backbone, cfg.hidden_size).to(self.device)
+        self.model.packed = resolve_packing(recipe.trainer.packing, self.model.backbone, cfg.vocab_size, who="critic",
+                                            autocast=self._autocast)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cr.lr, betas=recipe.trainer.betas)
         self.updates = 0
 

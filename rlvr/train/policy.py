@@ -36,6 +36,7 @@ from rlvr.seeding import policy_order_seed, rng_state, set_rng_state, trainer_se
 from rlvr.sync.weights import DTYPES, WeightSender
 from rlvr.train import lora
 from rlvr.train.batch import TrainBatch, pack
+from rlvr.train.packing import forward_inputs, resolve_packing
 from rlvr.types import Completion
 
 log = logging.getLogger(__name__)
@@ -227,6 +228,9 @@ class PolicyWorker:
                 raise ValueError("trainer.backend=torch runs one rank: set trainer.num_workers=1 or backend=deepspeed")
             self.module = model.to(self.device)
             self.optimizer = torch.optim.AdamW(trainable, lr=tr.lr, betas=tr.betas, weight_decay=tr.weight_decay)
+        # trainer.packing: checked on the model as it will compute (device, adapters); every rank runs the same check
+        self.packing = resolve_packing(tr.packing, lora.inner(self.module), model.config.vocab_size,
+                                       who=f"trainer rank {rank}", autocast=self._autocast)
         # fp16 autocast needs loss scaling, or gradients under 6e-8 flush to zero (DeepSpeed fp16 scales itself)
         self.scaler = torch.amp.GradScaler(self.device.type) if not self.ds and self.dtype == torch.float16 else None
         self.ref = None
@@ -301,20 +305,24 @@ class PolicyWorker:
         """
         from rlvr.models.heads import lean_output_head
 
-        ids = mb.input_ids.to(self.device)
-        am = mb.attention_mask.to(self.device)
         mask = mb.loss_mask.to(self.device).bool()  # [b, S-1]
-        targets = ids[:, 1:][mask]  # [N]
+        targets = mb.input_ids.to(self.device)[:, 1:][mask]  # [N]
+        # packed (trainer.packing): the sequences end to end in a few rows; either way `at` places each response
+        # token's predicting position in the flattened output (rlvr.train.packing). No KV cache: transformers
+        # reads packed position_ids only without one
+        inputs = forward_inputs(mb.input_ids, mb.attention_mask, self.packing)
+        kw = {k: v.to(self.device) for k, v in inputs.kwargs.items()}
+        at = inputs.index.to(self.device)[mask]  # [N]
         if self.ds and model is self.module and self._forward_prologue is not None:
             self._forward_prologue()
         model = lora.inner(model)  # under LoRA: the transformers model, adapters injected in its Linear layers
         head = lean_output_head(model)  # hidden [N, H] -> logits [N, V], or None: full forward
         with self._autocast():
             if head is not None:
-                hidden = model.model(input_ids=ids, attention_mask=am).last_hidden_state[:, :-1]  # [b, S-1, H]
-                logits = head(hidden[mask])  # [N, V]
+                hidden = model.model(**kw, use_cache=False).last_hidden_state.flatten(0, 1)[at]  # [N, H]
+                logits = head(hidden)  # [N, V]
             else:
-                logits = model(input_ids=ids, attention_mask=am).logits[:, :-1][mask]  # [N, V]
+                logits = model(**kw, use_cache=False).logits.flatten(0, 1)[at]  # [N, V]
         temperature = self.temperature if temperature is None else temperature
         # in fp32 chunks of rows, one pass for both; backward recomputes each chunk's softmax, so beside the [N, V]
         # logits no [N, V] fp32 tensor is kept (issue 27: 2.5 GB each at N = 4096, V = 152k); the entropy carries a

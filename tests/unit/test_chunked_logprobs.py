@@ -239,7 +239,7 @@ def test_policy_forward_equals_the_plain_path(amp, entropy_grad):
     mb = TrainBatch(input_ids=ids, attention_mask=am, loss_mask=loss_mask, rollout_logprobs=torch.zeros(2, 8),
                     advantages=torch.zeros(2), max_new_tokens=8)
     cast = (lambda: torch.autocast("cpu", dtype=amp)) if amp else (lambda: torch.autocast("cpu", enabled=False))
-    worker = types.SimpleNamespace(device=torch.device("cpu"), temperature=0.7, ds=False, _autocast=cast)
+    worker = types.SimpleNamespace(device=torch.device("cpu"), temperature=0.7, ds=False, _autocast=cast, packing=False)
     w = torch.randn(2, 8, generator=torch.Generator().manual_seed(1)) * loss_mask
 
     def loss_of(lp, ent):

@@ -119,7 +119,7 @@ def test_policy_forward_logprobs_equal_transformers(model_type, overrides):
     loss_mask[1, 2:5] = 1.0  # response targets ids[1, 3:6] (then padding)
     mb = TrainBatch(input_ids=ids, attention_mask=am, loss_mask=loss_mask, rollout_logprobs=torch.zeros(2, 8),
                     advantages=torch.zeros(2), max_new_tokens=8)  # fmt: skip
-    worker = types.SimpleNamespace(device=torch.device("cpu"), temperature=0.7, ds=False,
+    worker = types.SimpleNamespace(device=torch.device("cpu"), temperature=0.7, ds=False, packing=False,
                                    _autocast=lambda: torch.autocast("cpu", enabled=False))
     with torch.no_grad():
         lp, _ = PolicyWorker._forward(worker, model, mb, need_entropy=False)
