@@ -26,7 +26,10 @@ def _small(tmp_path: Path, executor: str) -> list[str]:
             "run.save_final=false", "rollout.prompts_per_step=1", "rollout.samples_per_prompt=4",
             "rollout.max_new_tokens=40", "trainer.micro_batch_size=4", "trainer.lr=1e-5", "metrics.samples_every=1",
             "checkpoint.every_steps=0", "tools.num_workers=1", "reward.num_workers=1",
-            "environment.max_tokens=128", "rollout.kv_cache_gib=0.5"]  # fmt: skip
+            "environment.max_tokens=128", "rollout.kv_cache_gib=0.5",
+            # fp32 on every CPU: what the model samples (and so whether it writes a well-formed call) is then the
+            # same on AVX2-only machines and on those with AVX512-BF16, where auto picks bf16
+            "model.dtype=float32"]  # fmt: skip
 
 
 def _check(run_dir: Path) -> None:
