@@ -509,6 +509,13 @@ class TrainerConfig:
     honours packed ``position_ids`` (checked on the model at start) and pads otherwise with a warning; ``true``
     refuses such a model; ``false`` pads (each micro-batch to its longest sequence). The policy, its reference
     and the critic alike; the values are today's per-row ones (tests/unit/test_packing.py)."""
+    max_tokens_per_micro_batch: int = 0
+    """Token-budget micro-batches: each rank's forward/backward computes at most this many positions (packed: rows
+    x the longest sequence; padded: sequences x the longest), whatever the number of sequences
+    (``micro_batch_size`` is then unused); a sequence longer than the budget is a micro-batch of its own. With
+    several ranks the sequences are dealt by tokens (each to the rank with the fewest so far). The update is the
+    same sum over the mini-batch whatever the split. 0: ``micro_batch_size`` sequences a micro-batch. verl's
+    ``ppo_max_token_len_per_gpu``, OpenRLHF's and slime's token budgets."""
     gradient_checkpointing: bool = False
     threads: int = 1
     """torch threads per trainer rank."""

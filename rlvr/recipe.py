@@ -390,6 +390,9 @@ def _batch_errors(r: Recipe) -> list[str]:
             f"trainer.micro_batch_size ({tr.micro_batch_size}) must divide the per-rank mini-batch "
             f"({mb // tr.num_workers}); e.g. set trainer.micro_batch_size={_divisor(mb // tr.num_workers, tr.micro_batch_size)}"
         )
+    if tr.max_tokens_per_micro_batch < 0:
+        errs.append(f"trainer.max_tokens_per_micro_batch must be >= 0 tokens (0: trainer.micro_batch_size sequences "
+                    f"a micro-batch), got {tr.max_tokens_per_micro_batch}")
     if tr.zero_stage not in (0, 1, 2, 3):
         errs.append("trainer.zero_stage must be 0, 1, 2 or 3")
     if tr.lr <= 0:

@@ -162,3 +162,50 @@ def resolve_packing(mode: bool | str, model: torch.nn.Module, vocab_size: int, w
         raise ValueError(msg + ": set trainer.packing=auto (pads instead) or false")
     log.warning("%s; micro-batches are padded instead (trainer.packing=auto)", msg)
     return False
+
+
+def micro_batches(order: list[int], lengths: list[int], budget: int, packed: bool) -> list[list[int]]:
+    """Split sequences ``order`` (indices into ``lengths``, longest first) into consecutive micro-batches of at
+    most ``budget`` computed tokens (``trainer.max_tokens_per_micro_batch``). Computed tokens: packed, the rows of
+    :func:`forward_inputs` (first-fit decreasing into rows of the micro-batch's longest sequence: rows x longest),
+    padded, sequences x longest. A sequence longer than ``budget`` is a micro-batch of its own. So a micro-batch
+    never computes more than max(``budget``, the longest sequence) positions (what ``--dry-run`` counts).
+    Errors: ``ValueError`` for a ``budget`` < 1 or an order that is not longest first."""
+    if budget < 1:
+        raise ValueError(f"trainer.max_tokens_per_micro_batch={budget}: expected a positive number of tokens")
+    if any(lengths[a] < lengths[b] for a, b in zip(order, order[1:])):
+        raise ValueError("micro_batches needs the sequences longest first")
+    out: list[list[int]] = []
+    cur: list[int] = []
+    free: list[int] = []  # packed: room left in each row of the current micro-batch
+    cap = 0
+    for i in order:
+        n = lengths[i]
+        if cur:
+            if packed and any(room >= n for room in free):
+                r = next(k for k, room in enumerate(free) if room >= n)
+                free[r] -= n
+                cur.append(i)
+                continue
+            if (len(free) + 1) * cap <= budget:
+                free.append(cap - n)
+                cur.append(i)
+                continue
+            out.append(cur)
+        cur, cap, free = [i], n, [0]
+    if cur:
+        out.append(cur)
+    return out
+
+
+def balanced_shares(order: list[int], lengths: list[int], world: int) -> list[list[int]]:
+    """Deal sequences ``order`` to ``world`` data-parallel ranks by tokens: each, longest first, to the rank with
+    the fewest tokens so far (ties: the lowest rank; the longest-processing-time rule, as verl and slime balance
+    their token-budget batches). Returns each rank's sequences, longest first. Every rank computes the same deal."""
+    shares: list[list[int]] = [[] for _ in range(world)]
+    load = [0] * world
+    for i in sorted(order, key=lambda i: (-lengths[i], i)):
+        r = min(range(world), key=lambda k: (load[k], k))
+        shares[r].append(i)
+        load[r] += lengths[i]
+    return shares

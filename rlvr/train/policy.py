@@ -36,7 +36,7 @@ from rlvr.seeding import policy_order_seed, rng_state, set_rng_state, trainer_se
 from rlvr.sync.weights import DTYPES, WeightSender
 from rlvr.train import lora
 from rlvr.train.batch import TrainBatch, pack
-from rlvr.train.packing import forward_inputs, resolve_packing
+from rlvr.train.packing import balanced_shares, forward_inputs, micro_batches, resolve_packing
 from rlvr.types import Completion
 
 log = logging.getLogger(__name__)
@@ -141,6 +141,14 @@ def _gap_by_age(gap: torch.Tensor, versions: torch.Tensor, mask: torch.Tensor, v
             for a in ages.unique().tolist()}  # fmt: skip
 
 
+def _rank_rows(b: int, world: int, rank: int) -> list[int]:
+    """The rows of a [B, ...] batch that ``rank`` of ``world`` computes logprobs for: ``rank, rank + W, ...``,
+    padded to ceil(B / W) by repeating its last (the same forwards on every rank)."""
+    rows = list(range(rank, b, world)) if world > 1 else list(range(b))
+    per = -(-b // world)
+    return (rows + rows[-1:] * per)[:per] if rows else [0] * per
+
+
 def _longest_first(lengths: torch.Tensor) -> torch.Tensor:
     """Positions [n] that order ``lengths`` ([n] tokens per sequence) longest first, ties in their given order."""
     return torch.sort(lengths, descending=True, stable=True).indices
@@ -228,6 +236,7 @@ class PolicyWorker:
                 raise ValueError("trainer.backend=torch runs one rank: set trainer.num_workers=1 or backend=deepspeed")
             self.module = model.to(self.device)
             self.optimizer = torch.optim.AdamW(trainable, lr=tr.lr, betas=tr.betas, weight_decay=tr.weight_decay)
+        self.budget = tr.max_tokens_per_micro_batch  # 0: micro-batches of trainer.micro_batch_size sequences
         # trainer.packing: checked on the model as it will compute (device, adapters); every rank runs the same check
         self.packing = resolve_packing(tr.packing, lora.inner(self.module), model.config.vocab_size,
                                        who=f"trainer rank {rank}", autocast=self._autocast)
@@ -367,18 +376,25 @@ class PolicyWorker:
     def _logprob_rows(self, model: torch.nn.Module, batch: TrainBatch, temperature: float | None) -> torch.Tensor:
         """This rank's rows of :meth:`compute_logprobs` ([ceil(B / W), S-1], CPU), by ``model`` in its mode."""
         world = self.world_size if self.ds else 1
-        rows = list(range(self.rank, len(batch), world)) if world > 1 else list(range(len(batch)))
-        per = -(-len(batch) // world)
-        rows = (rows + rows[-1:] * per)[:per] if rows else [0] * per  # padded to ceil(B / W): same forwards per rank
+        rows = _rank_rows(len(batch), world, self.rank)
         mine = torch.zeros((len(rows), batch.loss_mask.shape[1]), dtype=batch.loss_mask.dtype)
-        mbs = self.recipe.trainer.micro_batch_size
-        # length-sorted micro-batches (less padding; as in train_step); each row's logprobs go back to its own place
-        by_len = _longest_first(batch.attention_mask.sum(1)[rows]).tolist()
-        for i in range(0, len(rows), mbs):
-            pos = by_len[i : i + mbs]
+        lengths = batch.attention_mask.sum(1).tolist()
+
+        def plan(rows: list[int]) -> list[list[int]]:  # positions in rows, micro-batch by micro-batch
+            # length-sorted micro-batches (less padding; as in train_step): by rows, or by the token budget
+            by_len = _longest_first(torch.tensor([lengths[i] for i in rows])).tolist()
+            return self._split(by_len, [lengths[i] for i in rows], self.recipe.trainer.micro_batch_size)
+
+        groups = plan(rows)
+        # a token budget splits ranks' rows differently: every rank runs as many forwards as the most (ZeRO-3
+        # gathers the parameters collectively in each); the extra ones are a one-row forward whose result is unused
+        most = max(len(plan(_rank_rows(len(batch), world, k))) for k in range(world)) if world > 1 else len(groups)
+        for pos in groups:  # each row's logprobs go back to its own place
             mb = batch.select([rows[j] for j in pos])
             lp, _ = self._forward(model, mb, need_entropy=False, temperature=temperature)
             mine[pos, : lp.shape[1]] = lp.float().cpu()
+        for _ in range(most - len(groups)):
+            self._forward(model, batch.select(rows[:1]), need_entropy=False, temperature=temperature)
         self.logprob_rows += len(rows)
         return mine
 
@@ -413,7 +429,6 @@ class PolicyWorker:
             # would leave micro-batches accumulated, or take a step mid-mini-batch
             raise ValueError(f"train_step got {b} sequences; this DeepSpeed trainer was built for the recipe's "
                              f"{r.samples_per_step} (prompts_per_step x samples_per_prompt)")
-        micro = min(r.trainer.micro_batch_size, mb_size // world)
         stats: dict[str, list[float]] = {}
         sums: dict[str, list[float]] = {}  # token statistic -> [sum over response tokens, token count], this rank
         g = torch.Generator().manual_seed(policy_order_seed(r.run.seed, self.version))
@@ -428,9 +443,15 @@ class PolicyWorker:
                 # sequences of similar length (less padding; the update is a sum over the mini-batch whatever its
                 # split) and the ranks get similar work
                 mini = mini[_longest_first(lengths[mini])]
-                mine = mini[self.rank :: world]  # this rank's share of the mini-batch
-                for k in range(0, len(mine), micro):
-                    idx = mine[k : k + micro]
+                plans = self._shares(mini.tolist(), lengths.tolist(), world)  # every rank's micro-batches
+                mine, most = plans[self.rank], max(len(p) for p in plans)
+                for k in range(most):
+                    if self.ds and self.budget:  # the last micro-batch ends the step, however many there are
+                        self.engine.set_gradient_accumulation_boundary(k == most - 1)
+                    if k >= len(mine):  # fewer than another rank's (token budget): a forward and backward of 0
+                        self._empty_step(batch.select(mine[0] if mine else [int(mini[0])]))
+                        continue
+                    idx = torch.tensor(mine[k])
                     s, toks = self._micro_step(batch.select(idx), old, ref, idx, num_tokens, num_seqs,
                                                dph if k == 0 else None)  # fmt: skip
                     for key, v in s.items():
@@ -481,6 +502,33 @@ class PolicyWorker:
             count = sum(q[k][1] for _, q in parts if k in q)
             out[k] = float(total / count) if count > 0 else 0.0
         return out
+
+    def _split(self, order: list[int], lengths: list[int], rows: int) -> list[list[int]]:
+        """Micro-batches of sequences ``order`` (indices into ``lengths``, longest first): by the token budget
+        (``trainer.max_tokens_per_micro_batch``, :func:`rlvr.train.packing.micro_batches`), or ``rows`` at a time."""
+        if self.budget:
+            return micro_batches(order, lengths, self.budget, self.packing)
+        return [order[k : k + rows] for k in range(0, len(order), rows)]
+
+    def _shares(self, mini: list[int], lengths: list[int], world: int) -> list[list[list[int]]]:
+        """Every rank's micro-batches of a mini-batch (sequence indices, ``mini`` longest first): with a token
+        budget the ranks get equal tokens (:func:`rlvr.train.packing.balanced_shares`), else sequences dealt in
+        turn, ``min(trainer.micro_batch_size, mini-batch / W)`` a micro-batch. Every rank computes all of them."""
+        if self.budget:
+            return [self._split(sh, lengths, 0) for sh in balanced_shares(mini, lengths, world)]
+        rows = min(self.recipe.trainer.micro_batch_size, self.recipe.mini_batch // world)
+        return [self._split(mini[k::world], lengths, rows) for k in range(world)]
+
+    def _empty_step(self, mb: TrainBatch) -> None:
+        """A forward and backward that changes no gradient (its loss times 0): a rank with fewer micro-batches
+        than another under a token budget takes part in the collectives of ZeRO's forward and backward."""
+        lp, _ = self._forward(self.module, mb, need_entropy=False)
+        zero = lp.sum() * 0.0
+        if self.ds:
+            self.engine.backward(zero, scale_wrt_gas=False)
+            self.engine.step()
+        else:
+            zero.backward()
 
     def _micro_step(self, mb: TrainBatch, old, ref, idx, num_tokens: float, num_seqs: float,
                     dph: TrainBatch | None) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
