@@ -172,3 +172,22 @@ def test_two_lora_ranks_take_the_same_update_as_one(tmp_path):
     moved = sorted(n for n in w1 if not torch.equal(w1[n], start[n]))
     assert moved == sorted(f"model.layers.{i}.{m}.weight" for i in (0, 1) for m in ("self_attn.q_proj", "mlp.up_proj"))
     assert max(float((w1[n] - w2[n]).abs().max()) for n in w1) < 1e-6
+
+
+@pytest.mark.timeout(900)
+def test_token_budget_ranks_take_the_same_update_as_one(tmp_path):
+    """trainer.max_tokens_per_micro_batch under ZeRO-3 (issue 40): W = 2 ranks dealt by tokens, packed, with a
+    16-token budget (sequences of 6-9 tokens: a rank holding 8 + 7 fills one micro-batch where 9 + 6 takes two,
+    and the rank with fewer runs a forward and backward of 0 beside the other's), against W = 1 by one row at a
+    time: the same gradient norm, loss and weights."""
+    one = _run(3, 1, tmp_path)
+    two = _run(3, 2, tmp_path, ("trainer.max_tokens_per_micro_batch=16", "trainer.packing=true"))
+    s1, s2 = one[0]["stats"], two[0]["stats"]
+    assert s1["train/grad_norm"] > 1e-3
+    assert s2["train/grad_norm"] == pytest.approx(s1["train/grad_norm"], rel=1e-4), (s1, s2)
+    assert s2["train/loss"] == pytest.approx(s1["train/loss"], abs=1e-5)
+    calls = [len(r["seen"]) for r in two]  # micro-batches with a loss, per rank: 8 sequences x 2 epochs in all
+    assert sum(calls) < 16 and calls[0] != calls[1], calls
+    w1, w2 = one[0]["weights"], two[0]["weights"]
+    gap = max(float((w1[n] - w2[n]).abs().max()) for n in w1)
+    assert gap < 1e-5, gap
