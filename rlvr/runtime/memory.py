@@ -2,8 +2,9 @@
 recipe and the model's Hugging Face ``config.json`` alone (no weights, no torch).
 
 Dimensions: P = parameters, L = layers, h = hidden size, h_kv = kv heads x head dim, I = MLP intermediate size,
-V = vocabulary, T = tokens of one micro-batch (micro-batch x the longest sequence, padded), N = response tokens of
-one micro-batch (the rows of the output layer's logits). GiB = 2**30 bytes.
+V = vocabulary, T = tokens of one micro-batch (micro-batch x the longest sequence, padded; with
+``trainer.max_tokens_per_micro_batch``: the budget, or a longer sequence alone), N = response tokens of one
+micro-batch (the rows of the output layer's logits). GiB = 2**30 bytes.
 
 **Trainer** (:class:`rlvr.train.policy.PolicyWorker`): the parameters, their gradients and AdamW's two moments are
 fp32 whatever ``model.dtype`` (bf16 is autocast over fp32 weights), so per parameter
@@ -322,6 +323,13 @@ def trainer_memory(recipe: Recipe, shape: ModelShape, *, device: str, gpu: bool,
     resp = response_tokens if response_tokens is not None else r.response_budget[1]
     micro = max(1, min(tr.micro_batch_size, r.mini_batch // W))
     T, N = micro * seq, micro * (resp if shape.lean_head else seq)
+    if tr.max_tokens_per_micro_batch:  # a token budget bounds the computed positions (packed or padded); a longer
+        # sequence is a micro-batch of its own (rlvr.train.packing.micro_batches); responses in proportion
+        T = max(tr.max_tokens_per_micro_batch, seq)
+        N = T * resp // seq if shape.lean_head else T
+        notes.append(f"micro-batches of at most {T:,} computed tokens (trainer.max_tokens_per_micro_batch"
+                     + (f" {tr.max_tokens_per_micro_batch:,}; a sequence of {seq:,} is one of its own)"
+                        if seq > tr.max_tokens_per_micro_batch else ")"))
     casts = 2 * P if amp and not fp16_ds else 0
     if lora and casts:  # bf16 frozen Linears are saved as they are: the casts of the rest (and the adapters)
         casts = 2 * (P - F + A)
@@ -333,6 +341,8 @@ def trainer_memory(recipe: Recipe, shape: ModelShape, *, device: str, gpu: bool,
     stepped = A if lora else P
     transient = 4 * stepped // (W if stage >= 1 else 1)  # foreach AdamW: sqrt(exp_avg_sq), a new fp32 tensor
     micro_batches = -(-(r.mini_batch // W) // micro)  # per optimizer step per rank
+    if tr.max_tokens_per_micro_batch:  # unknown before the batch: more than one unless the budget holds it all
+        micro_batches = 1 if tr.max_tokens_per_micro_batch >= (r.mini_batch // W) * seq else 2
     return RoleMemory(role="trainer", device=device, weights=weights, grads=grads, optimizer=optim + master,
                       reference=ref, activations=act, logits=logits, other=other, transient=transient,
                       grads_with_activations=ds or micro_batches > 1, notes=tuple(notes))  # fmt: skip

@@ -131,6 +131,19 @@ def test_torch_backend_and_reference_and_total():
     assert one.total == 12 * P + max(one.activations + one.logits, 8 * P)
 
 
+def test_a_token_budget_bounds_the_micro_batch():
+    """trainer.max_tokens_per_micro_batch: T = the budget (whatever micro_batch_size), N in the responses'
+    proportion; a sequence longer than the budget is its own micro-batch, so T = that sequence."""
+    r = _recipe("trainer.backend=torch", "trainer.micro_batch_size=2", "trainer.max_tokens_per_micro_batch=40")
+    m = trainer_memory(r, SMALL, device="cpu", gpu=False, seq_tokens=5, response_tokens=2)
+    assert m.activations == activation_bytes(SMALL, 40, 16, True, False) + 2 * SMALL_P  # 40 x 2 / 5 = 16
+    assert m.logits == logits_bytes(SMALL, 16, 2)
+    assert any("at most 40 computed tokens" in n for n in m.notes)
+    over = trainer_memory(r, SMALL, device="cpu", gpu=False, seq_tokens=100, response_tokens=60)
+    assert over.activations == activation_bytes(SMALL, 100, 60, True, False) + 2 * SMALL_P
+    assert any("a sequence of 100 is one of its own" in n for n in over.notes)
+
+
 def test_placement_first_fit():
     assert _place([("trainer", 0.5), ("engine", 0.4)]) == ["gpu0", "gpu0"]
     assert _place([("trainer", 0.5), ("engine", 0.6)]) == ["gpu0", "gpu1"]
