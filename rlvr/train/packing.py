@@ -1,9 +1,9 @@
 """Packed micro-batches: the sequences of a micro-batch laid end to end in a few rows, no padding computed.
 
 A :class:`rlvr.train.batch.TrainBatch` micro-batch is ``b`` right-padded rows of ``S`` tokens. Packed, its
-sequences are dealt first-fit-decreasing into rows of ``C`` tokens, ``C`` = the longest sequence (so no row attends
-over more keys than the padded batch did: attention costs at most what padding cost, the rest of the model only the
-real tokens), ``position_ids`` restarting at 0 at each sequence. transformers (5.x) reads restarting
+sequences are dealt first-fit-decreasing into rows of ``C`` tokens, ``C`` a small multiple of the longest sequence
+(:func:`row_layout`: rows long enough to fill up, short enough that attention under a mask, quadratic in ``C``,
+stays cheap), ``position_ids`` restarting at 0 at each sequence. transformers (5.x) reads restarting
 ``position_ids`` with no ``attention_mask`` as packed sequences and confines attention to each one
 (``masking_utils.find_packed_sequence_indices``: sdpa, eager and flex build a block-diagonal causal mask,
 flash_attention_2 its variable-length kernel), and only without a KV cache (``use_cache=False``: with one it
@@ -85,6 +85,32 @@ def first_fit_rows(lengths: list[int], capacity: int) -> list[list[int]]:
     return rows
 
 
+ROW_MULTIPLES = (1, 2, 3, 4)
+"""Row lengths tried, as multiples of the longest sequence (:func:`row_layout`)."""
+PADDING_GOAL = 0.05
+"""The padding share :func:`row_layout` settles for."""
+
+
+def row_layout(lengths: list[int]) -> tuple[int, list[list[int]]]:
+    """Rows for sequences of ``lengths``: (row length C, each row's sequences). C is the smallest multiple of the
+    longest sequence (:data:`ROW_MULTIPLES`) whose first-fit-decreasing rows leave at most :data:`PADDING_GOAL`
+    of the computed positions to padding, else the one that leaves least. Rows of the longest alone leave
+    whatever cannot pair up (a 150 and a 140 beside a 268); longer rows fill better, and cost attention: under a
+    mask (sdpa, eager on CPU) every position of a row is scored against every other, so C stays within 4x the
+    longest. Never more positions than rows of the longest (what :func:`micro_batches` counts)."""
+    longest = max(max(lengths), 1)
+    best: tuple[int, int, list[list[int]]] | None = None
+    for k in ROW_MULTIPLES:
+        rows = first_fit_rows(lengths, k * longest)
+        computed = len(rows) * k * longest
+        if best is None or computed < best[0]:
+            best = (computed, k * longest, rows)
+        if computed - sum(lengths) <= PADDING_GOAL * computed:
+            break
+    assert best is not None
+    return best[1], best[2]
+
+
 def forward_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, packed: bool,
                    pad_id: int = 0) -> ModelInputs:
     """The inputs of one forward over a right-padded micro-batch (``input_ids``, ``attention_mask``: [b, S]),
@@ -96,8 +122,7 @@ def forward_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, packed
         tokens = int(attention_mask.sum())
         return ModelInputs({"input_ids": input_ids, "attention_mask": attention_mask}, index, tokens, b * s)
     lengths = sequence_lengths(attention_mask).tolist()
-    cap = max(max(lengths), 1)
-    rows = first_fit_rows(lengths, cap)
+    cap, rows = row_layout(lengths)
     ids = torch.full((len(rows), cap), pad_id, dtype=input_ids.dtype)
     pos = torch.zeros((len(rows), cap), dtype=torch.long)
     index = torch.full((b, max(s - 1, 0)), -1, dtype=torch.long)

@@ -100,6 +100,19 @@ def test_a_row_tail_is_a_segment_of_its_own():
     assert (got.tokens, got.computed) == (9, 12)
 
 
+def test_rows_grow_to_a_multiple_of_the_longest_while_padding_is_over_5_percent():
+    from rlvr.train.packing import row_layout
+
+    # 10, 6, 6, 6 (28 tokens): rows of 10 hold one each (40 computed, 30% padding); of 20: 10+6 | 6+6 (40 again, not
+    # less); of 30: all four in one row (30, 6.7%), the least; of 40: one row of 40 (more)
+    assert row_layout([10, 6, 6, 6]) == (30, [[0, 1, 2, 3]])
+    # 8, 4, 4: rows of 8 are full ([8], [4, 4]): no longer rows tried
+    assert row_layout([8, 4, 4]) == (8, [[0], [1, 2]])
+    # 9, 5, 5, 5, 5 (29): rows of 9: 45 (36%); of 18: 9+5 | 5+5+5 = 36 (19%); of 27: 9+5+5+5 | 5 = 54; of 36:
+    # one row of 36 (19%, not less than 36): the rows of 18
+    assert row_layout([9, 5, 5, 5, 5]) == (18, [[0, 1], [2, 3, 4]])
+
+
 def test_first_fit_decreasing_and_its_errors():
     assert first_fit_rows([5, 2, 3, 4, 1], 5) == [[0], [3, 4], [2, 1]]
     assert first_fit_rows([2, 2, 2], 4) == [[0, 1], [2]]  # ties in index order
