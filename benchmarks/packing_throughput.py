@@ -136,7 +136,7 @@ def measure(batches: Path, names: list[str], repeats: int, budget: int) -> None:
         print("| layout | micro-batches | computed tokens | padding | step s | tokens/s | vs padded | vs bare |")
         print("|---|---|---|---|---|---|---|---|")
         for k in (*configs, "bare"):
-            real_k, comp, groups = lay.get(k, lay["packed+budget"]) if k != "bare" else (real, real, lay["packed+budget"][2])
+            real_k, comp, groups = lay.get(k, lay["packed+budget"])  # bare: the budget layout's micro-batches
             pad = 1 - real_k / comp
             print(f"| {k} | {len(groups)} | {comp} | {pad:.1%} | {med[k]:.2f} | {real / med[k]:.0f} | "
                   f"{med['padded'] / med[k]:.2f}x | {med['bare'] / med[k]:.2f} |")

@@ -114,8 +114,9 @@ def row_layout(lengths: list[int]) -> tuple[int, list[list[int]]]:
 def forward_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, packed: bool,
                    pad_id: int = 0) -> ModelInputs:
     """The inputs of one forward over a right-padded micro-batch (``input_ids``, ``attention_mask``: [b, S]),
-    packed (rows of the longest sequence's length, see the module docstring) or as it is. See
-    :class:`ModelInputs`. Errors: ``ValueError`` from :func:`sequence_lengths` when packed."""
+    packed (rows of :func:`row_layout`, see the module docstring) or as it is; packed, a layout of one sequence a
+    row is the padded batch itself, which it returns. See :class:`ModelInputs`. Errors: ``ValueError`` from
+    :func:`sequence_lengths` when packed."""
     b, s = input_ids.shape
     if not packed:
         index = torch.arange(b)[:, None] * s + torch.arange(s - 1)[None, :]
@@ -123,6 +124,8 @@ def forward_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, packed
         return ModelInputs({"input_ids": input_ids, "attention_mask": attention_mask}, index, tokens, b * s)
     lengths = sequence_lengths(attention_mask).tolist()
     cap, rows = row_layout(lengths)
+    if len(rows) == b and cap == s:  # one sequence a row: the padded batch itself (no packed mask to build)
+        return forward_inputs(input_ids, attention_mask, packed=False)
     ids = torch.full((len(rows), cap), pad_id, dtype=input_ids.dtype)
     pos = torch.zeros((len(rows), cap), dtype=torch.long)
     index = torch.full((b, max(s - 1, 0)), -1, dtype=torch.long)

@@ -90,14 +90,25 @@ def test_the_layout_by_hand():
 
 
 def test_a_row_tail_is_a_segment_of_its_own():
-    """Lengths 4, 3, 2: C = 4; rows [0], [1], [2] can't share (3 + 2 > 4): tails restart at 0, so no real token's
-    segment runs into padding."""
-    ids = torch.arange(1, 13).reshape(3, 4)
-    am = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 0, 0]])
+    """Lengths 5, 3, 2, 4 (S = 5): rows of 5: [5], [4], [3, 2] (no longer rows compute less); the 4's row has a
+    one-token tail that restarts at 0, so no real token's segment runs into padding."""
+    ids = torch.arange(1, 21).reshape(4, 5)
+    am = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 0]])
     got = forward_inputs(ids, am, packed=True)
-    assert got.kwargs["position_ids"].tolist() == [[0, 1, 2, 3], [0, 1, 2, 0], [0, 1, 0, 1]]
-    assert got.kwargs["input_ids"][1, :3].tolist() == [5, 6, 7] and got.kwargs["input_ids"][1, 3] == 0
-    assert (got.tokens, got.computed) == (9, 12)
+    assert got.kwargs["position_ids"].tolist() == [[0, 1, 2, 3, 4], [0, 1, 2, 3, 0], [0, 1, 2, 0, 1]]
+    assert got.kwargs["input_ids"][1].tolist() == [16, 17, 18, 19, 0]
+    assert got.kwargs["input_ids"][2].tolist() == [6, 7, 8, 11, 12]
+    assert (got.tokens, got.computed) == (14, 15)
+
+
+def test_one_sequence_a_row_is_the_padded_batch():
+    """Lengths 4, 3, 3 (S = 4): nothing pairs up in rows of 4, and longer rows compute more (8 + 4 or 12 for 10
+    tokens against 12): the packed inputs are the padded batch itself."""
+    ids = torch.arange(1, 13).reshape(3, 4)
+    am = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 0]])
+    got = forward_inputs(ids, am, packed=True)
+    assert set(got.kwargs) == {"input_ids", "attention_mask"} and got.kwargs["input_ids"] is ids
+    assert got.index.tolist() == forward_inputs(ids, am, packed=False).index.tolist()
 
 
 def test_rows_grow_to_a_multiple_of_the_longest_while_padding_is_over_5_percent():
