@@ -74,7 +74,7 @@ def layouts(batch, rows: int, budget: int) -> dict[str, tuple[int, int, list[lis
     return out
 
 
-def bare_step(model, batch, groups) -> float:
+def bare_step(model, batch, groups, amp: bool) -> float:
     """Seconds of a forward and backward of the same micro-batches laid out as the packed trainer lays them (rows
     of :func:`rlvr.train.packing.row_layout`), with nothing else: the output layer on response positions, their
     logprobs summed, ``backward``. The trainer's work without its loss, statistics, copies and checks."""
@@ -87,7 +87,7 @@ def bare_step(model, batch, groups) -> float:
         mb = batch.select(g)
         inputs = forward_inputs(mb.input_ids, mb.attention_mask, packed=True)
         at = inputs.index[mb.loss_mask.bool()]
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=_AMP[0]):  # as the trainer's model.dtype
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):  # as the trainer's model.dtype
             hidden = model.model(**inputs.kwargs, use_cache=False).last_hidden_state.flatten(0, 1)[at]
             logits = model.lm_head(hidden)
         targets = mb.input_ids[:, 1:][mb.loss_mask.bool()]
@@ -97,9 +97,6 @@ def bare_step(model, batch, groups) -> float:
     return time.perf_counter() - t0
 
 
-_AMP = [False]
-
-
 def measure(batches: Path, names: list[str], repeats: int, budget: int) -> None:
     import torch
 
@@ -107,7 +104,6 @@ def measure(batches: Path, names: list[str], repeats: int, budget: int) -> None:
     from rlvr.recipe import load_recipe
     from rlvr.train.policy import PolicyWorker
 
-    rows_out = []
     for name in names:
         batch = torch.load(batches / f"{name}.pt", weights_only=False)
         base = ["run.executor=local", "trainer.backend=torch"]
@@ -120,14 +116,14 @@ def measure(batches: Path, names: list[str], repeats: int, budget: int) -> None:
         workers = {k: PolicyWorker(load_recipe(str(REPO / "recipes" / f"{name}.yaml"), base + v), model_dir, 0, 1,
                                    "127.0.0.1", 0) for k, v in configs.items()}  # fmt: skip
         bare = workers["padded"].module  # the same weights class; its own gradients, zeroed after
-        _AMP[0] = workers["padded"].amp_dtype is not None
+        amp = workers["padded"].amp_dtype is not None
         times: dict[str, list[float]] = {k: [] for k in [*configs, "bare"]}
         for _ in range(repeats):
             for k, w in workers.items():
                 t0 = time.perf_counter()
                 w.train_step(batch)
                 times[k].append(time.perf_counter() - t0)
-            times["bare"].append(bare_step(bare, batch, lay["packed+budget"][2]))
+            times["bare"].append(bare_step(bare, batch, lay["packed+budget"][2], amp))
         med = {k: statistics.median(v) for k, v in times.items()}
         lengths = batch.attention_mask.sum(1)
         print(f"\n{name}: {len(batch)} sequences, {real} tokens (lengths {int(lengths.min())}-{int(lengths.max())}, "
@@ -140,7 +136,6 @@ def measure(batches: Path, names: list[str], repeats: int, budget: int) -> None:
             pad = 1 - real_k / comp
             print(f"| {k} | {len(groups)} | {comp} | {pad:.1%} | {med[k]:.2f} | {real / med[k]:.0f} | "
                   f"{med['padded'] / med[k]:.2f}x | {med['bare'] / med[k]:.2f} |")
-        rows_out.append((name, med))
 
 
 def main() -> None:

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 class ValueModel(torch.nn.Module):
     """Backbone + scalar head. ``forward(input_ids [b, S], attention_mask [b, S]) -> values [b, S-1]`` (reward
-    units), the value at every position but the last (shifted frame; 0 past a sequence's end). ``packed``: the
+    units, on the head's device; the inputs may be on the host), the value at every position but the last (shifted frame; 0 past a sequence's end). ``packed``: the
     rows packed for the backbone (:mod:`rlvr.train.packing`), the values placed back in the padded frame."""
 
     def __init__(self, backbone: torch.nn.Module, hidden_size: int):
@@ -46,8 +46,9 @@ class ValueModel(torch.nn.Module):
         self.packed = False
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        inputs = forward_inputs(input_ids.cpu(), attention_mask.cpu(), self.packed)
-        dev = input_ids.device
+        # the layout is built where the batch lives (the host); only the model's inputs go to its device
+        inputs = forward_inputs(input_ids, attention_mask, self.packed)
+        dev = self.value_head.weight.device
         kw = {k: v.to(dev) for k, v in inputs.kwargs.items()}
         hidden = self.backbone(**kw, use_cache=False).last_hidden_state.flatten(0, 1)
         values = self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)  # [R * C]
@@ -88,7 +89,7 @@ class CriticWorker:
 
     def _values(self, mb: TrainBatch) -> torch.Tensor:
         with self._autocast():
-            v = self.model(mb.input_ids.to(self.device), mb.attention_mask.to(self.device))
+            v = self.model(mb.input_ids, mb.attention_mask)  # host tensors: the model moves its inputs
         return v.float() * mb.loss_mask.to(self.device)
 
     @torch.no_grad()

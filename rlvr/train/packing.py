@@ -205,7 +205,7 @@ def micro_batches(order: list[int], lengths: list[int], budget: int, packed: boo
         raise ValueError("micro_batches needs the sequences longest first")
     out: list[list[int]] = []
     cur: list[int] = []
-    free: list[int] = []  # packed: room left in each row of the current micro-batch
+    free: list[int] = []  # one entry a row of the current micro-batch (padded: a sequence); packed: its room left
     cap = 0
     for i in order:
         n = lengths[i]
