@@ -514,7 +514,8 @@ class TrainerConfig:
     x the longest sequence; padded: sequences x the longest), whatever the number of sequences
     (``micro_batch_size`` is then unused); a sequence longer than the budget is a micro-batch of its own. With
     several ranks the sequences are dealt by tokens (each to the rank with the fewest so far). The update is the
-    same sum over the mini-batch whatever the split. 0: ``micro_batch_size`` sequences a micro-batch. verl's
+    same sum over the mini-batch whatever the split. The critic's micro-batches follow the same budget. 0:
+    ``micro_batch_size`` sequences a micro-batch (``critic.micro_batch_size`` for the critic). verl's
     ``ppo_max_token_len_per_gpu``, OpenRLHF's and slime's token budgets."""
     gradient_checkpointing: bool = False
     threads: int = 1
@@ -537,7 +538,8 @@ class CriticConfig:
     lr: float = 1e-5
     """Critic AdamW learning rate (constant)."""
     micro_batch_size: int = 8
-    """Sequences per critic forward/backward."""
+    """Sequences per critic forward/backward (unused under ``trainer.max_tokens_per_micro_batch``: the critic
+    follows the policy's token budget)."""
     grad_clip: float = 1.0
     value_clip: float = 0.2
     """Value clipping range around the rollout-time values (PPO2's clipped value loss; OpenRLHF 0.2, verl 0.5);

@@ -157,6 +157,10 @@ class ConsoleFilter(logging.Filter):
 
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+ROLE_LOG_FORMAT = "rlvr %(levelname)s %(name)s: %(message)s"
+"""How a Ray role writes rlvr's log records to its stderr (:func:`rlvr.runtime.codepath.role_log_handler`):
+:class:`RoleOutput` keeps the INFO ones for ``train.log`` and shows warnings and errors on the console too."""
+_ROLE_INFO = re.compile(r"^rlvr (DEBUG|INFO) rlvr[\w.]*: ")
 """The driver's log lines, on the console (time of day only) and in ``train.log`` (the date too)."""
 
 
@@ -283,7 +287,9 @@ class RoleOutput:
     :data:`KNOWN_NOISE` (nor the source line a known Python warning prints under it: the next line of that
     stream when it is indented by two spaces and is not a traceback's line), and without a repeat of a periodic
     raylet message already shown (:data:`PERIODIC_RAYLET`, numbers aside; other raylet lines, such as worker
-    deaths and OOM kills, show every time). With ``RLVR_CONSOLE=all`` every line is printed."""
+    deaths and OOM kills, show every time), and without rlvr's own INFO records from the roles
+    (:data:`ROLE_LOG_FORMAT`: they are for ``train.log``, as the driver's would be too many on the console). With
+    ``RLVR_CONSOLE=all`` every line is printed."""
 
     def __init__(self, ray_print: Callable[[dict[str, Any]], None], logger: logging.Logger | None = None):
         self.ray_print = ray_print
@@ -319,6 +325,8 @@ class RoleOutput:
             self._after_warning.discard(stream)
             if under_warning and _SOURCE_LINE.match(line) and not _TRACEBACK_LINE.match(line):
                 continue  # the source line Python prints under a known warning
+            if _ROLE_INFO.match(line):
+                continue  # rlvr's own INFO record in a role: train.log's
             if is_noise(line):
                 if _WARNING_LINE.match(line):
                     self._after_warning.add(stream)

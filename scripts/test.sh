@@ -11,6 +11,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 py=.venv/bin/python
+export PYTHONFAULTHANDLER=1  # a crash in any test process (Ray workers, children) prints every thread's stack
 select=(-m "not slow")
 if [ "${1:-}" = "--all" ]; then
     select=()

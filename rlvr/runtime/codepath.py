@@ -21,6 +21,7 @@ This module is pickled by value (the hook must not import ``rlvr`` to run): it i
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import sys
 from typing import Callable
@@ -78,17 +79,35 @@ def put_first(name: str, folder: str, path: list[str] | None = None) -> None:
             return
 
 
-def pin_hook(folders: dict[str, str]) -> Callable[[], None]:
+def pin_hook(folders: dict[str, str], log_format: str | None = None) -> Callable[[], None]:
     """The ``worker_process_setup_hook`` that installs a :class:`PinnedFinder` for ``folders`` (from
-    :func:`driver_packages`) first on the worker's ``sys.meta_path``. Ray pickles it (by value: see
-    :func:`by_value`)."""
+    :func:`driver_packages`) first on the worker's ``sys.meta_path``; with ``log_format``, it also gives the
+    worker's ``rlvr`` logger a handler on stderr at INFO in that format (:func:`role_log_handler`), so that rlvr's
+    records in a role reach the driver (Ray forwards the actors' stderr) and ``RUN/train.log``. Ray pickles it (by
+    value: see :func:`by_value`)."""
     folders = dict(folders)
 
     def pin_driver_packages() -> None:
         sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "PinnedFinder"]
         sys.meta_path.insert(0, PinnedFinder(folders))
+        if log_format is not None:
+            role_log_handler(log_format)
 
     return pin_driver_packages
+
+
+def role_log_handler(log_format: str) -> None:
+    """In a role's process: records of the ``rlvr`` loggers at INFO and above go to stderr in ``log_format``
+    (once: nothing is added where the ``rlvr`` logger has a handler already); they do not propagate to the root
+    logger (a second copy where Ray or a library gave the root a handler)."""
+    logger = logging.getLogger("rlvr")
+    if logger.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(log_format))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
 
 
 def by_value() -> None:

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlvr.console import route_role_output
+from rlvr.console import ROLE_LOG_FORMAT, route_role_output
 from rlvr.environ import clean_env, env_difference, recording_env, restore_env, scoped_env
 from rlvr.hardware import host_ip
 from rlvr.runtime.codepath import by_value, driver_packages, pin_hook
@@ -406,7 +406,7 @@ class RayExecutor(_Waiting):
                 log_to_driver=True,
                 # every role imports the driver's rlvr, not a checkout in the working directory that Ray puts
                 # first on the workers' sys.path (rlvr.runtime.codepath)
-                runtime_env={"env_vars": env, "worker_process_setup_hook": pin_hook(driver_packages())},
+                runtime_env={"env_vars": env, "worker_process_setup_hook": pin_hook(driver_packages(), ROLE_LOG_FORMAT)},
                 configure_logging=False,
             )
             if address is None and num_cpus is not None:

@@ -16,6 +16,7 @@ pytestmark = pytest.mark.integration
 TINY = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny_test.yaml")
 
 
+@pytest.mark.slow
 def test_killed_engine_is_replaced_with_current_weights(tmp_path):
     from transformers import AutoTokenizer
 

@@ -119,6 +119,7 @@ def digit_verifier(response: str, gold: str, **row) -> VerifyResult:
     return VerifyResult(score=0.0, parsed=found[-1] if found else None, reason="wrong" if found else "no_answer")
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_rlvr_eval_environment_trajectories(tmp_path):
     """``rlvr eval --environment guess`` (issue 25): n trajectories per problem through the real turn loop, the

@@ -94,6 +94,7 @@ def test_lora_ray_asynchronous(tmp_path, sync):
     assert all(r["sync/probe_gap_mean"] < 2e-4 for r in rows)
 
 
+@pytest.mark.slow
 def test_lora_n_steps_equal_half_plus_resumed_half(tmp_path):
     """4 steps == 2 steps + 2 resumed (torch backend, lag 0, the pattern of test_resume.py): the checkpoint holds
     the adapters and their AdamW state alone, and the resumed run ends on the same adapters and merged weights."""

@@ -121,7 +121,7 @@ def _nan_check(backend: str) -> None:
     assert any(not torch.equal(before[n], t) for n, t in _params(w).items())
 
 
-@pytest.mark.parametrize("backend", ["torch", "deepspeed"])
+@pytest.mark.parametrize("backend", ["torch", pytest.param("deepspeed", marks=pytest.mark.slow)])
 def test_nan_update_is_skipped(backend):
     """A NaN advantage makes the loss and gradient NaN: the update is skipped (weights unchanged), counted in
     ``train/skipped``; the next finite batch trains normally. DeepSpeed runs in a child process: an engine

@@ -132,6 +132,7 @@ def test_resume_refuses_changed_data_and_recipe_and_skips_broken_checkpoints(tmp
     assert left == ["step_000001", "step_000002"]  # the leftovers were pruned
 
 
+@pytest.mark.slow
 def test_sigterm_writes_a_checkpoint_then_resume_finishes(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     args = [sys.executable, "-m", "rlvr.cli", "train", TINY, *BASE, "trainer.backend=torch",

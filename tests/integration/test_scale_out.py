@@ -113,6 +113,7 @@ def _head_ip(address: str) -> None:
     ray.shutdown()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_trainer_on_another_node_and_a_tensor_parallel_engine(two_nodes, tmp_path):
     _in_child("_tp_body", *two_nodes, str(tmp_path))

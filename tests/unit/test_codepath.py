@@ -61,3 +61,20 @@ def test_the_hook_runs_without_rlvr_and_pins_the_drivers(tmp_path):
     p = subprocess.run([sys.executable, "-c", child], input=hook, cwd=clone, env=env, capture_output=True, timeout=60)
     assert p.returncode == 0, p.stderr.decode()[-2000:]
     assert p.stdout.decode().split() == [str(Path(RLVR_DIR) / "__init__.py"), "True"]
+
+
+def test_the_hook_gives_rlvr_records_a_handler_on_stderr(tmp_path):
+    """With a log format, the hook sends rlvr's INFO records (not DEBUG, not other loggers') to stderr in that
+    format, once even when run twice, without a copy through the root logger."""
+    import ray.cloudpickle
+
+    by_value()
+    hook = ray.cloudpickle.dumps(pin_hook(driver_packages(), "rlvr %(levelname)s %(name)s: %(message)s"))
+    child = ("import logging, pickle, sys\nlogging.basicConfig(level=logging.DEBUG, format='root: %(message)s')\n"
+             "hook = pickle.loads(sys.stdin.buffer.read())\nhook()\nhook()\n"
+             "logging.getLogger('rlvr.train.packing').info('packed')\n"
+             "logging.getLogger('rlvr.train.packing').debug('detail')\n"
+             "logging.getLogger('rlvr.x').warning('careful')\n")
+    p = subprocess.run([sys.executable, "-c", child], input=hook, cwd=tmp_path, capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    assert p.stderr.decode().splitlines() == ["rlvr INFO rlvr.train.packing: packed", "rlvr WARNING rlvr.x: careful"]

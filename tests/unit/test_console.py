@@ -104,6 +104,21 @@ def test_a_batch_of_noise_only_prints_nothing(routed):
     assert log.read_text() == "INFO test_console.roles: (PolicyWorker pid=7, ip=10.0.0.9) " + SEEN[0] + "\n"
 
 
+def test_rlvrs_own_info_records_from_a_role_stay_in_the_log(routed):
+    """A role writes rlvr's records as ROLE_LOG_FORMAT (rlvr.runtime.codepath.role_log_handler): INFO is for
+    train.log only, a warning shows; another library's INFO line is not taken for rlvr's."""
+    out, printed, log = routed
+    role = logging.LogRecord("rlvr.train.packing", logging.INFO, __file__, 1, "trainer: packed", None, None)
+    info = logging.Formatter(console.ROLE_LOG_FORMAT).format(role)
+    role.levelno, role.levelname = logging.WARNING, "WARNING"
+    warn = logging.Formatter(console.ROLE_LOG_FORMAT).format(role)
+    other = "INFO 12-05 08:00:00 [core.py:90] rlvr INFO rlvr.x: quoted"
+    out(_batch([info, warn, other], name="PolicyWorker"))
+    assert info == "rlvr INFO rlvr.train.packing: trainer: packed"
+    assert [b["lines"] for b in printed] == [[warn, other]]
+    assert "(PolicyWorker pid=4166) " + info in log.read_text()
+
+
 def test_the_source_line_of_a_known_warning_goes_even_in_the_next_batch(routed):
     out, printed, _ = routed
     out(_batch([SEEN[1]]))

@@ -124,3 +124,35 @@ def test_a_negative_budget_is_refused():
 
     with pytest.raises(RecipeError, match="max_tokens_per_micro_batch must be >= 0"):
         load_recipe(TINY, ["trainer.max_tokens_per_micro_batch=-1"])
+
+
+def _critic_step(*overrides: str):
+    """The critic's values of the batch, then one train_step (two epochs, one mini-batch of 8) on fixed returns:
+    the values, the weights after, the metrics and how many forwards the update ran."""
+    from rlvr.models import resolve_model
+    from rlvr.recipe import load_recipe
+    from rlvr.train.critic import CriticWorker
+
+    r = load_recipe(TINY, ["run.executor=local", "model.dtype=float32", "rollout.prompts_per_step=2",
+                           "rollout.samples_per_prompt=4", "critic.lr=1e-3", "algorithm.ppo_epochs=2", *overrides])
+    w = CriticWorker(r, resolve_model("tiny-random"))
+    batch = _batch()
+    values = w.compute_values(batch)
+    returns = torch.linspace(-1.0, 1.0, values.numel()).reshape(values.shape) * batch.loss_mask
+    calls = []
+    forward = w.model.forward
+    w.model.forward = lambda ids, mask: (calls.append(len(ids)), forward(ids, mask))[1]
+    stats = w.train_step(batch, values, returns)
+    return values, {n: p.detach().clone() for n, p in w.model.named_parameters()}, stats, calls
+
+
+def test_the_critic_follows_the_token_budget():
+    v0, w0, s0, c0 = _critic_step("trainer.packing=false", "critic.micro_batch_size=8")
+    v1, w1, s1, c1 = _critic_step("trainer.packing=true", "trainer.max_tokens_per_micro_batch=60")
+    assert c0 == [8, 8]  # one micro-batch of all 8 a step, two epochs
+    assert 2 * 2 <= len(c1) <= 2 * 6 and sum(c1) == 16  # lengths 36, 21, 17, 16, 13, 9, 7, 5 in 60-token parts
+    assert torch.allclose(v1, v0, atol=1e-6, rtol=0)
+    for k in ("critic/value_loss", "critic/value_mse", "critic/grad_norm"):
+        assert s1[k] == pytest.approx(s0[k], rel=2e-5), k
+    for n in w0:
+        assert torch.allclose(w1[n], w0[n], atol=1e-5, rtol=0), n
