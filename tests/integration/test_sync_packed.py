@@ -148,4 +148,6 @@ def test_both_sides_stream_holding_a_few_buckets_never_the_model(monkeypatch):
     assert got.checksum == sent["checksum"]
     print("sender holds:", sent_alive, "receive buffers:", recv_alive)
     assert max(sent_alive) <= 2, sent_alive
-    assert max(recv_alive) <= IN_FLIGHT + 1, recv_alive
+    # the bucket being yielded and IN_FLIGHT posted ones; the one before may live on a moment in gloo's worker thread
+    # (its work object drops the buffer after wait() has returned: seen once as 4 alive), never the 12 of the model
+    assert max(recv_alive) <= IN_FLIGHT + 2, recv_alive
