@@ -10,7 +10,10 @@ Printed at the end: the median step over all runs, the spread (max/min of the ru
 median as a ratio of the fastest run's.
 
     .venv/bin/python benchmarks/trainer_spread.py --runs 3 --steps 6
-    .venv/bin/python benchmarks/trainer_spread.py --runs 3 --steps 6 -- trainer.threads=1   # overrides for rlvr train
+    .venv/bin/python benchmarks/trainer_spread.py --runs 3 --steps 6 -- trainer.malloc=system   # overrides for rlvr train
+
+Also printed: ``train/tokens_per_s`` (median, min, max) and the trainer's minor page faults per second while it
+trained (trainer.malloc: keep against system, README "The trainer's memory on CPU").
 
 Run it alone on the machine: anything beside it is in the figures.
 """
@@ -62,19 +65,21 @@ def _role(pid: int) -> str:
     m = re.match(r"ray::(\w+)", cmd)
     if m:
         return m.group(1)  # an actor's process title: ray::PolicyWorker, ray::VLLMEngine, ray::IDLE
-    for key in ("raylet", "gcs_server", "rlvr train", "log_monitor", "dashboard", "runtime_env", "multiprocessing"):
-        if key in cmd:
-            return key.split()[0]
-    return Path(cmd.split()[0]).name if cmd else "?"
+    exe = Path(cmd.split()[0]).name if cmd else "?"
+    if exe.startswith("python"):
+        for key in ("rlvr train", "log_monitor", "dashboard", "monitor.py", "forkserver", "multiprocessing"):
+            if key in cmd:
+                return key.split()[0].removesuffix(".py")
+    return exe
 
 
-def _cpu(pid: int) -> float:
-    """CPU seconds of ``pid``'s threads so far (utime + stime)."""
+def _cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds of ``pid``'s threads so far (utime + stime), and its minor page faults so far."""
     try:
         f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(f[11]) + int(f[12])) / TICK
+        return (int(f[11]) + int(f[12])) / TICK, float(f[7])
     except (OSError, IndexError, ValueError):
-        return float("nan")
+        return float("nan"), float("nan")
 
 
 def one_run(k: int, steps: int, recipe: str, extra: list[str], interval: float, out: Path) -> dict:
@@ -83,35 +88,44 @@ def one_run(k: int, steps: int, recipe: str, extra: list[str], interval: float, 
            *extra]
     log = open(out / f"run{k}.log", "w")
     p = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    last: dict[int, tuple[str, float]] = {}
+    last: dict[int, tuple[str, float, float]] = {}
+    faults = 0.0  # the trainer's minor page faults inside its busy intervals
     busy: dict[str, float] = defaultdict(float)  # role -> CPU seconds inside the trainer's busy intervals
     busy_wall = 0.0
     total: dict[str, float] = defaultdict(float)
     while p.poll() is None:
         time.sleep(interval)
-        now: dict[int, tuple[str, float]] = {}
+        now: dict[int, tuple[str, float, float]] = {}
         for pid in _tree(p.pid):
-            c = _cpu(pid)
+            c, flt = _cpu(pid)
             if c == c:
-                now[pid] = (last[pid][0] if pid in last else _role(pid), c)
+                now[pid] = (_role(pid), c, flt)  # a worker's title changes when it becomes an actor (ray::IDLE first)
         delta: dict[str, float] = defaultdict(float)
-        for pid, (role, c) in now.items():
+        fdelta: dict[str, float] = defaultdict(float)
+        for pid, (role, c, flt) in now.items():
             if pid in last:
                 delta[role] += c - last[pid][1]
+                fdelta[role] += flt - last[pid][2]
+            elif len(last):
+                delta[role] += c  # started since the last sample
         last = now
         for role, d in delta.items():
             total[role] += d
         if delta.get("PolicyWorker", 0.0) > 0.5 * interval:
             busy_wall += interval
+            faults += fdelta.get("PolicyWorker", 0.0)
             for role, d in delta.items():
                 busy[role] += d
     log.close()
     if p.returncode != 0:
         raise SystemExit(f"run {k} failed (exit {p.returncode}): see {out / f'run{k}.log'}")
     rows = [json.loads(x) for x in (out / f"spread{k}" / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    train = [r["timing/train_s"] for r in rows if "timing/train_s" in r][1:]  # the first step warms up
+    rows = [r for r in rows if "timing/train_s" in r][1:]  # the first step warms up
+    train = [r["timing/train_s"] for r in rows]
+    tps = [r.get("train/tokens_per_s", float("nan")) for r in rows]
     cores = {role: busy[role] / busy_wall for role in busy} if busy_wall else {}
-    return {"train_s": train, "busy_cores": cores, "cpu_s": dict(total)}
+    return {"train_s": train, "tokens_per_s": tps, "busy_cores": cores, "cpu_s": dict(total),
+            "faults_per_s": faults / busy_wall if busy_wall else 0.0}
 
 
 def main() -> None:
@@ -131,6 +145,9 @@ def main() -> None:
             cores = ", ".join(f"{role} {c:.2f}" for role, c in sorted(r["busy_cores"].items(), key=lambda x: -x[1]) if c >= 0.01)
             print(f"run {k}: train_s median {medians[-1]:.1f} (min {min(t):.1f}, max {max(t):.1f}) over steps 2-{a.steps}: "
                   + " ".join(f"{x:.1f}" for x in t), flush=True)
+            tps = r["tokens_per_s"]
+            print(f"        train/tokens_per_s median {statistics.median(tps):.0f} (min {min(tps):.0f}, max {max(tps):.0f}); "
+                  f"the trainer's minor page faults {r['faults_per_s']:.0f}/s while it trained", flush=True)
             print(f"        cores used while the trainer trained: {cores}", flush=True)
             print("        CPU s over the run: " + ", ".join(f"{role} {c:.0f}" for role, c in
                                                          sorted(r["cpu_s"].items(), key=lambda x: -x[1]) if c >= 1), flush=True)

@@ -520,6 +520,11 @@ class TrainerConfig:
     gradient_checkpointing: bool = False
     threads: int = 1
     """torch threads per trainer rank."""
+    malloc: Literal["keep", "system"] = "keep"
+    """A trainer rank (and the critic) on CPU: ``keep`` has glibc's malloc keep freed memory for the next
+    allocations, as a caching allocator does (:func:`rlvr.hardware.keep_freed_memory`: no page faults for the
+    micro-batches' large blocks; the smoke recipe's trainer 1.15x faster, steadier between runs; resident memory
+    stays at its peak); ``system``: glibc's defaults. On a GPU nothing changes."""
     cpus: tuple[int, ...] = ()
     """CPU cores every trainer rank's process is bound to (``os.sched_setaffinity``; Ray executor: each rank is
     its own process); empty: no binding. See ``rollout.cpus``."""

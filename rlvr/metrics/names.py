@@ -244,6 +244,8 @@ TRAIN_GRAD_NORM = train_stat("grad_norm")
 TRAIN_SKIPPED = train_stat("skipped")
 TRAIN_OPTIMIZER_STEPS = train_stat("optimizer_steps")
 TRAIN_DPH_DIV = train_stat("dph_div")
+TRAIN_TOKENS = train_stat("tokens")
+TRAIN_TOKENS_PER_S = train_stat("tokens_per_s")
 # the policy losses' statistics (rlvr.algos.losses), forwarded as train/<stat>
 TRAIN_CLIPPED = train_stat("clipped")
 TRAIN_CLIPPED_HIGH = train_stat("clipped_high")
@@ -407,6 +409,10 @@ _ENTRIES: tuple[Metric, ...] = (
     _M(TRAIN_GRAD_NORM, "norm", "policy gradient L2 norm before clipping, mean over optimizer steps"),
     _M(TRAIN_SKIPPED, "count", "optimizer steps skipped for a NaN/inf gradient"),
     _M(TRAIN_OPTIMIZER_STEPS, "count", "optimizer steps per rollout batch"),
+    _M(TRAIN_TOKENS, "tokens", "sequence tokens (prompt and response) the update's training forwards took, all epochs "
+       "(algorithm.ppo_epochs x the batch's)"),
+    _M(TRAIN_TOKENS_PER_S, "tokens/s", "train/tokens per second of the update (timing/train_s): the trainer's "
+       "throughput, all ranks together (verl's perf/throughput is per GPU)"),
     _M(TRAIN_DPH_DIV, "nats", "DPH-RL divergence to the starting policy per token of its buffer samples"),
     _M(TRAIN_CLIPPED, "fraction", "response tokens whose objective clipping changed (either side, or the dual clip)"),
     _M(TRAIN_CLIPPED_HIGH, "fraction", "response tokens clipped at 1 + clip_high"),

@@ -423,6 +423,8 @@ def _wait_update(roles: "Roles", calls: list, with_critic: bool, r: Recipe) -> d
     if with_critic:
         stats.update({k: v for k, v in updates[-1].items() if mn.namespace(k) != mn.NS_TIMING})
     stats[mn.TIMING_TRAIN_S] = max(inner)
+    if mn.TRAIN_TOKENS in stats and max(inner) > 0:
+        stats[mn.TRAIN_TOKENS_PER_S] = stats[mn.TRAIN_TOKENS] / max(inner)
     return stats
 
 

@@ -21,7 +21,7 @@ import torch
 
 from rlvr.algos.gae import value_loss
 from rlvr.config import Recipe
-from rlvr.hardware import set_threads
+from rlvr.hardware import keep_freed_memory, set_threads
 from rlvr.metrics import names as mn
 from rlvr.seeding import critic_order_seed, critic_seed
 from rlvr.sync.weights import DTYPES
@@ -67,6 +67,8 @@ class CriticWorker:
         torch.manual_seed(critic_seed(recipe.run.seed))
         self.recipe = recipe
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+        if recipe.trainer.malloc == "keep" and self.device.type == "cpu":
+            keep_freed_memory()  # trainer.malloc: the critic's large blocks alike
         self.dtype = DTYPES[recipe.model.dtype]
         path = model_dir
         if cr.path is not None:

@@ -30,7 +30,7 @@ from rlvr.algos.kl import dph_forward_kl, dph_js
 from rlvr.algos.objective import dph_term, micro_batch_loss
 from rlvr.algos.logprobs import logprobs_and_entropy
 from rlvr.config import Recipe
-from rlvr.hardware import bind_cpus, free_port, host_ip, set_threads
+from rlvr.hardware import bind_cpus, free_port, host_ip, keep_freed_memory, set_threads
 from rlvr.metrics import names as mn
 from rlvr.seeding import policy_order_seed, rng_state, set_rng_state, trainer_seed
 from rlvr.sync.weights import DTYPES, WeightSender
@@ -197,6 +197,9 @@ class PolicyWorker:
         torch.manual_seed(trainer_seed(recipe.run.seed, rank))
         self.master_addr, self.master_port = master_addr, master_port
         self.device, self.local_rank = pick_device(rank)  # cuda:i made current, or cpu
+        if tr.malloc == "keep" and self.device.type == "cpu":
+            log.info("trainer rank %d: malloc keeps freed memory (trainer.malloc=keep): %s", rank,
+                     "applied" if keep_freed_memory() else "not glibc, left as is")
         self.dtype = DTYPES[recipe.model.dtype]
         self.algo = recipe.algorithm
         self.kl_in_loss = self.algo.kl_coef > 0 and self.algo.kl_penalty == "loss"
@@ -472,6 +475,7 @@ class PolicyWorker:
         steps = r.optimizer_steps_per_rollout
         out[mn.TRAIN_LOSS] = float(sum(stats.get(mn.TRAIN_LOSS, [0.0]))) / steps
         out[mn.TRAIN_OPTIMIZER_STEPS] = float(steps)
+        out[mn.TRAIN_TOKENS] = float(lengths.sum()) * r.algorithm.ppo_epochs
         out[mn.TIMING_TRAIN_INNER_S] = time.perf_counter() - t0
         return self._across_ranks(out, sums)
 

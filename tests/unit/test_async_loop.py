@@ -366,3 +366,16 @@ def test_in_flight_the_sync_lands_while_batches_run_and_checkpoints_drain(tmp_pa
     else:  # steps 2 and 4 drain: batches 3, 4 (in flight at step 2) finish under the versions they had, below 2
         for b in eng.batches[2:4]:
             assert all(max(x.versions) < 2 for x in b.samples)
+
+
+def test_train_tokens_per_s_is_the_batch_over_the_slowest_rank():
+    """``train/tokens_per_s``: the tokens the update took (every rank reports the batch's) over ``timing/train_s``,
+    the slowest rank's own time: 238 tokens over 3.5 s = 68 tokens/s."""
+    from types import SimpleNamespace
+
+    from rlvr.runtime.controller import _wait_update
+
+    ranks = [{mn.TRAIN_TOKENS: 238.0, mn.TIMING_TRAIN_INNER_S: 2.0}, {mn.TRAIN_TOKENS: 238.0, mn.TIMING_TRAIN_INNER_S: 3.5}]
+    roles = SimpleNamespace(get=lambda calls, *a: calls)
+    out = _wait_update(roles, ranks, False, SimpleNamespace(timeouts=SimpleNamespace(train_s=1.0)))
+    assert out[mn.TIMING_TRAIN_S] == 3.5 and out[mn.TRAIN_TOKENS_PER_S] == pytest.approx(68.0)

@@ -97,6 +97,8 @@ def test_the_update_is_the_same_whatever_the_split(reference, overrides, forward
         assert 2 * 2 <= f1 <= 2 * 6
     for k in ("train/loss", "train/grad_norm", "train/entropy", "train/rollout_gap_abs"):
         assert s1[k] == pytest.approx(s0[k], rel=2e-5, abs=1e-7), k
+    # prompts 4 and 6 tokens (4 each), responses 1+2+5+9+17+30+3+12 = 79: 119 tokens, two epochs
+    assert s0["train/tokens"] == s1["train/tokens"] == 2 * 119
     # within 1% of one step (lr 1e-3): measured 4.5e-6 and 4.9e-6 at most, in 1-2 of 341,120 weights, where the
     # gradient is near 0 and Adam's m / sqrt(v) magnifies fp32 rounding of other summation orders
     for n in w0:
