@@ -67,6 +67,10 @@ def test_ray_vllm_deepspeed_gloo_three_steps(tmp_path):
         assert {("engine0", "generate"), ("engine0", "receive_weights"), ("reward", "score"),
                 ("trainer0", "train_step"), ("trainer0", "send_weights")} <= methods, row["step"]
     assert all(r["roles/overlap_frac"] < 0.05 for r in rows)  # on-policy: generation and training take turns
+    # rlvr's INFO records in the trainer's actor reach RUN/train.log (rlvr.runtime.codepath.role_log_handler)
+    log = Path(result.run_dir, "train.log").read_text()
+    assert "rlvr INFO rlvr.train.packing: trainer rank 0: packed micro-batches (attention sdpa" in log
+    assert "rlvr INFO rlvr.train.policy: trainer rank 0: malloc keeps freed memory (trainer.malloc=keep): applied" in log
     # the final policy is saved in HF format and differs from the start
     start = _weights(resolve_model("tiny-random"))
     final = _weights(result.final_dir)
