@@ -122,6 +122,13 @@ def test_rows_grow_to_a_multiple_of_the_longest_while_padding_is_over_5_percent(
     # 9, 5, 5, 5, 5 (29): rows of 9: 45 (36%); of 18: 9+5 | 5+5+5 = 36 (19%); of 27: 9+5+5+5 | 5 = 54; of 36:
     # one row of 36 (19%, not less than 36): the rows of 18
     assert row_layout([9, 5, 5, 5, 5]) == (18, [[0, 1], [2, 3, 4]])
+    # 18 x 20, then 19, 11, 10 (400 tokens): rows of 20 leave 19 | 11 | 10 apart (21 rows, 420 computed, 4.8%
+    # padding): within 5%, so no longer rows, though rows of 40 would compute 400 (20+20 nine times, 19+11+10)
+    assert row_layout([20] * 18 + [19, 11, 10])[0] == 20
+    # 18, 11, 10 instead (399 tokens): padding exactly 21 of 420 = 5%, still within the goal
+    assert row_layout([20] * 18 + [18, 11, 10])[0] == 20
+    # one-token sequences: rows of one token, one each
+    assert row_layout([1, 1]) == (1, [[0], [1]])
 
 
 def test_first_fit_decreasing_and_its_errors():
@@ -244,6 +251,10 @@ def test_packing_is_checked_on_the_model(caplog):
     blind = _CumMean()
     ok, diff = packing_honoured(blind, 64)
     assert not ok and diff > 1e-2
+    # relative to the largest hidden value: the same model with its hidden states x 1000 measures the same share
+    with torch.no_grad():
+        blind.emb.weight.mul_(1000.0)
+    assert packing_honoured(blind, 64)[1] == pytest.approx(diff, rel=1e-5)
     with pytest.raises(ValueError, match="does not confine attention.*trainer.packing=auto"):
         resolve_packing(True, blind, 64)
     with caplog.at_level(logging.WARNING, logger="rlvr.train.packing"):

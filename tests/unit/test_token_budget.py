@@ -27,6 +27,12 @@ def test_micro_batches_by_hand():
     # a sequence over the budget is a micro-batch of its own
     assert micro_batches([0, 1], [30, 2], 10, packed=True) == [[0], [1]]
     assert micro_batches([], [], 10, packed=True) == []
+    # packed rows by hand: 6 | 3 3 fits the second row exactly (12 computed); 6 | 3 2, and the last 2 finds 1 left
+    # (a third row would be 18 > 12); a 6 leaves its row no room for a 1; ties are longest first too
+    assert micro_batches([0, 1, 2], [6, 3, 3], 12, packed=True) == [[0, 1, 2]]
+    assert micro_batches([0, 1, 2, 3], [6, 3, 2, 2], 12, packed=True) == [[0, 1, 2], [3]]
+    assert micro_batches([0, 1], [6, 1], 6, packed=True) == [[0], [1]]
+    assert micro_batches([0, 1], [5, 5], 10, packed=True) == [[0, 1]]
     with pytest.raises(ValueError, match="positive number of tokens"):
         micro_batches(order, lengths, 0, packed=True)
     with pytest.raises(ValueError, match="longest first"):
