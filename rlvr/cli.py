@@ -72,8 +72,9 @@ def cmd_train(args: argparse.Namespace) -> int:
             print("dry run: recipe valid; model context, data and verifiers checked: the run will start; "
                   "nothing started.")
         return 0
-    from rlvr.runtime.controller import NonFiniteError, RunInterrupted, prepare_run_dir, train
+    from rlvr.runtime.controller import NonFiniteError, RunInterrupted, prepare_run_dir
     from rlvr.runtime.executors import RoleError
+    from rlvr.runtime.restarts import train_with_restarts
     from rlvr.sync.weights import WeightSyncError
 
     try:
@@ -95,7 +96,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     quiet = quiet_own_output() if recipe.run.executor == "local" else contextlib.nullcontext()
     try:
         with quiet:
-            result = train(recipe, run_dir)
+            result = train_with_restarts(recipe, run_dir)
     except RunInterrupted as e:
         again = " ".join([args.recipe, *(o for o in args.overrides if not o.startswith("run.resume=")), "--resume auto"])
         print(f"rlvr train: stopped by {e.signame} after step {e.step}; checkpoint {e.checkpoint}\n"

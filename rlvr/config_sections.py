@@ -30,6 +30,14 @@ class RunConfig:
     resume: str | None = None
     """Resume from a checkpoint: ``auto`` (the newest complete checkpoint of the run folder ``output_dir/name``;
     a fresh start if there is none) or a checkpoint folder path. ``rlvr train ... --resume auto|PATH`` sets it."""
+    max_restarts: int = 0
+    """Restart a run that failed from a cause a restart can mend (a role's process died, a call or a weight sync
+    timed out or failed) this many times, each from the newest complete checkpoint of its run folder (the steps
+    after it are redone; from step 1 when there is none), in the same folder and the same process
+    (:mod:`rlvr.runtime.restarts`). A recipe error, NaN updates in a row, a role's own exception and a stop by
+    Ctrl-C/SIGTERM are never restarted. 0: a failure ends the run (``RUN/FAILED``)."""
+    restart_backoff_s: float = 10.0
+    """Seconds before the first restart; doubled before each next one (at most 300 s)."""
 
 
 @dataclass(frozen=True, kw_only=True)

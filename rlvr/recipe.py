@@ -156,6 +156,9 @@ def _rollout_errors(r: Recipe) -> list[str]:
     ro = r.rollout
     if ro.max_restarts < 0:
         errs.append("rollout.max_restarts must be >= 0")
+    if r.run.max_restarts < 0 or r.run.restart_backoff_s < 0:
+        errs.append(f"run.max_restarts ({r.run.max_restarts}) and run.restart_backoff_s ({r.run.restart_backoff_s}) "
+                    "must be >= 0")
     if ro.num_engines < 1:
         errs.append("rollout.num_engines must be >= 1")
     elif ro.prompts_per_step % ro.num_engines:

@@ -216,6 +216,8 @@ def resume_point(r: Recipe, run_dir: Path, fingerprint: dict) -> tuple[Path | No
     resume_from = ck.resolve_resume(r.run.resume, run_dir) if r.run.resume else None
     if r.run.resume and resume_from is None:
         write_recipe(r, run_dir)  # --resume auto with nothing to resume: a fresh start in this folder
+        for name in ("metrics.jsonl", "samples.jsonl", "timeline.jsonl", "validation.jsonl"):
+            trim_metrics(run_dir / name, 0)  # the steps a failed run logged before any checkpoint run again
     state = None
     if resume_from is not None:
         ck.check_compatible(resume_from, r, fingerprint)  # before anything expensive starts
@@ -229,9 +231,7 @@ def resume_point(r: Recipe, run_dir: Path, fingerprint: dict) -> tuple[Path | No
             log.warning("resume changes %s: %s -> %s: the engines split each batch otherwise, so from step %d on the "
                         "rollouts differ from an uninterrupted run's (valid, not identical)", key, old, new,
                         state.step + 1)
-        trim_metrics(run_dir / "metrics.jsonl", state.step)
-        trim_metrics(run_dir / "samples.jsonl", state.step)
-        trim_metrics(run_dir / "timeline.jsonl", state.step)
-        trim_metrics(run_dir / "validation.jsonl", state.step)
+        for name in ("metrics.jsonl", "samples.jsonl", "timeline.jsonl", "validation.jsonl"):
+            trim_metrics(run_dir / name, state.step)
     ck.prune(run_dir, r.checkpoint.keep_last, r.checkpoint.best_metric, r.checkpoint.best_mode)  # crash leftovers
     return resume_from, state

@@ -1,0 +1,114 @@
+"""A run that restarts itself (issue 41, run.max_restarts; rlvr.runtime.restarts) on the fake loop: which failures
+are restarted, from which checkpoint, and that the run folder keeps each step once."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import pytest
+from loop_fakes import FakeExecutor, FakeTrainer
+
+from rlvr.recipe import load_recipe
+from rlvr.runtime.controller import prepare_run_dir
+from rlvr.runtime.executors import RoleError
+from rlvr.runtime.restarts import backoff_s, restart_cause, train_with_restarts
+from rlvr.sync.weights import WeightSyncError
+
+TINY = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny_test.yaml")
+
+
+def _recipe(tmp_path, *overrides):
+    return load_recipe(TINY, [f"run.output_dir={tmp_path}", "run.executor=local", "run.save_final=false",
+                              "sync.probe_every=0", "run.restart_backoff_s=1.5", "timeouts.train_s=0.3", *overrides])  # fmt: skip
+
+
+def _steps(run_dir) -> list[int]:
+    return [json.loads(x)["step"] for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if x.strip()]
+
+
+def _failing(at_call: int, error: Exception | None):
+    """Executors for each attempt: the first one's trainer raises ``error`` at its ``at_call``-th train_step, or
+    (None) hangs there for 1 s, past the recipes' ``timeouts.train_s`` of 0.3 s (a rank that stopped answering)."""
+    made = []
+
+    class Failing(FakeTrainer):
+        def train_step(self, batch, dph=None):
+            if len(self.updates) + 1 == at_call:
+                if error is None:
+                    time.sleep(1.0)
+                    return super().train_step(batch, dph)
+                raise error
+            return super().train_step(batch, dph)
+
+    def make():
+        ex = FakeExecutor()
+        if not made:
+            spawn = ex.spawn
+
+            def spawn_failing(name, cls, *args, **kwargs):
+                h = spawn(name, cls, *args, **kwargs)
+                if name == "trainer0":
+                    h._target[1].result().__class__ = Failing
+                return h
+
+            ex.spawn = spawn_failing
+        made.append(ex)
+        return ex
+
+    return make, made
+
+
+def test_which_failures_a_restart_mends():
+    assert restart_cause(RoleError("x", "trainer0", died=True)) == "the trainer0 role's process died"
+    assert restart_cause(RoleError("x", "engine0", timed_out=True)) == "engine0 overran its deadline"
+    assert restart_cause(WeightSyncError("x")) == "the weight sync failed"
+    assert restart_cause(RoleError("trainer0.train_step failed: RuntimeError: a bug")) is None  # raises again
+    assert restart_cause(ValueError("bad recipe")) is None
+    assert [backoff_s(10.0, k) for k in (1, 2, 3, 6, 7)] == [10.0, 20.0, 40.0, 300.0, 300.0]
+
+
+def test_a_hung_trainer_restarts_from_the_checkpoint_and_each_step_is_logged_once(tmp_path, caplog):
+    """4 steps, a checkpoint every 2; the trainer hangs at its 3rd update (step 3) past timeouts.train_s: the run
+    restarts from step_000002 after 1.5 s and redoes steps 3 and 4; metrics.jsonl holds steps 1-4 once each. (A
+    dead role's process is a Ray actor's death: restart_cause above; under Ray: the chaos test, to come.)"""
+    r = _recipe(tmp_path, "run.steps=4", "checkpoint.every_steps=2", "run.max_restarts=1")
+    make, made = _failing(3, None)
+    waits: list[float] = []
+    run_dir = prepare_run_dir(r)
+    with caplog.at_level(logging.WARNING, logger="rlvr.runtime.restarts"):
+        res = train_with_restarts(r, run_dir, make, sleep=waits.append)
+    assert Path(res.run_dir) == run_dir and len(made) == 2 and waits == [1.5]
+    assert _steps(run_dir) == [1, 2, 3, 4]
+    assert made[1].objects["trainer0"].result().updates == [16, 16]  # the restart trained steps 3 and 4 only
+    assert "restart 1 of 1 in 2s from " in caplog.text and "step_000002" in caplog.text
+    assert "trainer0 overran its deadline" in caplog.text
+
+
+def test_before_any_checkpoint_the_restart_begins_at_step_1_without_duplicate_rows(tmp_path):
+    r = _recipe(tmp_path, "run.steps=3", "checkpoint.every_steps=0", "run.max_restarts=2")
+    make, made = _failing(2, None)
+    run_dir = prepare_run_dir(r)
+    train_with_restarts(r, run_dir, make, sleep=lambda s: None)
+    assert len(made) == 2 and _steps(run_dir) == [1, 2, 3]
+    assert made[1].objects["trainer0"].result().updates == [16, 16, 16]
+
+
+@pytest.mark.parametrize("error", [RoleError("trainer0.train_step failed: RuntimeError: a bug", "trainer0"),
+                                   ValueError("a bad row")])
+def test_a_cause_no_restart_mends_ends_the_run_at_once(tmp_path, error):
+    r = _recipe(tmp_path, "run.steps=3", "checkpoint.every_steps=1", "run.max_restarts=3")
+    make, made = _failing(2, error)
+    with pytest.raises(RoleError, match="trainer0.train_step failed: (RoleError|ValueError)"):  # as the executor reports it
+        train_with_restarts(r, prepare_run_dir(r), make, sleep=lambda s: None)
+    assert len(made) == 1
+
+
+def test_restarts_spent_the_last_failure_ends_the_run(tmp_path):
+    r = _recipe(tmp_path, "run.steps=3", "checkpoint.every_steps=1", "run.max_restarts=0")
+    make, made = _failing(2, None)
+    with pytest.raises(RoleError, match="did not finish within 0.3s"):
+        train_with_restarts(r, prepare_run_dir(r), make, sleep=lambda s: None)
+    assert len(made) == 1
