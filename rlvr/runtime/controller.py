@@ -422,9 +422,9 @@ def _wait_update(roles: "Roles", calls: list, with_critic: bool, r: Recipe) -> d
     stats = {k: v for k, v in updates[0].items() if k != mn.TIMING_TRAIN_INNER_S}
     if with_critic:
         stats.update({k: v for k, v in updates[-1].items() if mn.namespace(k) != mn.NS_TIMING})
-    stats[mn.TIMING_TRAIN_S] = max(inner)
-    if mn.TRAIN_TOKENS in stats and max(inner) > 0:
-        stats[mn.TRAIN_TOKENS_PER_S] = stats[mn.TRAIN_TOKENS] / max(inner)
+    stats[mn.TIMING_TRAIN_S] = slowest = max(inner)
+    if mn.TRAIN_TOKENS in stats and slowest > 0:  # the batch's tokens (all epochs) over the slowest rank's seconds
+        stats[mn.TRAIN_TOKENS_PER_S] = stats[mn.TRAIN_TOKENS] / slowest
     return stats
 
 

@@ -33,6 +33,8 @@ RUNNING = "RUNNING"
 START_FILES = ("recipe.yaml", "derived.json", "train.log", "metrics.jsonl", "samples.jsonl", "timeline.jsonl",
                "validation.jsonl", "dph_buffer.pt", FAILED, RUNNING)  # fmt: skip
 """Files a run may have written before its first step completed (step-0 validation included)."""
+STEP_LOGS = ("metrics.jsonl", "samples.jsonl", "timeline.jsonl", "validation.jsonl")
+"""The run folder's files of one row per step (a ``step`` key): trimmed to a resumed checkpoint's step."""
 START_DIRS = ("checkpoints", "tensorboard", "wandb", "mlruns")
 """Folders a run may have made before its first step completed (the metrics backends', incomplete checkpoints)."""
 
@@ -216,7 +218,7 @@ def resume_point(r: Recipe, run_dir: Path, fingerprint: dict) -> tuple[Path | No
     resume_from = ck.resolve_resume(r.run.resume, run_dir) if r.run.resume else None
     if r.run.resume and resume_from is None:
         write_recipe(r, run_dir)  # --resume auto with nothing to resume: a fresh start in this folder
-        for name in ("metrics.jsonl", "samples.jsonl", "timeline.jsonl", "validation.jsonl"):
+        for name in STEP_LOGS:
             trim_metrics(run_dir / name, 0)  # the steps a failed run logged before any checkpoint run again
     state = None
     if resume_from is not None:
@@ -231,7 +233,7 @@ def resume_point(r: Recipe, run_dir: Path, fingerprint: dict) -> tuple[Path | No
             log.warning("resume changes %s: %s -> %s: the engines split each batch otherwise, so from step %d on the "
                         "rollouts differ from an uninterrupted run's (valid, not identical)", key, old, new,
                         state.step + 1)
-        for name in ("metrics.jsonl", "samples.jsonl", "timeline.jsonl", "validation.jsonl"):
+        for name in STEP_LOGS:
             trim_metrics(run_dir / name, state.step)
     ck.prune(run_dir, r.checkpoint.keep_last, r.checkpoint.best_metric, r.checkpoint.best_mode)  # crash leftovers
     return resume_from, state

@@ -26,7 +26,7 @@ from rlvr.metrics import names as mn
 from rlvr.seeding import critic_order_seed, critic_seed
 from rlvr.sync.weights import DTYPES
 from rlvr.train.batch import TrainBatch
-from rlvr.train.packing import forward_inputs, micro_batches, resolve_packing
+from rlvr.train.packing import forward_inputs, resolve_packing, split_micro_batches
 from rlvr.train.policy import apply_optimizer_settings
 
 log = logging.getLogger(__name__)
@@ -94,24 +94,20 @@ class CriticWorker:
             v = self.model(mb.input_ids, mb.attention_mask)  # host tensors: the model moves its inputs
         return v.float() * mb.loss_mask.to(self.device)
 
-    def _split(self, rows: list[int], batch: TrainBatch) -> list[list[int]]:
-        """Micro-batches of ``rows`` (indices into ``batch``): the policy's token budget
-        (``trainer.max_tokens_per_micro_batch``: longest first, :func:`rlvr.train.packing.micro_batches`), else
-        ``critic.micro_batch_size`` rows at a time in the given order."""
+    def _split(self, rows: list[int], lengths: list[int]) -> list[list[int]]:
+        """Micro-batches of ``rows`` (indices into ``lengths``, the batch's tokens per sequence [B]): the policy's
+        token budget (``trainer.max_tokens_per_micro_batch``: longest first, :func:`rlvr.train.packing.micro_batches`),
+        else ``critic.micro_batch_size`` rows at a time in the given order."""
         budget = self.recipe.trainer.max_tokens_per_micro_batch
-        if not budget:
-            mbs = self.recipe.critic.micro_batch_size
-            return [rows[k : k + mbs] for k in range(0, len(rows), mbs)]
-        lengths = [int(n) for n in batch.attention_mask.sum(1)]
-        order = sorted(rows, key=lambda i: -lengths[i])  # stable: ties keep their order
-        return micro_batches(order, lengths, budget, self.model.packed)
+        order = sorted(rows, key=lambda i: -lengths[i]) if budget else rows  # stable: ties keep their order
+        return split_micro_batches(order, lengths, budget, self.model.packed, self.recipe.critic.micro_batch_size)
 
     @torch.no_grad()
     def compute_values(self, batch: TrainBatch) -> torch.Tensor:
         """Values [B, S-1] (reward units) of every response position, 0 elsewhere; no grad."""
         self.model.eval()
         out = torch.zeros_like(batch.loss_mask)
-        for idx in self._split(list(range(len(batch))), batch):
+        for idx in self._split(list(range(len(batch))), batch.attention_mask.sum(1).tolist()):
             v = self._values(batch.select(idx))
             out[idx, : v.shape[1]] = v.cpu()
         self.model.train()
@@ -129,13 +125,14 @@ class CriticWorker:
         b, mb_size = len(batch), r.mini_batch
         g = torch.Generator().manual_seed(critic_order_seed(r.run.seed, self.updates))
         stats: dict[str, list[float]] = {}
+        lengths = batch.attention_mask.sum(1).tolist()  # [B] tokens of each sequence
         for _epoch in range(r.algorithm.ppo_epochs):
             order = torch.randperm(b, generator=g) if b > mb_size else torch.arange(b)
             for m0 in range(0, b, mb_size):
                 mini = order[m0 : m0 + mb_size]
                 num_tokens = float(batch.loss_mask[mini].sum().clamp(min=1.0))
                 loss_sum = clip_sum = err_sum = 0.0
-                for idx in self._split(mini.tolist(), batch):
+                for idx in self._split(mini.tolist(), lengths):
                     mb = batch.select(idx)
                     s1 = mb.loss_mask.shape[1]
                     mask = mb.loss_mask.to(self.device)

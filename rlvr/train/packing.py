@@ -226,6 +226,15 @@ def micro_batches(order: list[int], lengths: list[int], budget: int, packed: boo
     return out
 
 
+def split_micro_batches(order: list[int], lengths: list[int], budget: int, packed: bool, rows: int) -> list[list[int]]:
+    """Micro-batches of sequences ``order`` (indices into ``lengths``): with a token ``budget`` > 0
+    (``trainer.max_tokens_per_micro_batch``), :func:`micro_batches` (``order`` longest first); with 0, ``rows``
+    sequences at a time in the given order."""
+    if budget:
+        return micro_batches(order, lengths, budget, packed)
+    return [order[k : k + rows] for k in range(0, len(order), rows)]
+
+
 def balanced_shares(order: list[int], lengths: list[int], world: int) -> list[list[int]]:
     """Deal sequences ``order`` to ``world`` data-parallel ranks by tokens: each, longest first, to the rank with
     the fewest tokens so far (ties: the lowest rank; the longest-processing-time rule, as verl and slime balance

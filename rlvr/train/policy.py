@@ -36,7 +36,7 @@ from rlvr.seeding import policy_order_seed, rng_state, set_rng_state, trainer_se
 from rlvr.sync.weights import DTYPES, WeightSender
 from rlvr.train import lora
 from rlvr.train.batch import TrainBatch, pack
-from rlvr.train.packing import balanced_shares, forward_inputs, micro_batches, resolve_packing
+from rlvr.train.packing import balanced_shares, forward_inputs, resolve_packing, split_micro_batches
 from rlvr.types import Completion
 
 log = logging.getLogger(__name__)
@@ -510,9 +510,7 @@ class PolicyWorker:
     def _split(self, order: list[int], lengths: list[int], rows: int) -> list[list[int]]:
         """Micro-batches of sequences ``order`` (indices into ``lengths``, longest first): by the token budget
         (``trainer.max_tokens_per_micro_batch``, :func:`rlvr.train.packing.micro_batches`), or ``rows`` at a time."""
-        if self.budget:
-            return micro_batches(order, lengths, self.budget, self.packing)
-        return [order[k : k + rows] for k in range(0, len(order), rows)]
+        return split_micro_batches(order, lengths, self.budget, self.packing, rows)
 
     def _shares(self, mini: list[int], lengths: list[int], world: int) -> list[list[list[int]]]:
         """Every rank's micro-batches of a mini-batch (sequence indices, ``mini`` longest first): with a token

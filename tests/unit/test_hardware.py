@@ -5,8 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
-
 _REALLOC = """
 import resource, sys, torch
 from rlvr.hardware import keep_freed_memory
@@ -20,7 +18,6 @@ print(applied, *out)
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 def test_keep_freed_memory_reuses_a_large_block_without_page_faults():
     """A 40 MiB tensor allocated, written and freed six times: glibc's default maps it afresh each time (40 MiB /
     4 KiB = 10,240 page faults as it is written); kept (trainer.malloc: keep), the heap grows once or twice (small
@@ -33,3 +30,17 @@ def test_keep_freed_memory_reuses_a_large_block_without_page_faults():
     keep, system = [int(n) for n in out["keep"][1:]], [int(n) for n in out["system"][1:]]
     assert out["keep"][0] == "True" and sum(keep[-3:]) < 100, keep
     assert out["system"][0] == "None" and all(10_240 <= n <= 10_240 + 100 for n in system), system
+
+
+def test_keep_freed_memory_changes_nothing_without_glibcs_mallopt(monkeypatch):
+    """A C library without mallopt (musl's is a stub, macOS has none): False, nothing called."""
+    import ctypes
+
+    from rlvr.hardware import keep_freed_memory
+
+    class NoMallopt:
+        def __init__(self, name):
+            pass
+
+    monkeypatch.setattr(ctypes, "CDLL", NoMallopt)
+    assert keep_freed_memory() is False
