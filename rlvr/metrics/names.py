@@ -194,6 +194,7 @@ REWARD_STD = _name(NS_REWARD, "std")
 REWARD_CORRECT_FRAC = _name(NS_REWARD, "correct_frac")
 REWARD_TIMEOUT_FRAC = _name(NS_REWARD, "timeout_frac")
 REWARD_CRASH_FRAC = _name(NS_REWARD, "crash_frac")
+REWARD_RESCORED_FRAC = _name(NS_REWARD, "rescored_frac")
 REWARD_ERROR_FRAC = _name(NS_REWARD, "error_frac")
 REWARD_INVALID_SCORE_FRAC = _name(NS_REWARD, "invalid_score_frac")
 REWARD_NO_ANSWER_FRAC = _name(NS_REWARD, "no_answer_frac")
@@ -345,7 +346,10 @@ _ENTRIES: tuple[Metric, ...] = (
     _M(REWARD_STD, "reward", "population std of the reward over the B rollouts (normaliser B)"),
     _M(REWARD_CORRECT_FRAC, "fraction", "rollouts the primary (first) verifier gives full marks (score >= 1)"),
     _M(REWARD_TIMEOUT_FRAC, "fraction", "rollouts where some verifier timed out"),
-    _M(REWARD_CRASH_FRAC, "fraction", "rollouts where some verifier's worker crashed"),
+    _M(REWARD_CRASH_FRAC, "fraction", "rollouts whose verifier worker died under them twice (scored 0, reason "
+       "crashed: the answer kills its worker)"),
+    _M(REWARD_RESCORED_FRAC, "fraction", "rollouts whose verifier worker died under them once and that a fresh "
+       "worker then scored (an infrastructure fault recovered, never trained as a 0)"),
     _M(REWARD_ERROR_FRAC, "fraction", "rollouts where some verifier raised an error or returned no valid score "
        "(each scored 0 for that verifier)"),
     _M(REWARD_INVALID_SCORE_FRAC, "fraction", "rollouts where some verifier returned no valid score (not a number, "

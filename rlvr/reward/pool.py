@@ -9,8 +9,12 @@ Per sample, exactly one :class:`Scored` comes back, in input order, always:
 
 - a worker still busy ``timeout_s`` seconds after the sample was sent is killed (SIGKILL) and replaced; the
   sample scores 0 with reason ``timeout`` for every verifier;
-- a worker that dies while scoring (a segfault, ``os._exit``, the OOM killer, ``memory_mb`` exceeded) is
-  replaced; the sample scores 0 with reason ``crashed``;
+- a worker that dies while scoring (a segfault, ``os._exit``, the OOM killer, ``memory_mb`` exceeded, a kill from
+  outside) is replaced and the sample is scored once more, on a fresh worker: a worker lost to the machine (the
+  OOM killer taking the largest process, a node's trouble) is an infrastructure fault, never the policy's 0
+  (issue 41), and the second score stands (``Scored.rescored``); a sample that kills its worker again scores 0
+  with reason ``crashed``: then the answer itself is what kills it (a blow-up past ``memory_mb``), the policy's
+  outcome like a timeout;
 - a verifier that raises scores 0 for that sample with reason ``error: <ExcType>: msg``; the worker lives on;
 - a verifier that returns no valid score (not a number, NaN, or outside [0, 1]:
   :class:`~rlvr.reward.base.InvalidScoreError`) scores 0 for that sample with reason ``error: score 7.5 outside
@@ -54,6 +58,9 @@ class Scored:
     reward: float
     results: dict[str, VerifyResult]
     latency_s: float
+    rescored: bool = False
+    """The first worker died while scoring this sample and a fresh one scored it (an infrastructure fault
+    recovered; ``latency_s`` covers both tries)."""
 
     def failed(self, reason: str) -> bool:
         """True when some verifier's reason is ``reason``; for ``error``, one that starts with ``error:`` (the
@@ -188,6 +195,7 @@ class ScoringPool:
         self.timeout_s = float(timeout_s)
         self.memory_mb = memory_mb
         self._errors = 0
+        self._rescored = 0
         self._pool = ProcessPool(_build_scorer, (self._specs, self.keys), num_workers, timeout_s, memory_mb,
                                  name="scoring", what="its verifiers", preload=preload, start_method=start_method)
 
@@ -210,24 +218,33 @@ class ScoringPool:
             )
         jobs = [(str(responses[i]), str(golds[i]),
                  {k: v for k, v in (rows[i] or {}).items() if k not in _ROW_KEYS_RESERVED}) for i in range(n)]
+        outcomes = self._pool.run(jobs)
+        lost = [i for i, o in enumerate(outcomes) if o.reason == "crashed"]
+        retried = dict(zip(lost, self._pool.run([jobs[i] for i in lost]))) if lost else {}
+        self._rescored += sum(o.reason != "crashed" for o in retried.values())
         out = []
-        for o in self._pool.run(jobs):
+        for i, o in enumerate(outcomes):
+            latency = o.latency_s
+            if i in retried:  # the worker died under it: scored again on a fresh one (the module docstring)
+                o, latency = retried[i], latency + retried[i].latency_s
             if o.ok:
                 results: dict[str, VerifyResult] = o.value
                 self._errors += any((r.reason or "").startswith("error:") for r in results.values())
-            else:  # timeout, crashed, or a row that does not pickle (counted by the process pool)
+            else:  # timeout, crashed (twice), or a row that does not pickle (counted by the process pool)
                 results = {k: VerifyResult(score=0.0, parsed=None, reason=o.reason) for k in self.keys}
             reward = sum(self.weights[k] * r.score for k, r in results.items())
-            out.append(Scored(reward=reward, results=results, latency_s=o.latency_s))
+            out.append(Scored(reward=reward, results=results, latency_s=latency,
+                              rescored=i in retried and o.reason != "crashed"))
         return out
 
     def stats(self) -> dict[str, int]:
-        """Counters since the pool started: ``samples``, ``timeouts``, ``crashes``, ``errors`` (samples with a
-        verifier that raised or returned no valid score, or a row that did not pickle), ``restarts`` (workers
-        replaced)."""
+        """Counters since the pool started: ``samples`` (jobs sent to workers: a sample scored twice counts twice),
+        ``timeouts``, ``crashes`` (workers that died under a sample), ``errors`` (samples with a verifier that
+        raised or returned no valid score, or a row that did not pickle), ``restarts`` (workers replaced),
+        ``rescored`` (samples whose worker died and that a fresh worker then scored)."""
         s = self._pool.stats()
         return {"samples": s["jobs"], "timeouts": s["timeouts"], "crashes": s["crashes"],
-                "errors": s["errors"] + self._errors, "restarts": s["restarts"]}
+                "errors": s["errors"] + self._errors, "restarts": s["restarts"], "rescored": self._rescored}
 
     def close(self) -> None:
         """Stop the workers (politely, then SIGKILL after 2 s). Idempotent."""
@@ -288,7 +305,7 @@ def nearest_rank(values: Sequence[float], q: float) -> float:
 def reward_metrics(scored: Sequence[Scored]) -> dict[str, float]:
     """Metrics of one batch of B scored samples, each a mean over the B samples (normaliser B).
 
-    ``reward/mean``; ``reward/timeout_frac``, ``reward/crash_frac``, ``reward/error_frac``,
+    ``reward/mean``; ``reward/timeout_frac``, ``reward/crash_frac``, ``reward/rescored_frac``, ``reward/error_frac``,
     ``reward/invalid_score_frac`` (part of the errors: no valid score), ``reward/no_answer_frac`` (samples where
     some verifier gave that reason, :meth:`Scored.failed`); ``reward/latency_mean_s``,
     ``reward/latency_max_s``, ``reward/latency_p50_s`` and ``reward/latency_p99_s`` (nearest-rank percentiles
@@ -302,6 +319,7 @@ def reward_metrics(scored: Sequence[Scored]) -> dict[str, float]:
         mn.REWARD_MEAN: sum(s.reward for s in scored) / b,
         mn.REWARD_TIMEOUT_FRAC: sum(s.failed("timeout") for s in scored) / b,
         mn.REWARD_CRASH_FRAC: sum(s.failed("crashed") for s in scored) / b,
+        mn.REWARD_RESCORED_FRAC: sum(s.rescored for s in scored) / b,
         mn.REWARD_ERROR_FRAC: sum(s.failed("error") for s in scored) / b,
         mn.REWARD_INVALID_SCORE_FRAC: sum(s.failed("invalid_score") for s in scored) / b,
         mn.REWARD_NO_ANSWER_FRAC: sum(s.failed("no_answer") for s in scored) / b,

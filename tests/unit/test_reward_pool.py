@@ -31,6 +31,12 @@ def misbehave(response: str, gold: str, **row: object) -> float:
         raise ValueError(f"bad input {gold}")
     if response == "hog":
         _ = bytearray(4 * 2**30)  # 4 GiB
+    if response.startswith("die_once:"):  # a worker lost once (the OOM killer, a kill from outside), then fine
+        marker = response.split(":", 1)[1]
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(9)
+        return float(gold == "right")
     return float(response == gold)
 
 
@@ -78,17 +84,34 @@ def test_timeout_is_killed_and_next_samples_scored() -> None:
         assert timeout <= out[0].latency_s <= timeout + 1.0
         # one worker: samples 2 and 3 waited for the replacement, which starts in well under a second here
         assert elapsed < timeout + 5.0
-        assert pool.stats() == {"samples": 3, "timeouts": 1, "crashes": 0, "errors": 0, "restarts": 1}
+        assert pool.stats() == {"samples": 3, "timeouts": 1, "crashes": 0, "errors": 0, "restarts": 1, "rescored": 0}
         # the replacement keeps serving
         assert [s.reward for s in pool.score(["7"], ["7"], [{}])] == [1.0]
 
 
 def test_crash_is_replaced() -> None:
+    # "die" kills every worker it meets: scored once more on a fresh worker (issue 41), which it kills too, so it
+    # is the answer's doing: 0, reason crashed
     with ScoringPool([spec("misbehave")], num_workers=1, timeout_s=5.0) as pool:
         out = pool.score(["1", "die", "2"], ["1", "1", "2"], [{}, {}, {}])
         assert [s.reward for s in out] == [1.0, 0.0, 1.0]
         assert reasons(out, pool.keys[0]) == [None, "crashed", None]
-        assert pool.stats()["crashes"] == 1 and pool.stats()["restarts"] == 1
+        assert [s.rescored for s in out] == [False, False, False]
+        assert pool.stats() == {"samples": 4, "timeouts": 0, "crashes": 2, "errors": 0, "restarts": 2, "rescored": 0}
+
+
+def test_a_worker_lost_once_is_not_the_policys_zero(tmp_path) -> None:
+    # the worker dies under the sample once (the machine's fault, not the answer's): a fresh worker scores it and
+    # that score stands; "right" scores 1 (so a 0 here could only come from the lost worker)
+    m1, m2 = tmp_path / "a", tmp_path / "b"
+    with ScoringPool([spec("misbehave")], num_workers=2, timeout_s=5.0) as pool:
+        out = pool.score([f"die_once:{m1}", "x", f"die_once:{m2}"], ["right", "x", "wrong"], [{}] * 3)
+        assert [s.reward for s in out] == [1.0, 1.0, 0.0]
+        assert reasons(out, pool.keys[0]) == [None, None, "wrong"]  # a real verdict, not "crashed"
+        assert [s.rescored for s in out] == [True, False, True]
+        assert pool.stats() == {"samples": 5, "timeouts": 0, "crashes": 2, "errors": 0, "restarts": 2, "rescored": 2}
+        m = reward_metrics(out)
+        assert m["reward/rescored_frac"] == 2 / 3 and m["reward/crash_frac"] == 0.0
 
 
 def test_raise_scores_error_and_worker_lives_on() -> None:
@@ -123,7 +146,8 @@ def test_mixed_failures_keep_order_across_workers() -> None:
         assert reasons(out, key) == [
             None, "timeout", None, "crashed", "wrong", "error: ValueError: bad input x", None, "timeout", None,
         ]
-        assert pool.stats() == {"samples": 9, "timeouts": 2, "crashes": 1, "errors": 1, "restarts": 3}
+        # "die" is scored twice (two crashes): the answer kills its workers
+        assert pool.stats() == {"samples": 10, "timeouts": 2, "crashes": 2, "errors": 1, "restarts": 4, "rescored": 0}
     # two hangs of 1 s each, overlapping or not, plus restarts: far below 9 samples x 1 s
     assert elapsed < 2 * 1.0 + 5.0
 
