@@ -75,6 +75,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from rlvr.runtime.controller import NonFiniteError, RunInterrupted, prepare_run_dir
     from rlvr.runtime.executors import RoleError
     from rlvr.runtime.restarts import train_with_restarts
+    from rlvr.runtime.rundir import run_log
     from rlvr.sync.weights import WeightSyncError
 
     try:
@@ -94,23 +95,24 @@ def cmd_train(args: argparse.Namespace) -> int:
     # the local executor runs the roles in this process: vLLM's, torch's and DeepSpeed's C++ messages and progress
     # bars reach its own stderr, which only a file-descriptor filter sees (as rlvr eval does)
     quiet = quiet_own_output() if recipe.run.executor == "local" else contextlib.nullcontext()
-    try:
-        with quiet:
-            result = train_with_restarts(recipe, run_dir)
-    except RunInterrupted as e:
-        again = " ".join([args.recipe, *(o for o in args.overrides if not o.startswith("run.resume=")), "--resume auto"])
-        print(f"rlvr train: stopped by {e.signame} after step {e.step}; checkpoint {e.checkpoint}\n"
-              f"continue with: rlvr train {again}", file=sys.stderr)
-        return 143 if e.signame == "SIGTERM" else 130
-    except (RecipeError, RoleError, WeightSyncError, NonFiniteError, ValueError, OSError, ImportError) as e:
-        # the traceback goes to RUN/train.log only (rlvr.console.ConsoleFilter); the console gets one line
-        logging.getLogger("rlvr").error("run failed", exc_info=True, extra={"console": False})
-        from rlvr.console import for_stream
-        from rlvr.runtime.rundir import failure_hint
+    with run_log(run_dir):  # every attempt's log and the failure's traceback (below) in RUN/train.log
+        try:
+            with quiet:
+                result = train_with_restarts(recipe, run_dir)
+        except RunInterrupted as e:
+            again = " ".join([args.recipe, *(o for o in args.overrides if not o.startswith("run.resume=")), "--resume auto"])
+            print(f"rlvr train: stopped by {e.signame} after step {e.step}; checkpoint {e.checkpoint}\n"
+                  f"continue with: rlvr train {again}", file=sys.stderr)
+            return 143 if e.signame == "SIGTERM" else 130
+        except (RecipeError, RoleError, WeightSyncError, NonFiniteError, ValueError, OSError, ImportError) as e:
+            # the traceback goes to RUN/train.log only (rlvr.console.ConsoleFilter); the console gets one line
+            logging.getLogger("rlvr").error("run failed", exc_info=True, extra={"console": False})
+            from rlvr.console import for_stream
+            from rlvr.runtime.rundir import failure_hint
 
-        print(for_stream(f"rlvr train: the run failed: {type(e).__name__}: {e}\n(traceback in {run_dir / 'train.log'}; "
-                         f"{run_dir / 'FAILED'} marks the folder)\n{failure_hint(run_dir)}", sys.stderr), file=sys.stderr)
-        return 1
+            print(for_stream(f"rlvr train: the run failed: {type(e).__name__}: {e}\n(traceback in {run_dir / 'train.log'}; "
+                             f"{run_dir / 'FAILED'} marks the folder)\n{failure_hint(run_dir)}", sys.stderr), file=sys.stderr)
+            return 1
     m = result.last_metrics
     keys = [mn.REWARD_MEAN] + [mn.passk(k) for k in recipe.pass_k] + [mn.SYNC_GBPS, mn.TIMING_STEP_S]
     print("final step: " + ", ".join(f"{k}={m[k]:.4g}" for k in keys if k in m))

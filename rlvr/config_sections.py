@@ -145,8 +145,10 @@ class RolloutConfig:
     threads: int = 1
     """torch threads per engine (OMP_NUM_THREADS); per worker with tensor parallel."""
     max_restarts: int = 2
-    """An engine whose process dies during a rollout is replaced (given the current weights, the rollout retried)
-    up to this many times per run (Ray executor); then the run stops with the error."""
+    """An engine whose process dies during a rollout is replaced (given the current weights, the rollout retried),
+    and one that dies during a weight sync is replaced and the sync redone with every engine (``sync/redone``), up
+    to this many times per run in all (Ray executor); then the run stops with the error (and ``run.max_restarts``
+    may restart it)."""
     max_staleness: int = 0
     """N, the policy lag of asynchronous rollout: 0 or 1. 0: on-policy, each step generates with the weights of
     the step before (generation and training take turns). 1: the engines generate step s + 1's batch while the

@@ -307,6 +307,7 @@ SYNC_SEND_SECONDS = _name(NS_SYNC, "send_seconds")
 SYNC_GB = _name(NS_SYNC, "gb")
 SYNC_GBPS = _name(NS_SYNC, "gbps")
 SYNC_POLICY_VERSION = _name(NS_SYNC, "policy_version")
+SYNC_REDONE = _name(NS_SYNC, "redone")
 SYNC_PROBE_GAP_MEAN = _name(NS_SYNC, "probe_gap_mean")
 SYNC_PROBE_GAP_GEN_MEAN = _name(NS_SYNC, "probe_gap_gen_mean")
 SYNC_PROBE_GAP_MAX = _name(NS_SYNC, "probe_gap_max")
@@ -473,6 +474,7 @@ _ENTRIES: tuple[Metric, ...] = (
     _M(SYNC_GB, "GB", "weights sent per sync (1e9 bytes)"),
     _M(SYNC_GBPS, "GB/s", "sync/gb over sync/send_seconds"),
     _M(SYNC_POLICY_VERSION, "version", "policy version the engines received"),
+    _M(SYNC_REDONE, "count", "times the step's sync was redone because an engine died during it (replaced first)"),
     _M(SYNC_PROBE_GAP_MEAN, "nats", "sync probe: mean |engine - trainer| logprob gap, max over engines"),
     _M(SYNC_PROBE_GAP_GEN_MEAN, "nats", "sync probe: the same over the generated tokens only"),
     _M(SYNC_PROBE_GAP_MAX, "nats", "sync probe: largest single-token gap, max over engines"),

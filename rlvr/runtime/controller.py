@@ -198,8 +198,10 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
     """
     from rlvr.runtime.rundir import marked
 
+    from rlvr.runtime.rundir import run_log
+
     run_dir = run_dir or prepare_run_dir(recipe)
-    with marked(run_dir, clean=(RunInterrupted,)):
+    with run_log(run_dir), marked(run_dir, clean=(RunInterrupted,)):
         return _train(recipe, run_dir, executor)
 
 
@@ -210,7 +212,6 @@ def _train(recipe: Recipe, run_dir: Path, executor: Any | None) -> RunResult:
     from rlvr.runtime import checkpoint as ck
 
     r = recipe
-    _log_to_file(run_dir)
     log.info("run folder: %s", run_dir, extra={"console": False})  # rlvr train prints it (with what it holds)
     data = _load_data(r)
     log_first_prompt(data.prompts[0], data.tokenizer)  # the template, system text and tools listing, once
@@ -426,13 +427,3 @@ def _wait_update(roles: "Roles", calls: list, with_critic: bool, r: Recipe) -> d
     if mn.TRAIN_TOKENS in stats and slowest > 0:  # the batch's tokens (all epochs) over the slowest rank's seconds
         stats[mn.TRAIN_TOKENS_PER_S] = stats[mn.TRAIN_TOKENS] / slowest
     return stats
-
-
-def _log_to_file(run_dir: Path) -> None:
-    from rlvr.console import LOG_FORMAT, PlainFormatter
-
-    h = logging.FileHandler(run_dir / "train.log")
-    h.setFormatter(PlainFormatter(LOG_FORMAT))  # no ANSI colour codes in the file (Ray's and vLLM's texts carry them)
-    logging.getLogger().addHandler(h)
-    if logging.getLogger().level > logging.INFO or logging.getLogger().level == logging.NOTSET:
-        logging.getLogger().setLevel(logging.INFO)

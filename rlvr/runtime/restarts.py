@@ -55,7 +55,14 @@ def train_with_restarts(recipe: Recipe, run_dir: Path, executors: Callable[[], A
     (a cause no restart mends, or the last one once the restarts are spent)."""
     from rlvr.runtime.checkpoint import latest_complete
     from rlvr.runtime.controller import train
+    from rlvr.runtime.rundir import run_log
 
+    with run_log(run_dir):  # the restarts' causes in RUN/train.log beside the attempts' own records
+        return _attempts(recipe, run_dir, executors, sleep, train, latest_complete)
+
+
+def _attempts(recipe: Recipe, run_dir: Path, executors: Callable[[], Any] | None, sleep: Callable[[float], None],
+              train: Callable[..., Any], latest_complete: Callable[[Path], Any]) -> Any:
     r, restarts = recipe, 0
     while True:
         try:

@@ -59,6 +59,15 @@ ROLE_CPUS = 0.1
 real thread count is its ``*.threads`` setting."""
 
 
+def default_executor(recipe: Recipe, run_dir: Path) -> Any:
+    """The executor ``run.executor`` names: a :class:`LocalExecutor`, or a :class:`RayExecutor` (``run.ray_address``,
+    ``run.num_cpus``) whose actors start with :func:`role_env`."""
+    r = recipe
+    if r.run.executor == "local":
+        return LocalExecutor()
+    return RayExecutor(r.run.ray_address, r.run.num_cpus, role_env(r, run_dir, r.rollout.threads))
+
+
 def role_resources(recipe: Recipe, env: dict[str, str]) -> dict[str, list[Resources]]:
     """What each role asks of the cluster, by placement group: ``trainer`` (one bundle per rank, packed onto as
     few nodes as hold them), ``engines`` (one bundle per engine: all its tensor-parallel workers, so on one node),
@@ -156,11 +165,8 @@ class Roles:
     def __init__(self, recipe: Recipe, model_dir: str, run_dir: Path, executor: Any | None = None):
         r = recipe
         self.recipe = r
-        threads = r.rollout.threads
-        env = role_env(r, run_dir, threads)
-        if executor is None:
-            executor = LocalExecutor() if r.run.executor == "local" else RayExecutor(r.run.ray_address, r.run.num_cpus, env)
-        self.ex = executor
+        env = role_env(r, run_dir, r.rollout.threads)
+        self.ex = executor if executor is not None else default_executor(r, run_dir)
         self.reward: Handle | None = None  # set once spawned: what shutdown() closes
         self.turns: Any = None  # rlvr.envs.rollout.TurnRollouts with an environment (multi-turn), set in _start
         self.step = 0  # the step the loop is on (named in timeout errors); set by train()
@@ -305,6 +311,12 @@ class Roles:
         engine answers once its current rollout ends), form a new weight-sync group with all engines and push the
         current weights (policy version ``self.version``). Returns the replaced engines' indices.
         Errors: :class:`RoleError` when a replacement does not start (or the executor cannot restart roles)."""
+        dead = self._replace_engines(known_dead)
+        self.sync(max(self.version, self.trainer_version))
+        return dead
+
+    def _replace_engines(self, known_dead: tuple[int, ...]) -> list[int]:
+        """:meth:`restart_dead_engines` up to the new weight-sync group (the weights not yet pushed)."""
         dead = list(known_dead)
         # the new group needs trainer rank 0 free to join it: under asynchronous rollout it may be mid-update (its
         # queued calls run first; the weights it then sends are those of trainer_version)
@@ -325,7 +337,19 @@ class Roles:
         self.get([self.engines[i].call("ping") for i in dead], self.recipe.timeouts.startup_s, "restarting engines",
                  "timeouts.startup_s")
         self._init_sync()
-        self.sync(max(self.version, self.trainer_version))
+        return dead
+
+    def _dead_in_sync(self, send: list, recv: list, timeout_s: float) -> list[int]:
+        """After a failed transfer: wait for every side of it to end (each within ``timeout_s``: the group's own
+        deadline, ``sync.timeout_s``, ends a rank left waiting on a dead peer) and return the engines whose
+        process died (empty: the failure was something else)."""
+        dead = []
+        for j, c in enumerate([*send, *recv]):
+            try:
+                self.ex.get([c], timeout_s, "settling a failed weight sync")
+            except RoleError as err:
+                if j >= len(send) and err.died:
+                    dead.append(j - len(send))
         return dead
 
     def get(self, calls: list, timeout_s: float, what: str, setting: str | None = None) -> list:
@@ -382,7 +406,9 @@ class Roles:
         """Push the trainer's weights to every engine; check checksums and what each engine worker loaded
         (``sync.check``: :func:`rlvr.sync.readback.check_loaded`), and on every ``sync.probe_every``-th version
         what the engines compute (:func:`rlvr.sync.probe.run_probe`: ``sync/probe_gap_*``, nats); return ``sync/*``
-        metrics. Errors: :class:`WeightSyncError` on a failed transfer, a checksum, read-back or probe mismatch."""
+        metrics. An engine whose process dies during the transfer is replaced and the sync redone, with every
+        engine (``sync/redone``; the restarts count against ``rollout.max_restarts``). Errors:
+        :class:`WeightSyncError` on a failed transfer, a checksum, read-back or probe mismatch."""
         r = self.recipe
         t0 = time.perf_counter()
         if self.adapter_config is not None:  # trainer.lora.sync=adapter: a versioned LoRA on every engine
@@ -395,7 +421,17 @@ class Roles:
             sent = self.get(send, r.sync.timeout_s + 30, f"weight sync to policy version {version}")[0]
             got = self.get(recv, r.sync.timeout_s + 30, f"weight sync to policy version {version}")
         except RoleError as e:
-            raise WeightSyncError(f"{e}. The run stops: an engine with unknown weights cannot be trusted.") from e
+            dead = self._dead_in_sync(send, recv, r.sync.timeout_s + 30)
+            if not dead or self.restarts >= r.rollout.max_restarts:
+                raise WeightSyncError(f"{e}. The run stops: an engine with unknown weights cannot be trusted"
+                                      + (f" (engines {dead} died; rollout.max_restarts={r.rollout.max_restarts} "
+                                         "spent)" if dead else "") + ".") from e  # fmt: skip
+            self.restarts += 1  # an engine died mid-sync: replace it, form the group anew, send everything again
+            log.warning("%s; engines %s died during the sync: replacing them (restart %d of at most %d) and "
+                        "syncing again", e, dead, self.restarts, r.rollout.max_restarts)
+            self._replace_engines(tuple(dead))
+            redone = self.sync(version)
+            return {**redone, mn.SYNC_SECONDS: time.perf_counter() - t0, mn.SYNC_REDONE: 1.0 + redone[mn.SYNC_REDONE]}
         seconds = time.perf_counter() - t0
         self.worker_checksums = [c if isinstance(c, (list, tuple)) else [c] for c in got]  # [engine][worker]
         if r.sync.check:
@@ -432,6 +468,7 @@ class Roles:
             mn.SYNC_GB: gb,
             mn.SYNC_GBPS: gb / max(sent["seconds"], 1e-9),
             mn.SYNC_POLICY_VERSION: float(version),
+            mn.SYNC_REDONE: 0.0,
             **probe,
         }
 

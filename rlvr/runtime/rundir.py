@@ -237,3 +237,28 @@ def resume_point(r: Recipe, run_dir: Path, fingerprint: dict) -> tuple[Path | No
             trim_metrics(run_dir / name, state.step)
     ck.prune(run_dir, r.checkpoint.keep_last, r.checkpoint.best_metric, r.checkpoint.best_mode)  # crash leftovers
     return resume_from, state
+
+
+@contextmanager
+def run_log(run_dir: Path) -> Iterator[None]:
+    """Within the block, the root logger's records (INFO and up) are appended to ``RUN/train.log`` too, without
+    ANSI colour codes (Ray's and vLLM's texts carry them). Nested blocks on one folder (``rlvr train`` around
+    :func:`~rlvr.runtime.restarts.train_with_restarts` around each attempt's
+    :func:`~rlvr.runtime.controller.train`) share one handler: each record once; the outermost removes it, so a
+    later run in this process does not write into this one's log."""
+    from rlvr.console import LOG_FORMAT, PlainFormatter
+
+    root, path = logging.getLogger(), str((run_dir / "train.log").resolve())
+    if any(isinstance(h, logging.FileHandler) and h.baseFilename == path for h in root.handlers):
+        yield
+        return
+    h = logging.FileHandler(path)
+    h.setFormatter(PlainFormatter(LOG_FORMAT))
+    root.addHandler(h)
+    if root.level > logging.INFO or root.level == logging.NOTSET:
+        root.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        root.removeHandler(h)
+        h.close()

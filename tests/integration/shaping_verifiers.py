@@ -15,3 +15,20 @@ def has_digit(response: str, gold: str, **row) -> float:
     """1 when the response holds a digit, else 0: a BINARY reward a random model earns about half the time, so
     groups are mixed (the pass@k estimators need 0/1 rewards; DAPO's filter and DPH-RL's buffer need correct ones)."""
     return 1.0 if any(ch.isdigit() for ch in response) else 0.0
+
+
+class DigitShareOrDie:
+    """:func:`digit_share`, except that once the file ``arm`` exists the first sample to see it kills its worker
+    process (SIGKILL's exit, as the OOM killer would), leaving ``arm + ".fired"`` behind: a verifier worker lost
+    with the sample it held (the chaos test, issue 41). Never armed: exactly :func:`digit_share`."""
+
+    def __init__(self, arm: str) -> None:
+        self.arm = arm
+
+    def verify(self, response: str, gold: str, **row) -> float:
+        import os
+
+        if os.path.exists(self.arm) and not os.path.exists(self.arm + ".fired"):
+            open(self.arm + ".fired", "w").close()
+            os._exit(137)
+        return digit_share(response, gold)

@@ -85,6 +85,11 @@ def test_a_hung_trainer_restarts_from_the_checkpoint_and_each_step_is_logged_onc
     assert made[1].objects["trainer0"].result().updates == [16, 16]  # the restart trained steps 3 and 4 only
     assert "restart 1 of 1 in 2s from " in caplog.text and "step_000002" in caplog.text
     assert "trainer0 overran its deadline" in caplog.text
+    # RUN/train.log: both attempts' records and the restart's cause, each once (one handler however nested)
+    log_text = (run_dir / "train.log").read_text()
+    assert log_text.count("restart 1 of 1 in 2s") == 1 and log_text.count("run folder: ") == 2
+    logging.getLogger("rlvr").warning("a record after the run")  # the run's log ended with it
+    assert "a record after the run" not in (run_dir / "train.log").read_text()
 
 
 def test_before_any_checkpoint_the_restart_begins_at_step_1_without_duplicate_rows(tmp_path):
