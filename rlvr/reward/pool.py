@@ -222,6 +222,11 @@ class ScoringPool:
         lost = [i for i, o in enumerate(outcomes) if o.reason == "crashed"]
         retried = dict(zip(lost, self._pool.run([jobs[i] for i in lost]))) if lost else {}
         self._rescored += sum(o.reason != "crashed" for o in retried.values())
+        if lost:
+            log.warning("a verifier worker died under %d of %d samples; each scored again on a fresh worker: %d "
+                        "scored, %d killed it again (scored 0, crashed)", len(lost), n,
+                        sum(o.reason != "crashed" for o in retried.values()),
+                        sum(o.reason == "crashed" for o in retried.values()))  # fmt: skip
         out = []
         for i, o in enumerate(outcomes):
             latency = o.latency_s

@@ -109,3 +109,35 @@ def _start_weights(run_dir: str) -> dict[str, torch.Tensor]:
     for f in sorted(Path(resolve_model("tiny-random")).glob("*.safetensors")):
         out.update(load_file(str(f)))
     return out
+
+
+def test_a_hung_environment_is_left_out_of_the_update_not_trained_as_a_zero(tmp_path):
+    """Multi-turn (the guessing game): from step 2 on one environment step hangs, once, past environment.timeout_s:
+    its trajectory ends there (``env: timeout``), is counted (``rollout/env_failed_frac``, ``excluded_frac``) and
+    left out of the update, the baseline and the reward metrics (the arithmetic: tests/unit/test_infra_failures.py);
+    the run goes on, each step once."""
+    from rlvr.runtime.chaos import Chaos, Fault
+    from rlvr.runtime.controller import prepare_run_dir
+    from rlvr.runtime.restarts import train_with_restarts
+    from rlvr.runtime.roles import default_executor
+
+    data = tmp_path / "guess.jsonl"
+    data.write_text("".join(json.dumps({"question": "guess a number from 1 to 4", "answer": str(i % 4 + 1)}) + "\n"
+                            for i in range(8)))
+    arm = tmp_path / "env.arm"
+    r = load_recipe(TINY, [
+        "run.executor=local", "model.dtype=float32", f"data.source={data}", "rollout.prompts_per_step=4",
+        "run.steps=3", "run.save_final=false", f"run.output_dir={tmp_path}", "run.name=env",
+        f"reward.verifiers=[{{name: '{SHAPING}:digit_share'}}]",
+        f"environment.name={Path(__file__).parent / 'chaos_envs.py'}:HangOnceGuess",
+        f"environment.args={{arm: '{arm}', low: 1, high: 4}}", "environment.max_turns=3",
+        "environment.max_tokens=96", "environment.num_workers=1", "environment.timeout_s=2",
+    ])  # fmt: skip
+    plan = Chaos([Fault("trainer0", "train_step", 1, "touch", path=str(arm))])  # armed during step 1's update
+    run_dir = prepare_run_dir(r)
+    train_with_restarts(r, run_dir, lambda: plan.wrap(default_executor(r, run_dir)))
+    assert (tmp_path / "env.arm.fired").exists()
+    rows = _rows(str(run_dir))
+    assert [x["step"] for x in rows] == [1, 2, 3]
+    assert [x["rollout/excluded_frac"] for x in rows] == [0.0, 1 / 16, 0.0]
+    assert [x["rollout/env_failed_frac"] for x in rows] == [0.0, 1 / 16, 0.0]
