@@ -107,17 +107,22 @@ def save_checkpoint(roles: "Roles", run_dir: Path, step: int, sampler: Any, r: R
         if roles.critic is not None:
             calls.append(roles.critic.call("save_state", str(tmp / ck.CRITIC)))
         roles.get(calls, r.timeouts.checkpoint_s, f"writing the checkpoint of step {step}", "timeouts.checkpoint_s")
+        t_roles = time.perf_counter() - t0
         ck.save_controller(tmp, step=step, policy_version=step, sampler_state=sampler.state_dict(), recipe=r,
                            data_fp=data_fp, metrics=metrics)
         if ahead:
             torch.save(ahead, tmp / ck.AHEAD)
+        t1 = time.perf_counter()
         final = ck.commit(tmp)
+        t_commit = time.perf_counter() - t1
     except BaseException:
         ck.abandon(tmp)
         raise
     c = r.checkpoint
     ck.prune(run_dir, c.keep_last, c.best_metric, c.best_mode)
-    log.info("checkpoint %s written in %.1fs", final, time.perf_counter() - t0)
+    size = sum(f.stat().st_size for f in final.rglob("*") if f.is_file())
+    log.info("checkpoint %s written in %.1fs (%.2f GB; the roles' state %.1fs, fsync and rename %.1fs)", final,
+             time.perf_counter() - t0, size / 1e9, t_roles, t_commit)
     return str(final)
 
 
@@ -181,7 +186,32 @@ def _count_nonfinite(in_row: int, metrics: dict[str, float], step: int, r: Recip
     return in_row
 
 
-def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = None) -> RunResult:
+@dataclass
+class Standing:
+    """Roles that outlive a failed attempt of a run, for the next one (:mod:`rlvr.runtime.restarts`): when a trainer
+    rank (or the critic) died, :func:`train` leaves the other roles running here instead of stopping them, and the
+    next attempt rebuilds the trainer group (:meth:`~rlvr.runtime.roles.Roles.rebuild_trainers`) and goes on from
+    the newest checkpoint with the engines it had (:func:`keeps_roles` says when)."""
+
+    roles: Roles | None = None
+
+
+def keeps_roles(e: BaseException, r: Recipe) -> bool:
+    """Whether the failure ``e`` leaves roles worth keeping for a restart: a trainer rank's or the critic's process
+    died (the engines, reward worker, judge and teacher hold no training state), under the Ray executor, and the
+    engines hold nothing of the failed attempt that a rollback would contradict (not with in-flight weight updates,
+    whose engines keep the attempt's requests running, nor with adapter sync, whose engines hold the attempt's
+    adapter versions)."""
+    from rlvr.runtime.executors import RoleError
+
+    cause = e if isinstance(e, RoleError) else e.__cause__
+    return (isinstance(cause, RoleError) and cause.died and cause.role is not None
+            and (cause.role.startswith("trainer") or cause.role == "critic") and r.run.executor == "ray"
+            and not r.rollout.in_flight_updates and not r.trainer.lora.adapter_sync)  # fmt: skip
+
+
+def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = None,
+          standing: Standing | None = None) -> RunResult:
     """Run a recipe end to end; returns where the run folder and the final policy are.
 
     Each step (:func:`_one_step`): prompts -> rollout -> reward -> advantages -> update -> sync; then the sample
@@ -195,6 +225,10 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
     updates in a row; :class:`RunInterrupted` after Ctrl-C/SIGTERM (a checkpoint was written). The run folder is
     marked ``RUNNING`` meanwhile and ``FAILED`` (the error, the step reached, what next) when it raises anything
     but :class:`RunInterrupted` (:func:`rlvr.runtime.rundir.marked`).
+
+    ``standing``: roles kept from a failed attempt of this run (:class:`Standing`); they are used (their trainer
+    group rebuilt) instead of starting new ones, and when this attempt fails from a cause :func:`keeps_roles`
+    names, its roles are left there, running.
     """
     from rlvr.runtime.rundir import marked
 
@@ -202,10 +236,10 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
 
     run_dir = run_dir or prepare_run_dir(recipe)
     with run_log(run_dir), marked(run_dir, clean=(RunInterrupted,)):
-        return _train(recipe, run_dir, executor)
+        return _train(recipe, run_dir, executor, standing)
 
 
-def _train(recipe: Recipe, run_dir: Path, executor: Any | None) -> RunResult:
+def _train(recipe: Recipe, run_dir: Path, executor: Any | None, standing: Standing | None = None) -> RunResult:
     """:func:`train` in its marked run folder."""
     from rlvr.data import PromptSampler
     from rlvr.reward.pool import verifier_keys
@@ -229,8 +263,13 @@ def _train(recipe: Recipe, run_dir: Path, executor: Any | None) -> RunResult:
     final_dir = None
     saved_step = state.step if state is not None else 0
     roles: Roles | None = None
+    kept = standing is not None and standing.roles is not None
     try:  # from here on every path closes the sinks and stops the roles (Roles stops its own on a failed start)
-        roles = Roles(r, data.model_dir, run_dir, executor)
+        if kept:  # a trainer rank died in the last attempt: the other roles live on, the trainer group is new
+            roles, standing.roles = standing.roles, None
+            roles.rebuild_trainers()
+        else:
+            roles = Roles(r, data.model_dir, run_dir, executor)
         log.info("roles up in %.1fs (sync over %s, %.3f GB per sync)", time.perf_counter() - t_start, roles.sync_backend, roles.sync_bytes / 1e9)
         progress.watch(getattr(roles.ex, "waits", None))  # a heartbeat line on a non-terminal console
         primary = verifier_keys(r.reward.verifiers)[0]
@@ -239,6 +278,8 @@ def _train(recipe: Recipe, run_dir: Path, executor: Any | None) -> RunResult:
         if state is not None:
             _restore(roles, resume_from, state)
             set_rng_state(state.rng)
+        elif kept:  # no checkpoint yet: the kept engines hold a later policy than the new trainer's starting one
+            roles.sync(version=0)
         dph_buffer = _dph_buffer(roles, data.prompts, sampling, r, primary, run_dir)
         validate = functools.partial(rule_scores, roles)  # generate and score without the judge
         if val_every and r.validation.at_start and state is None:
@@ -277,6 +318,10 @@ def _train(recipe: Recipe, run_dir: Path, executor: Any | None) -> RunResult:
             roles.get([t.call("save_pretrained", final_dir) for t in roles.trainers], r.timeouts.checkpoint_s,
                       "saving the final policy", "timeouts.checkpoint_s")
             log.info("final policy saved to %s", final_dir)
+    except BaseException as e:
+        if standing is not None and roles is not None and keeps_roles(e, r):
+            standing.roles, roles = roles, None  # left running for the next attempt (rlvr.runtime.restarts)
+        raise
     finally:
         progress.close()
         sink.close()

@@ -63,19 +63,28 @@ def train_with_restarts(recipe: Recipe, run_dir: Path, executors: Callable[[], A
 
 def _attempts(recipe: Recipe, run_dir: Path, executors: Callable[[], Any] | None, sleep: Callable[[float], None],
               train: Callable[..., Any], latest_complete: Callable[[Path], Any]) -> Any:
-    r, restarts = recipe, 0
-    while True:
-        try:
-            return train(r, run_dir, executors() if executors is not None else None)
-        except Exception as e:
-            cause = restart_cause(e)
-            if cause is None or restarts >= recipe.run.max_restarts:
-                raise
-            restarts += 1
-            ck = latest_complete(run_dir)
-            wait = backoff_s(recipe.run.restart_backoff_s, restarts)
-            log.warning("the run failed (%s: %s: %s); restart %d of %d in %.0fs from %s", cause, type(e).__name__, e,
-                        restarts, recipe.run.max_restarts, wait,
-                        ck or "step 1 (no complete checkpoint yet)")  # fmt: skip
-            sleep(wait)
-            r = dataclasses.replace(recipe, run=dataclasses.replace(recipe.run, resume="auto"))
+    from rlvr.runtime.controller import Standing
+
+    r, restarts, standing = recipe, 0, Standing()
+    try:
+        while True:
+            try:
+                new_ex = executors() if executors is not None and standing.roles is None else None
+                return train(r, run_dir, new_ex, standing)
+            except Exception as e:
+                cause = restart_cause(e)
+                if cause is None or restarts >= recipe.run.max_restarts:
+                    raise
+                restarts += 1
+                ck = latest_complete(run_dir)
+                wait = backoff_s(recipe.run.restart_backoff_s, restarts)
+                log.warning("the run failed (%s: %s: %s); restart %d of %d in %.0fs from %s%s", cause,
+                            type(e).__name__, e, restarts, recipe.run.max_restarts, wait,
+                            ck or "step 1 (no complete checkpoint yet)",
+                            "; the engines and other roles are kept, the trainer group rebuilt" if standing.roles
+                            else "")  # fmt: skip
+                sleep(wait)
+                r = dataclasses.replace(recipe, run=dataclasses.replace(recipe.run, resume="auto"))
+    finally:
+        if standing.roles is not None:  # an attempt left roles for one that never came
+            standing.roles.shutdown()

@@ -180,7 +180,6 @@ class Roles:
         """Reserve the placement groups, spawn every role, set up the trainer ranks and form the weight-sync
         group (the class docstring); ``__init__`` shuts down what this started when it raises."""
         from rlvr.reward.pool import RewardWorker
-        from rlvr.train.policy import PolicyWorker
 
         r = self.recipe
         self.model_dir, self.env, self.version, self.restarts = model_dir, env, 0, 0
@@ -217,8 +216,24 @@ class Roles:
             r.reward.memory_mb,
             resources=self.res["reward"][0],
         )
-        # two phases: the ranks start empty, rank 0 picks the data-parallel group's address on its own node, then
-        # every rank loads its model and joins the group there
+        setups = self._spawn_trainers(model_dir)
+        from rlvr.sync.probe import PROBE_NEW_TOKENS, probe_prompt
+
+        # the fixed prompt of the sync probe (rlvr.sync.probe), as long as the engines' context allows; built once
+        self.probe_ids = probe_prompt(model_dir, r.max_sequence_tokens - PROBE_NEW_TOKENS)
+        self.get(setups + [h.call("ping") for h in self.all], r.timeouts.startup_s, "starting the roles",
+                 "timeouts.startup_s")
+        where = self.ex.node_ips(self.all, r.timeouts.startup_s)
+        log.info("roles placed: %s", ", ".join(f"{h.name} on {ip}" for h, ip in zip(self.all, where)))
+        self._init_sync()
+
+    def _spawn_trainers(self, model_dir: str) -> list:
+        """Spawn the trainer ranks and the critic (if any); returns the ranks' ``setup`` calls. Two phases: the
+        ranks start empty, rank 0 picks the data-parallel group's address on its own node, then every rank loads
+        its model and joins the group there."""
+        from rlvr.train.policy import PolicyWorker
+
+        r = self.recipe
         self.trainers: list[Handle] = [
             self.ex.spawn(f"trainer{k}", PolicyWorker, r, model_dir, k, r.trainer.num_workers, resources=self.res["trainer"][k])
             for k in range(r.trainer.num_workers)
@@ -230,15 +245,25 @@ class Roles:
             from rlvr.train.critic import CriticWorker
 
             self.critic = self.ex.spawn("critic", CriticWorker, r, model_dir, resources=self.res["critic"][0])
-        from rlvr.sync.probe import PROBE_NEW_TOKENS, probe_prompt
+        return setups
 
-        # the fixed prompt of the sync probe (rlvr.sync.probe), as long as the engines' context allows; built once
-        self.probe_ids = probe_prompt(model_dir, r.max_sequence_tokens - PROBE_NEW_TOKENS)
-        self.get(setups + [h.call("ping") for h in self.all], r.timeouts.startup_s, "starting the roles",
-                 "timeouts.startup_s")
-        where = self.ex.node_ips(self.all, r.timeouts.startup_s)
-        log.info("roles placed: %s", ", ".join(f"{h.name} on {ip}" for h, ip in zip(self.all, where)))
+    def rebuild_trainers(self) -> None:
+        """Replace the trainer group after one of its processes died (issue 41): every trainer rank and the critic
+        are killed (the survivors' data-parallel group is broken) and started anew, each from the model folder
+        (policy version 0; the caller loads a checkpoint), in a new data-parallel group, and a new weight-sync group
+        is formed with the engines, which live on (with the weights they held: the caller pushes the ones it
+        resumes from). Errors: :class:`RoleError` when the new ranks do not start within ``timeouts.startup_s``."""
+        t0 = time.perf_counter()
+        for h in self.trainers + ([self.critic] if self.critic is not None else []):
+            self.ex.kill(h)
+        setups = self._spawn_trainers(self.model_dir)
+        fresh = self.trainers + ([self.critic] if self.critic is not None else [])
+        self.get(setups + [h.call("ping") for h in fresh], self.recipe.timeouts.startup_s,
+                 "starting the new trainer group", "timeouts.startup_s")
         self._init_sync()
+        self.trainer_version = 0
+        log.warning("trainer group rebuilt in %.1fs (%d ranks%s); the engines, reward worker and other roles kept",
+                    time.perf_counter() - t0, len(self.trainers), " and the critic" if self.critic else "")
 
     def _started(self, role: Handle) -> None:
         """Wait until ``role`` is built (its constructor ran: a vLLM engine has sized its KV cache), within

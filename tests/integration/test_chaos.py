@@ -12,7 +12,8 @@ The faults, in order (the n-th call counts over the whole faulted run):
 - step 3: engine0 killed as its weight receive is submitted (mid-sync: trainer rank 0 is broadcasting to a dead
   peer): the sync aborts, the engine is replaced and the sync redone (``sync/redone``);
 - step 5: trainer rank 0 killed as its update is submitted (mid-update): the run restarts by itself
-  (``run.max_restarts``) from step 4's checkpoint and redoes step 5;
+  (``run.max_restarts``) from step 4's checkpoint and redoes step 5, with the engines and the reward worker it had
+  (only the trainer group is started anew);
 - step 6: a verifier worker process dies under a sample (SIGKILL's exit, from inside the verifier once armed):
   the sample is scored again on a fresh worker (``reward/rescored_frac``), not trained as a 0.
 """
@@ -96,6 +97,9 @@ def test_a_faulted_run_ends_where_the_unfaulted_one_does(tmp_path):
     assert rb[5]["reward/rescored_frac"] > 0 and all(r["reward/crash_frac"] == 0 for r in rb)
     log = Path(faulted.run_dir, "train.log").read_text()
     assert log.count("restart 1 of 2 in 0s from ") == 1 and "trainer0 role's process died" in log
+    # the trainer rank's death kept the engines and the reward worker: only the trainer group was started anew
+    assert log.count("the engines and other roles are kept, the trainer group rebuilt") == 1
+    assert log.count("trainer group rebuilt in ") == 1
     assert log.count("engines [0] died during the sync: replacing them") == 1
 
 

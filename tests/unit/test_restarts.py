@@ -117,3 +117,22 @@ def test_restarts_spent_the_last_failure_ends_the_run(tmp_path):
     with pytest.raises(RoleError, match="did not finish within 0.3s"):
         train_with_restarts(r, prepare_run_dir(r), make, sleep=lambda s: None)
     assert len(made) == 1
+
+
+def test_which_failures_keep_the_other_roles_running(tmp_path):
+    """A dead trainer rank or critic under Ray: the engines and the other roles are kept and only the trainer group
+    is rebuilt (controller.keeps_roles); anything else, or engines that hold the failed attempt's requests (in-flight
+    updates) or adapter versions, restarts every role."""
+    from rlvr.runtime.controller import keeps_roles
+
+    ray = _recipe(tmp_path, "run.executor=ray")
+    died = lambda role: RoleError("x", role, died=True)  # noqa: E731
+    assert keeps_roles(died("trainer0"), ray) and keeps_roles(died("trainer1"), ray) and keeps_roles(died("critic"), ray)
+    sync_err = WeightSyncError("the sync failed")
+    sync_err.__cause__ = died("trainer0")  # the sender died mid-sync
+    assert keeps_roles(sync_err, ray)
+    assert not keeps_roles(died("engine0"), ray) and not keeps_roles(died("reward"), ray)
+    assert not keeps_roles(RoleError("x", "trainer0", timed_out=True), ray)  # alive but stuck: replace everything
+    assert not keeps_roles(ValueError("x"), ray) and not keeps_roles(died("trainer0"), _recipe(tmp_path))  # local
+    in_flight = _recipe(tmp_path, "run.executor=ray", "rollout.in_flight_updates=true", "rollout.max_staleness=1")
+    assert not keeps_roles(died("trainer0"), in_flight)
