@@ -91,19 +91,66 @@ class _StopFlag:
             signal.signal(sig, old)
 
 
+class Checkpointing:
+    """A checkpoint being written (:func:`save_checkpoint`); :meth:`finish` commits it once every role's files are
+    written (at once for a checkpoint written in the roles' calls) and returns its path."""
+
+    def __init__(self, roles: "Roles", run_dir: Path, step: int, tmp: Path, waits: list, r: Recipe, t0: float,
+                 t_roles: float) -> None:
+        self.roles, self.run_dir, self.step, self.tmp, self.waits, self.r = roles, run_dir, step, tmp, waits, r
+        self.t0, self.t_roles = t0, t_roles
+        self.path: str | None = None
+
+    def finish(self) -> str:
+        """Wait for the roles' writing (``timeouts.checkpoint_s``), commit and prune; returns the checkpoint's path.
+        Errors: :class:`RoleError` when a role's writing failed or overran (the folder is abandoned)."""
+        from rlvr.runtime import checkpoint as ck
+
+        if self.path is not None:
+            return self.path
+        try:
+            if self.waits:
+                self.roles.get(self.waits, self.r.timeouts.checkpoint_s, f"writing the checkpoint of step {self.step}",
+                               "timeouts.checkpoint_s")  # fmt: skip
+            t1 = time.perf_counter()
+            final = ck.commit(self.tmp)
+            t_commit = time.perf_counter() - t1
+        except BaseException:
+            self.abandon()
+            raise
+        c = self.r.checkpoint
+        ck.prune(self.run_dir, c.keep_last, c.best_metric, c.best_mode)
+        size = sum(f.stat().st_size for f in final.rglob("*") if f.is_file())
+        log.info("checkpoint %s written in %.1fs (%.2f GB; the roles' state %.1fs, fsync and rename %.1fs%s)", final,
+                 time.perf_counter() - self.t0, size / 1e9, self.t_roles, t_commit,
+                 "; written in the background" if self.waits else "")  # fmt: skip
+        self.path = str(final)
+        return self.path
+
+    def abandon(self) -> None:
+        """Drop the folder of a checkpoint that will not be finished."""
+        from rlvr.runtime import checkpoint as ck
+
+        if self.path is None:
+            ck.abandon(self.tmp)
+
+
 def save_checkpoint(roles: "Roles", run_dir: Path, step: int, sampler: Any, r: Recipe, data_fp: dict, metrics: dict,
-                    ahead: dict | None = None) -> str:
+                    ahead: dict | None = None, background: bool = False) -> Checkpointing:
     """Write ``RUN/checkpoints/step_N`` (:mod:`rlvr.runtime.checkpoint`: temporary folder, every trainer rank's
-    state, the critic's, the controller's, then an atomic rename) and prune old ones. Returns its path.
-    ``ahead``: under asynchronous rollout, the batches generated for the next steps (``checkpoint.AHEAD``,
-    :meth:`~rlvr.runtime.rollout_stage.RolloutStage.ahead_state`): their weights are gone once the trainer moves on,
-    so a resumed run reads them back instead of regenerating."""
+    state, the critic's, the controller's, then an atomic rename) and prune old ones: :meth:`Checkpointing.finish`
+    returns its path. ``ahead``: under asynchronous rollout, the batches generated for the next steps
+    (``checkpoint.AHEAD``, :meth:`~rlvr.runtime.rollout_stage.RolloutStage.ahead_state`): their weights are gone
+    once the trainer moves on, so a resumed run reads them back instead of regenerating. ``background``
+    (``checkpoint.async_write``): the trainer ranks snapshot their state and write it on a thread
+    (:mod:`rlvr.train.ckpt_write`); the checkpoint is committed when :meth:`Checkpointing.finish` is called and
+    their writing has ended (the ranks run their next calls after it)."""
     from rlvr.runtime import checkpoint as ck
 
     t0 = time.perf_counter()
     tmp = ck.begin(run_dir, step)
     try:
-        calls = [t.call("save_state", str(tmp / ck.TRAINER)) for t in roles.trainers]
+        calls = [t.call("save_state", str(tmp / ck.TRAINER), background) for t in roles.trainers]
         if roles.critic is not None:
             calls.append(roles.critic.call("save_state", str(tmp / ck.CRITIC)))
         roles.get(calls, r.timeouts.checkpoint_s, f"writing the checkpoint of step {step}", "timeouts.checkpoint_s")
@@ -112,18 +159,11 @@ def save_checkpoint(roles: "Roles", run_dir: Path, step: int, sampler: Any, r: R
                            data_fp=data_fp, metrics=metrics)
         if ahead:
             torch.save(ahead, tmp / ck.AHEAD)
-        t1 = time.perf_counter()
-        final = ck.commit(tmp)
-        t_commit = time.perf_counter() - t1
     except BaseException:
         ck.abandon(tmp)
         raise
-    c = r.checkpoint
-    ck.prune(run_dir, c.keep_last, c.best_metric, c.best_mode)
-    size = sum(f.stat().st_size for f in final.rglob("*") if f.is_file())
-    log.info("checkpoint %s written in %.1fs (%.2f GB; the roles' state %.1fs, fsync and rename %.1fs)", final,
-             time.perf_counter() - t0, size / 1e9, t_roles, t_commit)
-    return str(final)
+    waits = [t.call("wait_saved") for t in roles.trainers] if background else []
+    return Checkpointing(roles, run_dir, step, tmp, waits, r, t0, t_roles)
 
 
 def _restore(roles: "Roles", ckpt: Path, state: Any) -> None:
@@ -264,6 +304,7 @@ def _train(recipe: Recipe, run_dir: Path, executor: Any | None, standing: Standi
     saved_step = state.step if state is not None else 0
     roles: Roles | None = None
     kept = standing is not None and standing.roles is not None
+    pending: Checkpointing | None = None  # a checkpoint the trainer ranks still write (checkpoint.async_write)
     try:  # from here on every path closes the sinks and stops the roles (Roles stops its own on a failed start)
         if kept:  # a trainer rank died in the last attempt: the other roles live on, the trainer group is new
             roles, standing.roles = standing.roles, None
@@ -296,7 +337,9 @@ def _train(recipe: Recipe, run_dir: Path, executor: Any | None, standing: Standi
                 roles.step = step
                 w0 = time.time()
                 saves = bool(stop.signame or (every_ck and step % every_ck == 0) or step == r.run.steps)
-                metrics, rows = _one_step(step, roles, stage, r, data.pad_id, dph_buffer, saves)
+                metrics, rows = _one_step(step, roles, stage, r, data.pad_id, dph_buffer, saves,
+                                          pending.finish if pending is not None else None)
+                pending = None
                 metrics.update(_role_usage(roles, run_dir, step, w0, time.time(), origin))
                 if rows:  # the table before the step's metrics (W&B steps must not go backwards)
                     sink.log_table(step, rows)
@@ -308,17 +351,24 @@ def _train(recipe: Recipe, run_dir: Path, executor: Any | None, standing: Standi
                 progress.update(step, metrics)
                 nonfinite_in_row = _count_nonfinite(nonfinite_in_row, metrics, step, r)
                 if stop.signame or (every_ck and step % every_ck == 0) or step == r.run.steps:
-                    path = save_checkpoint(roles, run_dir, step, sampler, r, data.fingerprint, metrics,
-                                           stage.ahead_state())
+                    last = bool(stop.signame) or step == r.run.steps  # written now: the run ends after it
+                    writing = save_checkpoint(roles, run_dir, step, sampler, r, data.fingerprint, metrics,
+                                              stage.ahead_state(), r.checkpoint.async_write and not last)
                     saved_step = step
-                    if stop.signame and step < r.run.steps:
-                        raise RunInterrupted(stop.signame, step, path)
+                    if last:
+                        path = writing.finish()
+                        if stop.signame and step < r.run.steps:
+                            raise RunInterrupted(stop.signame, step, path)
+                    else:  # committed by the next step, once its rollout is in (the ranks write meanwhile)
+                        pending = writing
         if r.run.save_final:
             final_dir = str(run_dir / "final")
             roles.get([t.call("save_pretrained", final_dir) for t in roles.trainers], r.timeouts.checkpoint_s,
                       "saving the final policy", "timeouts.checkpoint_s")
             log.info("final policy saved to %s", final_dir)
     except BaseException as e:
+        if pending is not None:  # its writing may not have ended: never committed
+            pending.abandon()
         if standing is not None and roles is not None and keeps_roles(e, r):
             standing.roles, roles = roles, None  # left running for the next attempt (rlvr.runtime.restarts)
         raise
@@ -362,7 +412,7 @@ def _dph_buffer(roles: "Roles", prompts: list[Prompt], sampling: SamplingConfig,
 
 
 def _one_step(step: int, roles: "Roles", stage: RolloutStage, r: Recipe, pad_id: int, dph_buffer: list,
-              saves: bool = False) -> tuple[dict[str, float], list[dict]]:
+              saves: bool = False, settle: Any = None) -> tuple[dict[str, float], list[dict]]:
     """One training step, the five steps of the design guide: prompts -> rollouts scored by the verifiers ->
     advantages -> policy (and critic) update -> weight sync, then the step's metrics. Returns the metrics and the
     rows of the step's sample table (``stage.rows_of(step)`` of them, :func:`rlvr.metrics.samples.sample_rows`).
@@ -378,9 +428,12 @@ def _one_step(step: int, roles: "Roles", stage: RolloutStage, r: Recipe, pad_id:
     (:meth:`~rlvr.runtime.rollout_stage.RolloutStage.drop_stale`). With ``rollout.in_flight_updates`` the engines
     keep s + 1 .. s + N in flight across the sync (no collection beside the update; each batch is collected when
     its step takes it), except at a step that ``saves`` a checkpoint: there they finish before the sync
-    (:meth:`~rlvr.runtime.rollout_stage.RolloutStage.drain`)."""
+    (:meth:`~rlvr.runtime.rollout_stage.RolloutStage.drain`). ``settle``: called once the batch is taken (commits
+    the previous step's checkpoint written in the background, :class:`Checkpointing`)."""
     t_step = time.perf_counter()
     roll, dropped = stage.take(step)  # 1-2: submit s + N; the batch of s (generated and scored now at N = 0)
+    if settle is not None:  # the last step's checkpoint, written by the ranks during this rollout: committed now
+        settle()
     batch, critic_inputs, adv_metrics = _advantage_batch(roll, roles, r, pad_id)  # 3a: advantages
     calls = _submit_update(roles, batch, critic_inputs, dph_batch(dph_buffer, step, r, pad_id), step)  # 3b: update
     stage.collect_ahead(step)  # 1-2 for step s + N, beside the update

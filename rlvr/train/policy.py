@@ -35,6 +35,7 @@ from rlvr.metrics import names as mn
 from rlvr.seeding import policy_order_seed, rng_state, set_rng_state, trainer_seed
 from rlvr.sync.weights import DTYPES, WeightSender
 from rlvr.train import lora
+from rlvr.train.ckpt_write import Writer, host_copy, write_pretrained
 from rlvr.train.batch import TrainBatch, pack
 from rlvr.train.packing import balanced_shares, forward_inputs, resolve_packing, split_micro_batches
 from rlvr.types import Completion
@@ -712,32 +713,14 @@ class PolicyWorker:
         state = {n: t.cpu() for n, t in self._named_weights()}
         if self.rank != 0:
             return out_dir
-        from transformers import AutoTokenizer
-
-        tmp = Path(out_dir + ".tmp")
-        lora.inner(self.module).save_pretrained(str(tmp), state_dict=state, safe_serialization=True)
-        if self.lora:
-            self.module.save_pretrained(str(tmp / "adapter"))
-        from rlvr.data.datasets import with_chat_template  # the run's template (data.chat_template_path) goes along
-
-        with_chat_template(AutoTokenizer.from_pretrained(self.model_dir), self.recipe.data).save_pretrained(str(tmp))
-        cfg_path = tmp / "config.json"
-        cfg = json.loads(cfg_path.read_text())
-        cfg["torch_dtype"] = cfg["dtype"] = self.recipe.model.dtype
-        cfg_path.write_text(json.dumps(cfg, indent=2))
-        gen = Path(self.model_dir) / "generation_config.json"
-        if gen.exists():
-            (tmp / "generation_config.json").write_text(gen.read_text())
-        if Path(out_dir).exists():
-            import shutil
-
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-        return out_dir
+        return write_pretrained(lora.inner(self.module), state, out_dir, self.model_dir, self.recipe,
+                                self.module if self.lora else None)
 
     # -- checkpoints -----------------------------------------------------------------------------------------------
-    def save_state(self, out_dir: str) -> str:
-        """Write this rank's share of a checkpoint under ``out_dir`` (every rank must call it):
+    def save_state(self, out_dir: str, background: bool = False) -> str:
+        """Write this rank's share of a checkpoint under ``out_dir`` (every rank must call it); ``background``
+        (torch backend): snapshot it and write it on a thread (:mod:`rlvr.train.ckpt_write`), then
+        :meth:`wait_saved` (DeepSpeed writes now either way):
 
         - DeepSpeed: ``engine.save_checkpoint(out_dir, tag="ds")`` (module, fp32 master weights and optimizer
           partitions, one file per rank; rank 0 writes ``latest``); torch: ``torch_state.pt`` (weights, AdamW);
@@ -748,17 +731,37 @@ class PolicyWorker:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         client = {"version": self.version}
+        (out / f"rng_rank{self.rank}.json").write_text(json.dumps(rng_state()))
         if self.ds:
             # under LoRA the adapters alone (the frozen base weights are the model folder's)
             self.engine.save_checkpoint(str(out), tag="ds", client_state=client, exclude_frozen_parameters=self.lora)
-        elif self.rank == 0:
-            scaler = {"scaler": self.scaler.state_dict()} if self.scaler is not None else {}
-            weights = lora.adapter_state(self.module) if self.lora else self.module.state_dict()
-            torch.save({"model": weights, "optimizer": self.optimizer.state_dict(), **scaler,
-                        **client}, out / "torch_state.pt")
-        (out / f"rng_rank{self.rank}.json").write_text(json.dumps(rng_state()))
-        self.save_pretrained(str(out / "hf"))
+            self.save_pretrained(str(out / "hf"))
+            return str(out)
+        scaler = {"scaler": self.scaler.state_dict()} if self.scaler is not None else {}
+        weights = lora.adapter_state(self.module) if self.lora else self.module.state_dict()
+        state = {"model": weights, "optimizer": self.optimizer.state_dict(), **scaler, **client}
+        hf = {n: t.cpu() for n, t in self._named_weights()}
+        if background:  # copies now; the files on a thread while the run goes on
+            state, hf = (host_copy(state), host_copy(hf)) if self.rank == 0 else (None, None)
+        inner, adapter = lora.inner(self.module), self.module if self.lora else None
+
+        def write() -> None:
+            if self.rank == 0:
+                torch.save(state, out / "torch_state.pt")
+                write_pretrained(inner, hf, str(out / "hf"), self.model_dir, self.recipe, adapter)
+
+        if background:
+            self._writer = Writer(write, f"checkpoint {out.name}")
+        else:
+            write()
         return str(out)
+
+    def wait_saved(self) -> bool:
+        """Wait for :meth:`save_state`'s writing in the background (if any) to end. Errors: what it raised."""
+        writer, self._writer = getattr(self, "_writer", None), None
+        if writer is not None:
+            writer.wait()
+        return True
 
     def load_state(self, ckpt_dir: str) -> int:
         """Restore what :meth:`save_state` wrote (every rank); returns the policy version. The optimizer settings

@@ -435,10 +435,17 @@ class FakeTrainer:
     def probe_logprobs(self, prompt_ids, continuations):
         return [[-1.0] * (len(prompt_ids) - 1 + len(c)) for c in continuations]
 
-    def save_state(self, out_dir):
-        self.log.add(self.role, "save_state")
+    def save_state(self, out_dir, background=False):
+        self.log.add(self.role, "save_state" + (" background" if background else ""))
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         return out_dir
+
+    def wait_saved(self):
+        """The background writing takes ``delay_s`` (the executor's ``train_s``); when it ended: ``saved_at``."""
+        time.sleep(self.delay_s)
+        self.log.add(self.role, "wait_saved")
+        self.saved_at = getattr(self, "saved_at", []) + [time.time()]
+        return True
 
     def load_state(self, ckpt_dir):
         return 0

@@ -15,8 +15,8 @@ TINY = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny_test.yaml")
 STEP = ("generate", "score", "compute_values", "train_step", "critic_step", "send_weights")
 
 
-def _run(tmp_path, *overrides, all_right_calls=0):
-    ex = FakeExecutor(all_right_calls)
+def _run(tmp_path, *overrides, all_right_calls=0, train_s=0.0):
+    ex = FakeExecutor(all_right_calls, train_s=train_s)
     r = load_recipe(TINY, [f"run.output_dir={tmp_path}", "run.executor=local", "run.steps=2", "run.save_final=false",
                            "checkpoint.every_steps=0", "sync.probe_every=1", *overrides])  # fmt: skip
     train(r, executor=ex)
@@ -116,3 +116,23 @@ def test_a_batch_walks_through_the_rollout_stage_and_only_waits_on_the_roles(tmp
     into_roles, in_stage = _calls_from_the_stage(tmp_path / "async", "rollout.max_staleness=1", stale_call=2)
     assert into_roles == {"get", "as_completed"}
     assert {"fill", "take", "collect_ahead", "generate_and_score", "shaped_rewards"} <= in_stage
+
+
+def test_a_checkpoint_written_in_the_background_is_committed_after_the_next_rollout(tmp_path):
+    """checkpoint.async_write (the default) with a checkpoint every step, 3 steps: steps 1 and 2 ask the trainer to
+    write in the background and then to say when it is done (wait_saved, queued right behind); the controller
+    commits each after the next step's rollout, before its update; the last step's checkpoint is written at once.
+    Every checkpoint ends complete."""
+    from rlvr.runtime.checkpoint import list_complete
+
+    ex = _run(tmp_path, "run.steps=3", "checkpoint.every_steps=1", "checkpoint.keep_last=0", train_s=0.3)
+    trainer = [m for role, m in ex.log.calls if role == "trainer0" and m in
+               ("train_step", "save_state", "save_state background", "wait_saved")]  # fmt: skip
+    assert trainer == ["train_step", "save_state background", "wait_saved"] * 2 + ["train_step", "save_state"]
+    done = list_complete(tmp_path / "tiny_test")
+    assert [p.name for p in done] == ["step_000001", "step_000002", "step_000003"]
+    # committed only once the writing ended (the fake's writing takes 0.3 s, its rollout none)
+    saved_at = ex.objects["trainer0"].result().saved_at
+    assert all((p / "COMPLETE").stat().st_mtime >= t for p, t in zip(done, saved_at))
+    off = _run(tmp_path / "off", "run.steps=2", "checkpoint.every_steps=1", "checkpoint.async_write=false")
+    assert [m for role, m in off.log.calls if role == "trainer0" and m.startswith("save_state")] == ["save_state"] * 2
