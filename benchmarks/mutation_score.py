@@ -73,6 +73,8 @@ MODULES: dict[str, tuple[str, str, list[str]]] = {
     "advantage_stage": ("rlvr.runtime.advantage_stage", "rlvr/runtime/advantage_stage.py",
                         [U + f for f in ("test_advantage_stage.py", "test_mutation_stage.py",
                                          "test_infra_failures.py")]),
+    "restarts": ("rlvr.runtime.restarts", "rlvr/runtime/restarts.py", [U + "test_restarts.py"]),
+    "ckpt_write": ("rlvr.train.ckpt_write", "rlvr/train/ckpt_write.py", [U + "test_ckpt_write.py"]),
     "turns": ("rlvr.envs.turns", "rlvr/envs/turns.py",
               [U + f for f in ("test_env_turns.py", "test_turn_limits.py", "test_stateful_tools.py")]),
     "tokens": ("rlvr.envs.tokens", "rlvr/envs/tokens.py",

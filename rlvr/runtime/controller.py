@@ -95,10 +95,10 @@ class Checkpointing:
     """A checkpoint being written (:func:`save_checkpoint`); :meth:`finish` commits it once every role's files are
     written (at once for a checkpoint written in the roles' calls) and returns its path."""
 
-    def __init__(self, roles: "Roles", run_dir: Path, step: int, tmp: Path, waits: list, r: Recipe, t0: float,
+    def __init__(self, roles: "Roles", run_dir: Path, step: int, tmp: Path, waits: list, r: Recipe, t_call: float,
                  t_roles: float) -> None:
         self.roles, self.run_dir, self.step, self.tmp, self.waits, self.r = roles, run_dir, step, tmp, waits, r
-        self.t0, self.t_roles = t0, t_roles
+        self.t_call, self.t_roles = t_call, t_roles  # seconds in save_checkpoint, of which the roles' calls
         self.path: str | None = None
 
     def finish(self) -> str:
@@ -109,21 +109,22 @@ class Checkpointing:
         if self.path is not None:
             return self.path
         try:
+            t1 = time.perf_counter()
             if self.waits:
                 self.roles.get(self.waits, self.r.timeouts.checkpoint_s, f"writing the checkpoint of step {self.step}",
                                "timeouts.checkpoint_s")  # fmt: skip
-            t1 = time.perf_counter()
+            t2 = time.perf_counter()
             final = ck.commit(self.tmp)
-            t_commit = time.perf_counter() - t1
+            t_wait, t_commit = t2 - t1, time.perf_counter() - t2
         except BaseException:
             self.abandon()
             raise
         c = self.r.checkpoint
         ck.prune(self.run_dir, c.keep_last, c.best_metric, c.best_mode)
         size = sum(f.stat().st_size for f in final.rglob("*") if f.is_file())
-        log.info("checkpoint %s written in %.1fs (%.2f GB; the roles' state %.1fs, fsync and rename %.1fs%s)", final,
-                 time.perf_counter() - self.t0, size / 1e9, self.t_roles, t_commit,
-                 "; written in the background" if self.waits else "")  # fmt: skip
+        log.info("checkpoint %s written (%.2f GB); the run waited %.1fs for it (the roles' part %.1fs, fsync and "
+                 "rename %.1fs)%s", final, size / 1e9, self.t_call + t_wait + t_commit, self.t_roles + t_wait,
+                 t_commit, "; the files written in the background" if self.waits else "")  # fmt: skip
         self.path = str(final)
         return self.path
 
@@ -163,7 +164,7 @@ def save_checkpoint(roles: "Roles", run_dir: Path, step: int, sampler: Any, r: R
         ck.abandon(tmp)
         raise
     waits = [t.call("wait_saved") for t in roles.trainers] if background else []
-    return Checkpointing(roles, run_dir, step, tmp, waits, r, t0, t_roles)
+    return Checkpointing(roles, run_dir, step, tmp, waits, r, time.perf_counter() - t0, t_roles)
 
 
 def _restore(roles: "Roles", ckpt: Path, state: Any) -> None:

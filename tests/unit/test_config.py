@@ -79,7 +79,7 @@ def test_unknown_key_in_override_names_full_key_and_nearest(override, expected):
 def test_unknown_key_without_near_match_lists_valid_keys(tmp_path):
     with pytest.raises(RecipeError) as ei:
         load_recipe(_yaml(tmp_path, "checkpoint:\n  zzzzzz: 1\n"))
-    assert _msg(ei) == "unknown key 'checkpoint.zzzzzz': valid keys under 'checkpoint': every_steps, keep_last, best_metric, best_mode"
+    assert _msg(ei) == "unknown key 'checkpoint.zzzzzz': valid keys under 'checkpoint': every_steps, keep_last, best_metric, best_mode, async_write"
     with pytest.raises(RecipeError) as ei:
         load_recipe(None, ["qqqqqq=1"])
     assert _msg(ei) == (
