@@ -368,8 +368,8 @@ def _train(recipe: Recipe, run_dir: Path, executor: Any | None, standing: Standi
                       "saving the final policy", "timeouts.checkpoint_s")
             log.info("final policy saved to %s", final_dir)
     except BaseException as e:
-        if pending is not None:  # its writing may not have ended: never committed
-            pending.abandon()
+        if pending is not None:  # the last step's checkpoint, still being written when this step failed
+            _settle_on_failure(pending, e)
         if standing is not None and roles is not None and keeps_roles(e, r):
             standing.roles, roles = roles, None  # left running for the next attempt (rlvr.runtime.restarts)
         raise
@@ -380,6 +380,22 @@ def _train(recipe: Recipe, run_dir: Path, executor: Any | None, standing: Standi
             roles.shutdown()
     log.info("last checkpoint: step %d", saved_step)
     return RunResult(str(run_dir), final_dir, r.run.steps, metrics)
+
+
+def _settle_on_failure(pending: Checkpointing, e: BaseException) -> None:
+    """Commit a checkpoint still being written when the run failed with ``e`` if its writing ends well (the trainer
+    ranks live: the restart then loses only the failed step), else drop it; never after Ctrl-C/SIGTERM's second
+    signal (``KeyboardInterrupt``: it aborts at once) and never raising over ``e``."""
+    if isinstance(e, Exception):
+        try:
+            log.info("the run failed while the checkpoint of step %d was written: committing it if it ends well",
+                     pending.step)
+            pending.finish()
+            return
+        except Exception as e2:  # noqa: BLE001 - the run's own failure is the one to raise
+            log.warning("the checkpoint of step %d was not completed (%s: %s): dropped", pending.step,
+                        type(e2).__name__, e2)
+    pending.abandon()
 
 
 def _role_usage(roles: "Roles", run_dir: Path, step: int, t0: float, t1: float, origin: float) -> dict[str, float]:

@@ -136,3 +136,35 @@ def test_which_failures_keep_the_other_roles_running(tmp_path):
     assert not keeps_roles(ValueError("x"), ray) and not keeps_roles(died("trainer0"), _recipe(tmp_path))  # local
     in_flight = _recipe(tmp_path, "run.executor=ray", "rollout.in_flight_updates=true", "rollout.max_staleness=1")
     assert not keeps_roles(died("trainer0"), in_flight)
+
+
+def test_a_failure_while_the_last_checkpoint_is_written_still_commits_it(tmp_path):
+    """checkpoint.async_write with a checkpoint every step: step 2's rollout fails while the trainer writes step 1's
+    checkpoint (committed only after that rollout when all goes well). The trainer lives, so the failed run still
+    commits it once written: the restart loses only step 2, not steps 1 and 2."""
+    from loop_fakes import FakeEngine
+
+    from rlvr.runtime.checkpoint import list_complete
+    from rlvr.runtime.controller import train
+
+    class Failing(FakeEngine):
+        def generate(self, prompts, sampling):
+            if self.calls == 1:
+                raise RuntimeError("the engine's own bug")
+            return super().generate(prompts, sampling)
+
+    ex = FakeExecutor()
+    spawn = ex.spawn
+
+    def spawn_failing(name, cls, *args, **kwargs):
+        h = spawn(name, cls, *args, **kwargs)
+        if name == "engine0":
+            h._target[1].result().__class__ = Failing
+        return h
+
+    ex.spawn = spawn_failing
+    r = _recipe(tmp_path, "run.steps=3", "checkpoint.every_steps=1", "timeouts.train_s=30")
+    with pytest.raises(RoleError, match="the engine's own bug"):
+        train(r, executor=ex)
+    assert [p.name for p in list_complete(tmp_path / "tiny_test")] == ["step_000001"]
+    assert not list((tmp_path / "tiny_test" / "checkpoints").glob("*.tmp-*"))
