@@ -669,11 +669,13 @@ class CheckpointConfig:
     best_metric: str | None = None
     """Also keep the checkpoint with the best value of this logged metric (e.g. ``val/pass@1``); None: off."""
     best_mode: Literal["max", "min"] = "max"
-    async_write: bool = True
-    """The torch backend's trainer ranks copy their state into host memory and write the files on a thread while
-    the next step's rollout runs; the checkpoint is committed (``COMPLETE``) once they are written, before the next
-    update (``rlvr.train.ckpt_write``). The last checkpoint and one on Ctrl-C/SIGTERM are written at once. Costs
-    host memory the size of the checkpoint while it is written. false: written within the step (DeepSpeed always)."""
+    async_write: bool = False
+    """true: the torch backend's trainer ranks copy their state into host memory and write the files on a thread
+    while the next step's rollout runs; the checkpoint is committed (``COMPLETE``) once they are written, before the
+    next update, and also when the run fails meanwhile with the ranks alive (``rlvr.train.ckpt_write``). The last
+    checkpoint and one on Ctrl-C/SIGTERM are written at once; DeepSpeed always writes within the step. Costs host
+    memory the size of the checkpoint while it is written. Off by default: on 2 CPU cores it moved the writing into
+    the next step rather than saving it (the module's docstring has the figures); for nodes with idle cores."""
 
 
 @dataclass(frozen=True, kw_only=True)

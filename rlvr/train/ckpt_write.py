@@ -24,15 +24,22 @@ from typing import Any
 import torch
 
 
-def host_copy(tree: Any) -> Any:
+def host_copy(tree: Any, _memo: dict | None = None) -> Any:
     """A copy of ``tree`` (dicts, lists, tuples of tensors and plain values) whose tensors are new host-memory
-    tensors (``detach().to("cpu", copy=True)``), so that later in-place updates of the originals do not reach it."""
+    tensors (``detach().to("cpu", copy=True)``), so that later in-place updates of the originals do not reach it.
+    Tensors that are views of one storage alike (tied weights: a model's input embedding and output head) are
+    copied once and stay one tensor, so the files hold them once, as ``torch.save`` of the originals would."""
+    memo = {} if _memo is None else _memo
     if torch.is_tensor(tree):
-        return tree.detach().to("cpu", copy=True)
+        key = (tree.device, tree.untyped_storage().data_ptr(), tree.storage_offset(), tuple(tree.shape),
+               tuple(tree.stride()), tree.dtype)  # fmt: skip
+        if key not in memo:
+            memo[key] = tree.detach().to("cpu", copy=True)
+        return memo[key]
     if isinstance(tree, dict):
-        return type(tree)((k, host_copy(v)) for k, v in tree.items())
+        return type(tree)((k, host_copy(v, memo)) for k, v in tree.items())
     if isinstance(tree, (list, tuple)):
-        return type(tree)(host_copy(v) for v in tree)
+        return type(tree)(host_copy(v, memo) for v in tree)
     return copy.deepcopy(tree)
 
 

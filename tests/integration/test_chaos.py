@@ -11,6 +11,9 @@ The faults, in order (the n-th call counts over the whole faulted run):
   relaunched with ``run.resume=auto`` (the scheduler's part);
 - step 3: engine0 killed as its weight receive is submitted (mid-sync: trainer rank 0 is broadcasting to a dead
   peer): the sync aborts, the engine is replaced and the sync redone (``sync/redone``);
+- step 4: the reward role's process killed as it is asked to score (mid-scoring): every role restarts
+  (``run.max_restarts``) from step 3's checkpoint, committed although it was still being written in the
+  background when the fault came;
 - step 5: trainer rank 0 killed as its update is submitted (mid-update): the run restarts by itself
   (``run.max_restarts``) from step 4's checkpoint and redoes step 5, with the engines and the reward worker it had
   (only the trainer group is started anew);
@@ -40,7 +43,7 @@ def _recipe(out: Path, name: str):
         "run.executor=ray", "run.num_cpus=2", "model.dtype=float32", "data.generated.size=8", "run.steps=6",
         "trainer.lr=1e-2", "checkpoint.every_steps=1", "checkpoint.keep_last=2", f"run.output_dir={out}",
         f"run.name={name}", "sync.timeout_s=20", "rollout.max_restarts=3", "run.max_restarts=2",
-        "run.restart_backoff_s=0",
+        "run.restart_backoff_s=0", "checkpoint.async_write=true",
         f"reward.verifiers=[{{name: '{SHAPING}:DigitShareOrDie', args: {{arm: '{out / 'arm'}'}}}}]",
     ])  # fmt: skip
 
@@ -81,8 +84,9 @@ def test_a_faulted_run_ends_where_the_unfaulted_one_does(tmp_path):
         Fault("engine0", "generate", 2),  # step 2, mid-generation
         Fault("trainer0", "train_step", 2, "sigterm"),  # step 2: stop after the step (checkpoint), relaunched
         Fault("engine0", "receive_weights", 5),  # step 3's sync (4th: the resumed run's restoring sync), mid-sync
+        Fault("reward", "score", 4),  # step 4, mid-scoring: every role restarts from step 3's checkpoint
         Fault("trainer0", "train_step", 5),  # step 5, mid-update: the run restarts from step 4's checkpoint
-        Fault("engine0", "generate", 8, "touch", path=str(tmp_path / "arm")),  # step 6: a verifier worker dies
+        Fault("engine0", "generate", 9, "touch", path=str(tmp_path / "arm")),  # step 6: a verifier worker dies
     ])  # fmt: skip
     faulted, relaunched = _run(_recipe(tmp_path, "faulted"), plan)
     assert relaunched and all(f.fired_at for f in plan.faults), plan.faults
@@ -96,7 +100,12 @@ def test_a_faulted_run_ends_where_the_unfaulted_one_does(tmp_path):
     assert [r["sync/redone"] for r in rb] == [0, 0, 1, 0, 0, 0]
     assert rb[5]["reward/rescored_frac"] > 0 and all(r["reward/crash_frac"] == 0 for r in rb)
     log = Path(faulted.run_dir, "train.log").read_text()
-    assert log.count("restart 1 of 2 in 0s from ") == 1 and "trainer0 role's process died" in log
+    assert log.count("restart 1 of 2 in 0s from ") == 1 and "the reward role's process died" in log
+    assert log.count("restart 2 of 2 in 0s from ") == 1 and "trainer0 role's process died" in log
+    # each restart from the step before the fault: step 3's checkpoint was still being written in the background
+    # when the reward role died during step 4's rollout, and was committed all the same
+    assert "restart 1 of 2 in 0s from " + str(Path(faulted.run_dir, "checkpoints", "step_000003")) in log
+    assert "restart 2 of 2 in 0s from " + str(Path(faulted.run_dir, "checkpoints", "step_000004")) in log
     # the trainer rank's death kept the engines and the reward worker: only the trainer group was started anew
     assert log.count("the engines and other roles are kept, the trainer group rebuilt") == 1
     assert log.count("trainer group rebuilt in ") == 1

@@ -119,13 +119,14 @@ def test_a_batch_walks_through_the_rollout_stage_and_only_waits_on_the_roles(tmp
 
 
 def test_a_checkpoint_written_in_the_background_is_committed_after_the_next_rollout(tmp_path):
-    """checkpoint.async_write (the default) with a checkpoint every step, 3 steps: steps 1 and 2 ask the trainer to
+    """checkpoint.async_write with a checkpoint every step, 3 steps: steps 1 and 2 ask the trainer to
     write in the background and then to say when it is done (wait_saved, queued right behind); the controller
     commits each after the next step's rollout, before its update; the last step's checkpoint is written at once.
     Every checkpoint ends complete."""
     from rlvr.runtime.checkpoint import list_complete
 
-    ex = _run(tmp_path, "run.steps=3", "checkpoint.every_steps=1", "checkpoint.keep_last=0", train_s=0.3)
+    ex = _run(tmp_path, "run.steps=3", "checkpoint.every_steps=1", "checkpoint.keep_last=0",
+              "checkpoint.async_write=true", train_s=0.3)
     trainer = [m for role, m in ex.log.calls if role == "trainer0" and m in
                ("train_step", "save_state", "save_state background", "wait_saved")]  # fmt: skip
     assert trainer == ["train_step", "save_state background", "wait_saved"] * 2 + ["train_step", "save_state"]
@@ -134,5 +135,5 @@ def test_a_checkpoint_written_in_the_background_is_committed_after_the_next_roll
     # committed only once the writing ended (the fake's writing takes 0.3 s, its rollout none)
     saved_at = ex.objects["trainer0"].result().saved_at
     assert all((p / "COMPLETE").stat().st_mtime >= t for p, t in zip(done, saved_at))
-    off = _run(tmp_path / "off", "run.steps=2", "checkpoint.every_steps=1", "checkpoint.async_write=false")
+    off = _run(tmp_path / "off", "run.steps=2", "checkpoint.every_steps=1")  # the default: written in the step
     assert [m for role, m in off.log.calls if role == "trainer0" and m.startswith("save_state")] == ["save_state"] * 2

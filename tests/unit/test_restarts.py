@@ -163,7 +163,7 @@ def test_a_failure_while_the_last_checkpoint_is_written_still_commits_it(tmp_pat
         return h
 
     ex.spawn = spawn_failing
-    r = _recipe(tmp_path, "run.steps=3", "checkpoint.every_steps=1", "timeouts.train_s=30")
+    r = _recipe(tmp_path, "run.steps=3", "checkpoint.every_steps=1", "checkpoint.async_write=true", "timeouts.train_s=30")
     with pytest.raises(RoleError, match="the engine's own bug"):
         train(r, executor=ex)
     assert [p.name for p in list_complete(tmp_path / "tiny_test")] == ["step_000001"]
