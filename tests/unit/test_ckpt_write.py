@@ -86,6 +86,17 @@ def test_the_background_files_hold_the_state_of_the_call_not_of_the_next_update(
     assert all(torch.equal(a[i]["exp_avg_sq"], b[i]["exp_avg_sq"]) for i in a)
     ha, hb = load_file(str(tmp_path / "sync" / "hf" / "model.safetensors")), load_file(str(tmp_path / "bg" / "hf" / "model.safetensors"))
     assert ha.keys() == hb.keys() and all(torch.equal(ha[k], hb[k]) for k in ha)
+    import json
+
+    for name in ("sync", "bg"):  # the folder vLLM and rlvr eval load: the recipe's dtype, the model's generation config
+        hf = tmp_path / name / "hf"
+        cfg = json.loads((hf / "config.json").read_text())
+        assert cfg["torch_dtype"] == cfg["dtype"] == "float32"
+        gen = Path(model_dir) / "generation_config.json"
+        assert (hf / "generation_config.json").exists() == gen.exists()
+        if gen.exists():
+            assert (hf / "generation_config.json").read_text() == gen.read_text()
+        assert not Path(str(hf) + ".tmp").exists()
 
 
 def test_tied_weights_stay_one_tensor_in_the_copy():
@@ -100,3 +111,21 @@ def test_tied_weights_stay_one_tensor_in_the_copy():
     assert snap["emb.weight"].data_ptr() != emb.weight.data_ptr()
     half = host_copy({"a": sd["other"][:1], "b": sd["other"][1:]})  # views of one storage at other offsets
     assert half["a"] is not half["b"]
+
+
+def test_the_hf_folder_says_the_recipes_dtype_whatever_the_module_holds(tmp_path):
+    """An fp32 module (a trainer's master weights) written for a bf16 recipe: config.json's ``dtype`` and
+    ``torch_dtype`` both say bfloat16, the dtype vLLM and rlvr eval then load it in."""
+    import json
+
+    from transformers import AutoModelForCausalLM
+
+    from rlvr.models import resolve_model
+    from rlvr.train.ckpt_write import write_pretrained
+
+    model_dir = resolve_model("tiny-random")
+    module = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    out = write_pretrained(module, dict(module.state_dict()), str(tmp_path / "hf"), model_dir,
+                           load_recipe(TINY, [*SMALL, "model.dtype=bfloat16"]))  # fmt: skip
+    cfg = json.loads((Path(out) / "config.json").read_text())
+    assert (cfg["dtype"], cfg["torch_dtype"]) == ("bfloat16", "bfloat16")

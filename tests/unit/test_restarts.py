@@ -168,3 +168,58 @@ def test_a_failure_while_the_last_checkpoint_is_written_still_commits_it(tmp_pat
         train(r, executor=ex)
     assert [p.name for p in list_complete(tmp_path / "tiny_test")] == ["step_000001"]
     assert not list((tmp_path / "tiny_test" / "checkpoints").glob("*.tmp-*"))
+
+
+def test_a_dead_trainer_rank_is_rebuilt_and_the_other_roles_kept(tmp_path):
+    """The fake loop as if under Ray (run.executor=ray; a role's death reported as Ray reports it): the trainer
+    rank dies at its 3rd update (step 3) with a checkpoint every 2 steps. The same executor goes on (no new one),
+    the engine and the reward worker are the ones it had, a new trainer rank loads step 2's checkpoint and trains
+    steps 3 and 4; each step once in metrics.jsonl."""
+
+    class Dying(FakeTrainer):
+        def train_step(self, batch, dph=None):
+            if len(self.updates) == 2:
+                raise RoleError("step 3: policy update: the trainer0 actor died", "trainer0", died=True)
+            return super().train_step(batch, dph)
+
+    class RayLike(FakeExecutor):
+        """Deaths pass through as RoleError(died=True), as RayExecutor reports them; kill drops the role."""
+
+        def _get(self, calls, timeout_s, what, setting=None):
+            try:
+                return super()._get(calls, timeout_s, what, setting)
+            except RoleError as e:
+                if isinstance(e.__cause__, RoleError):
+                    raise e.__cause__ from None
+                raise
+
+        def kill(self, handle):
+            self.killed.append(handle.name)
+
+    made, spawned = [], []
+
+    def make():
+        ex = RayLike()
+        ex.killed = []
+        spawn = ex.spawn
+
+        def spawn_dying(name, cls, *args, **kwargs):
+            h = spawn(name, cls, *args, **kwargs)
+            spawned.append(name)
+            if name == "trainer0" and spawned.count("trainer0") == 1:
+                h._target[1].result().__class__ = Dying
+            return h
+
+        ex.spawn = spawn_dying
+        made.append(ex)
+        return ex
+
+    r = _recipe(tmp_path, "run.executor=ray", "run.steps=4", "checkpoint.every_steps=2", "run.max_restarts=1",
+                "timeouts.train_s=30")  # fmt: skip
+    run_dir = prepare_run_dir(r)
+    train_with_restarts(r, run_dir, make, sleep=lambda s: None)
+    assert len(made) == 1 and made[0].killed == ["trainer0"]
+    assert spawned.count("trainer0") == 2 and spawned.count("engine0") == 1 and spawned.count("reward") == 1
+    assert made[0].objects["trainer0"].result().updates == [16, 16]  # the new rank trained steps 3 and 4
+    assert _steps(run_dir) == [1, 2, 3, 4]
+    assert "the engines and other roles are kept, the trainer group rebuilt" in (run_dir / "train.log").read_text()
