@@ -271,9 +271,7 @@ def train(recipe: Recipe, run_dir: Path | None = None, executor: Any | None = No
     group rebuilt) instead of starting new ones, and when this attempt fails from a cause :func:`keeps_roles`
     names, its roles are left there, running.
     """
-    from rlvr.runtime.rundir import marked
-
-    from rlvr.runtime.rundir import run_log
+    from rlvr.runtime.rundir import marked, run_log
 
     run_dir = run_dir or prepare_run_dir(recipe)
     with run_log(run_dir), marked(run_dir, clean=(RunInterrupted,)):
