@@ -72,9 +72,25 @@ class GeneratedTaskConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReasoningGymConfig:
+    """Rows of ``data.source: reasoning_gym:<task>`` (issue 42): ``reasoning_gym.create_dataset(task, size=size,
+    seed=run.seed, **args)``, procedurally generated (no download), the same rows for the same seed."""
+
+    args: dict[str, Any] = field(default_factory=dict)
+    """The task's own config (e.g. ``{min_terms: 2, max_terms: 3}`` for ``basic_arithmetic``); checked by
+    reasoning-gym, its error named at load."""
+    size: int = 1000
+    """Rows generated."""
+    holdout: int = 0
+    """Rows kept out of training at the end (``data.split: holdout``, or ``validation.source`` with
+    ``validation.split: holdout``: ``rlvr eval`` on held-out seeds' rows)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class DataConfig:
     source: str = "generated"
-    """``generated`` (see ``generated``), a local .jsonl/.json/.parquet file, or a ``datasets`` name."""
+    """``generated`` (see ``generated``), ``reasoning_gym:<task>`` (a reasoning-gym task, see ``reasoning_gym``; with
+    the ``reasoning_gym`` verifier), a local .jsonl/.json/.parquet file, or a ``datasets`` name."""
     split: str = "train"
     """Split for ``datasets`` sources."""
     question: str = "question"
@@ -106,6 +122,7 @@ class DataConfig:
     answer field absent from the row, null or empty): ``drop`` them (count and first examples logged) or
     ``error``: stop with a RecipeError listing them (row, id, why)."""
     generated: GeneratedTaskConfig = field(default_factory=GeneratedTaskConfig)
+    reasoning_gym: ReasoningGymConfig = field(default_factory=ReasoningGymConfig)
 
 
 @dataclass(frozen=True, kw_only=True)

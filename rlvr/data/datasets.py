@@ -309,6 +309,8 @@ def load_rows(cfg: DataConfig, seed: int) -> list[dict[str, Any]]:
         raise ValueError(f"data.limit={cfg.limit}: must be >= 1 (or null for all rows)")
     if cfg.source == "generated":
         return _generated(cfg, seed)
+    if cfg.source.startswith(REASONING_GYM):
+        return _reasoning_gym(cfg, seed)
     path = resolve_data_path(cfg.source)
     if path is None and cfg.source.endswith(FILE_SUFFIXES):
         tried = ", ".join(str(d / cfg.source) for d in search_dirs())
@@ -335,6 +337,56 @@ def load_rows(cfg: DataConfig, seed: int) -> list[dict[str, Any]]:
         raise ValueError(f"{name}: no row's field {cfg.answer!r} has the '#### ' marker data.answer_format=gsm8k "
                          f"reads (row {no_marker.index(True)} included); set data.answer_format=raw if the field "
                          "holds the answer itself")
+    return rows
+
+
+REASONING_GYM = "reasoning_gym:"
+"""The prefix of a reasoning-gym source: ``reasoning_gym:<task>``."""
+
+
+def _reasoning_gym(cfg: DataConfig, seed: int) -> list[dict[str, Any]]:
+    """Rows of the reasoning-gym task ``cfg.source`` names (``data.reasoning_gym``: args, size, holdout; seeded by
+    ``seed``): ``question`` and ``answer`` as the task gives them, its ``metadata`` in the row (what the
+    ``reasoning_gym`` verifier scores with). Each row's own answer is scored by the task's scorer: one that does
+    not score 1 is a bad gold (``gold_problem``). Errors: ``ImportError`` without the package (the fix named);
+    ``ValueError`` for an unknown task (the nearest named), args the task refuses, or sizes that leave no rows."""
+    import difflib
+
+    try:
+        import reasoning_gym
+        from reasoning_gym.factory import DATASETS
+    except ImportError as e:
+        raise ImportError(f"data.source={cfg.source!r} needs reasoning-gym: pip install 'rlvr[envs]' (or "
+                          f"reasoning-gym==0.1.25) ({e})") from e  # fmt: skip
+    task, rg = cfg.source[len(REASONING_GYM):], cfg.reasoning_gym
+    if task not in DATASETS:
+        near = difflib.get_close_matches(task, sorted(DATASETS), n=3)
+        raise ValueError(f"data.source={cfg.source!r}: reasoning-gym has no task {task!r}"
+                         + (f"; did you mean {', '.join(REASONING_GYM + n for n in near)}?" if near else
+                            f" ({len(DATASETS)} tasks: reasoning_gym.factory.DATASETS)"))  # fmt: skip
+    if not 0 <= rg.holdout < rg.size:
+        raise ValueError(f"data.reasoning_gym: holdout={rg.holdout} must be >= 0 and < size={rg.size}")
+    try:
+        ds = reasoning_gym.create_dataset(task, size=rg.size, seed=seed, **rg.args)
+    except (TypeError, ValueError, AssertionError) as e:
+        raise ValueError(f"data.reasoning_gym.args={rg.args!r} for task {task!r}: {type(e).__name__}: {e}") from e
+    if cfg.split == "train":
+        idx = range(rg.size - rg.holdout)
+    elif cfg.split in ("holdout", "test", "validation"):
+        if not rg.holdout:
+            raise ValueError("data.split=holdout but data.reasoning_gym.holdout=0: set data.reasoning_gym.holdout > 0")
+        idx = range(rg.size - rg.holdout, rg.size)
+    else:
+        raise ValueError(f"data.split={cfg.split!r} for a reasoning_gym source: use train or holdout")
+    score = reasoning_gym.get_score_answer_fn(task)
+    rows = []
+    for i in (list(idx)[: cfg.limit] if cfg.limit is not None else idx):
+        e = ds[i]
+        row = {"question": e["question"], "answer": format_gold(e["answer"]), "metadata": e["metadata"]}
+        own = float(score(e["answer"], {**e, "answer": e["answer"]}))
+        problem = None if own == 1.0 else f"the task's own answer scores {own:g} under its scorer, not 1"
+        rows.append({"question": e["question"], "gold": row["answer"] if problem is None else None, "row": row}
+                    | ({"gold_problem": problem} if problem else {}))
     return rows
 
 
