@@ -481,13 +481,16 @@ def _check(r: Recipe) -> None:
     va = r.validation
     if va.every_steps < 0 or va.samples < 1 or va.temperature <= 0:
         errs.append("validation.every_steps must be >= 0, validation.samples >= 1, validation.temperature > 0")
-    if va.every_steps and va.source is None and r.data.source != "generated":
+    rg = r.data.source.startswith("reasoning_gym:")
+    if va.every_steps and va.source is None and r.data.source != "generated" and not rg:
         errs.append(
             f"validation.every_steps={va.every_steps} with data.source={r.data.source!r}: set validation.source to a "
-            "held-out file or data set (only a generated task has a built-in holdout split)"
+            "held-out file or data set (only a generated or reasoning_gym task has a built-in holdout split)"
         )
     if va.every_steps and va.source is None and r.data.source == "generated" and r.data.generated.holdout == 0:
         errs.append("validation needs held-out rows: set data.generated.holdout > 0 (e.g. 64) or validation.source")
+    if va.every_steps and va.source is None and rg and r.data.reasoning_gym.holdout == 0:
+        errs.append("validation needs held-out rows: set data.reasoning_gym.holdout > 0 (e.g. 64) or validation.source")
     for f in dataclasses.fields(TimeoutsConfig):
         if not getattr(r.timeouts, f.name) > 0:
             errs.append(f"timeouts.{f.name} must be > 0 seconds, got {getattr(r.timeouts, f.name)}")

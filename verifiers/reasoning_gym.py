@@ -16,6 +16,7 @@ is bad, dropped or refused under ``data.bad_gold``).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rlvr.types import VerifyResult
@@ -28,10 +29,34 @@ def _entry(gold: str, row: dict[str, Any]) -> dict[str, Any]:
     return {"question": row.get("question", ""), "answer": gold, "metadata": meta}
 
 
+FALLBACKS = ("none", "last_number", "last_line")
+_NUMBER_RE = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def fallback_answer(response: str, fallback: str) -> str | None:
+    """The answer of a response without an ``<answer>`` tag: ``last_number`` the last number in it (``-12``,
+    ``3.5``), ``last_line`` its last non-empty line (stripped), ``none`` nothing."""
+    if fallback == "last_number":
+        found = _NUMBER_RE.findall(response)
+        return found[-1] if found else None
+    if fallback == "last_line":
+        lines = [ln.strip() for ln in response.splitlines() if ln.strip()]
+        return lines[-1] if lines else None
+    return None
+
+
 class ReasoningGymVerifier:
-    """The task's own scorer (the module docstring). No settings."""
+    """The task's own scorer (the module docstring). ``fallback`` (``args: {fallback: ...}``): what a response
+    without an ``<answer>`` tag answers: ``none`` (the default, reasoning-gym's convention: ``no_answer``),
+    ``last_number`` or ``last_line`` (:func:`fallback_answer`), for models that do not write the tag yet, as
+    ``math``'s ``fallback``. Errors: ``ValueError`` for another ``fallback``."""
 
     preload_modules = ("reasoning_gym",)
+
+    def __init__(self, fallback: str = "none") -> None:
+        if fallback not in FALLBACKS:
+            raise ValueError(f"reasoning_gym verifier: fallback={fallback!r}; one of {', '.join(FALLBACKS)}")
+        self.fallback = fallback
 
     def verify(self, response: str, gold: str, **row: Any) -> VerifyResult:
         import reasoning_gym
@@ -42,6 +67,8 @@ class ReasoningGymVerifier:
         except ValueError as e:
             return VerifyResult(score=0.0, parsed=None, reason=f"bad_row: {e}")
         answer = extract_answer(response)
+        if answer is None:
+            answer = fallback_answer(response, self.fallback)
         if answer is None:
             return VerifyResult(score=0.0, parsed=None, reason="no_answer")
         raw = float(reasoning_gym.get_score_answer_fn(entry["metadata"]["source_dataset"])(answer, entry))

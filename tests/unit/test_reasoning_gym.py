@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,34 @@ def test_partial_credit_passes_through_clamped_into_0_1():
     assert v.verify("<answer>noremopy</answer>", r["gold"], **r["row"]).score == pytest.approx(8 / 9, abs=1e-12)
     assert v.verify("<answer>noremopyh x</answer>", r["gold"], **r["row"]).score == 1.0
     assert v.verify("<answer>NOREMOPYH</answer>", r["gold"], **r["row"]).score == 1.0  # its scorer ignores case
+
+
+def test_a_fallback_answers_for_a_response_without_the_tag():
+    """``fallback: last_number`` reads ``-3`` from "so 5 - 8 is -3" (the last number), ``last_line`` the last
+    non-empty line; the tag still wins where there is one; ``none`` (the default) is ``no_answer``."""
+    from rlvr_verifiers.reasoning_gym import fallback_answer
+
+    assert fallback_answer("so 5 - 8 is -3", "last_number") == "-3"
+    assert fallback_answer("2.5 then 3.75.", "last_number") == "3.75"
+    assert fallback_answer("no digits", "last_number") is None
+    assert fallback_answer("think\n  olleh \n\n", "last_line") == "olleh"
+    assert fallback_answer("  \n", "last_line") is None and fallback_answer("5", "none") is None
+    row = load_rows(_data(), 0)[0]
+    gold, fields = row["gold"], row["row"]
+    v = build_verifier(VerifierSpec(name="reasoning_gym", args={"fallback": "last_number"}))
+    assert v.verify(f"1 + 1 ... it is {gold}", gold, **fields).score == 1.0
+    assert v.verify(f"<answer>{int(float(gold)) + 1}</answer> or {gold}", gold, **fields).score == 0.0  # the tag wins
+    assert v.verify("nothing", gold, **fields).reason == "no_answer"
+    with pytest.raises(ValueError, match="fallback='first'; one of none, last_number, last_line"):
+        build_verifier(VerifierSpec(name="reasoning_gym", args={"fallback": "first"}))
+
+
+def test_validation_uses_the_tasks_holdout_rows():
+    """validation.every_steps without validation.source: a reasoning_gym source validates on its holdout rows, and
+    is refused at load when it has none."""
+    from rlvr.config import RecipeError
+
+    r = load_recipe(TINY, [*RG, "validation.every_steps=2"])
+    assert r.validation.source is None and len(load_rows(dataclasses.replace(r.data, split="holdout"), 0)) == 4
+    with pytest.raises(RecipeError, match=r"set data.reasoning_gym.holdout > 0"):
+        load_recipe(TINY, [*RG, "validation.every_steps=2", "data.reasoning_gym.holdout=0"])
