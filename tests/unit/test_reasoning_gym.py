@@ -96,6 +96,7 @@ def test_a_fallback_answers_for_a_response_without_the_tag():
     assert fallback_answer("2.5 then 3.75.", "last_number") == "3.75"
     assert fallback_answer("no digits", "last_number") is None
     assert fallback_answer("think\n  olleh \n\n", "last_line") == "olleh"
+    assert fallback_answer("a\nb\nc", "last_line") == "c"
     assert fallback_answer("  \n", "last_line") is None and fallback_answer("5", "none") is None
     row = load_rows(_data(), 0)[0]
     gold, fields = row["gold"], row["row"]
