@@ -469,3 +469,15 @@ def test_sample_stats_count_the_trajectorys_own_tool_calls():
     assert (st["tool_calls_mean"], st["tool_use_frac"]) == (1.0, pytest.approx(2 / 3))
     assert (st["turns_mean"], st["solved_turn_1_frac"], st["solved_after_turn_1_frac"]) == (
         pytest.approx(5 / 3), pytest.approx(1 / 3), pytest.approx(1 / 3))
+
+
+def test_eval_of_a_reasoning_gym_run_takes_its_task_settings(tmp_path, caplog):
+    """A run trained on a reasoning_gym source: rlvr eval RUN --data reasoning_gym:<task> --seed 7 evaluates the same
+    task settings (its args, size, holdout) with seed 7's rows, the held-out seeds of issue 42."""
+    run, _ = _run_folder(tmp_path, "data.source=reasoning_gym:basic_arithmetic", "data.reasoning_gym.size=50",
+                         "data.reasoning_gym.args={min_terms: 2, max_terms: 2}")  # fmt: skip
+    with caplog.at_level("INFO", logger="rlvr.eval"):
+        cfg = _cfg("--data", "reasoning_gym:basic_arithmetic", "--seed", "7", model=str(run))
+    rg = cfg.prompts.reasoning_gym
+    assert (rg.args, rg.size, rg.holdout, cfg.seed) == ({"min_terms": 2, "max_terms": 2}, 50, 0, 7)
+    assert "data.reasoning_gym={'args': {'min_terms': 2, 'max_terms': 2}, 'size': 50, 'holdout': 0}" in caplog.text
