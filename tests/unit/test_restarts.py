@@ -29,6 +29,21 @@ def _steps(run_dir) -> list[int]:
     return [json.loads(x)["step"] for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if x.strip()]
 
 
+def _swap_class(ex, role: str, cls):
+    """``ex`` (a fake executor) with the role ``role`` made an instance of ``cls`` once spawned (a fake that fails
+    on purpose). Returns ``ex``."""
+    spawn = ex.spawn
+
+    def spawn_swapped(name, kind, *args, **kwargs):
+        h = spawn(name, kind, *args, **kwargs)
+        if name == role:
+            h._target[1].result().__class__ = cls
+        return h
+
+    ex.spawn = spawn_swapped
+    return ex
+
+
 def _failing(at_call: int, error: Exception | None):
     """Executors for each attempt: the first one's trainer raises ``error`` at its ``at_call``-th train_step, or
     (None) hangs there for 1 s, past the recipes' ``timeouts.train_s`` of 0.3 s (a rank that stopped answering)."""
@@ -46,15 +61,7 @@ def _failing(at_call: int, error: Exception | None):
     def make():
         ex = FakeExecutor()
         if not made:
-            spawn = ex.spawn
-
-            def spawn_failing(name, cls, *args, **kwargs):
-                h = spawn(name, cls, *args, **kwargs)
-                if name == "trainer0":
-                    h._target[1].result().__class__ = Failing
-                return h
-
-            ex.spawn = spawn_failing
+            _swap_class(ex, "trainer0", Failing)
         made.append(ex)
         return ex
 
@@ -153,16 +160,7 @@ def test_a_failure_while_the_last_checkpoint_is_written_still_commits_it(tmp_pat
                 raise RuntimeError("the engine's own bug")
             return super().generate(prompts, sampling)
 
-    ex = FakeExecutor()
-    spawn = ex.spawn
-
-    def spawn_failing(name, cls, *args, **kwargs):
-        h = spawn(name, cls, *args, **kwargs)
-        if name == "engine0":
-            h._target[1].result().__class__ = Failing
-        return h
-
-    ex.spawn = spawn_failing
+    ex = _swap_class(FakeExecutor(), "engine0", Failing)
     r = _recipe(tmp_path, "run.steps=3", "checkpoint.every_steps=1", "checkpoint.async_write=true", "timeouts.train_s=30")
     with pytest.raises(RoleError, match="the engine's own bug"):
         train(r, executor=ex)
