@@ -113,9 +113,9 @@ def main() -> None:
     ref = final(clean_dir)
     print(f"unfaulted: {args.steps} steps in {clean_s:.1f} s ({clean_dir})", flush=True)
     rows = []
-    for i, (label, where, _, says) in enumerate(faults(args.at, out, "f0")):
+    for i in range(len(faults(args.at, out, ""))):
         name = f"f{i}"
-        fs = faults(args.at, out, name)[i][2]
+        label, where, fs, says = faults(args.at, out, name)[i]  # the touch fault's file is named after the run
         plan = Chaos(fs)
         run_dir, wall = run(recipe(out, name, args.steps), plan)
         w = final(run_dir)

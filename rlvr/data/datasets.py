@@ -383,7 +383,7 @@ def _reasoning_gym(cfg: DataConfig, seed: int) -> list[dict[str, Any]]:
     for i in (list(idx)[: cfg.limit] if cfg.limit is not None else idx):
         e = ds[i]
         row = {"question": e["question"], "answer": format_gold(e["answer"]), "metadata": e["metadata"]}
-        own = float(score(e["answer"], {**e, "answer": e["answer"]}))
+        own = float(score(e["answer"], e))
         problem = None if own == 1.0 else f"the task's own answer scores {own:g} under its scorer, not 1"
         rows.append({"question": e["question"], "gold": row["answer"] if problem is None else None, "row": row}
                     | ({"gold_problem": problem} if problem else {}))
