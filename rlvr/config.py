@@ -30,7 +30,8 @@ class RecipeError(ValueError):
 
 
 from rlvr.config_sections import (  # noqa: F401 - the sections, re-exported: `from rlvr.config import DataConfig`
-    AlgorithmConfig, CheckpointConfig, CriticConfig, DataConfig, EnvironmentConfig, GeneratedTaskConfig,
+    ENV_SOURCE, AlgorithmConfig, CheckpointConfig, CriticConfig, DataConfig, EnvironmentConfig, EnvRowsConfig,
+    GeneratedTaskConfig,
     JudgeConfig, MetricsConfig, ModelConfig, RewardConfig, RolloutConfig, RunConfig, Spec, SyncConfig, TimeoutsConfig,
     TeacherConfig, ToolsConfig, TrainerConfig, TrainerLoraConfig, ValidationConfig, VerifierSpec,
 )

@@ -86,11 +86,32 @@ class ReasoningGymConfig:
     ``validation.split: holdout``: ``rlvr eval`` on held-out seeds' rows)."""
 
 
+ENV_SOURCE = "env:"
+"""The prefix of a source whose rows an environment makes: ``env:<environment name>`` (``data.env_rows``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvRowsConfig:
+    """Rows of ``data.source: env:<environment>`` (issue 42): the environment class's
+    ``rows(size=size, seed=run.seed, **args)`` (a game's seeds, a hub environment's own data set), the same rows for
+    the same seed (:func:`rlvr.data.datasets.load_rows`)."""
+
+    args: dict[str, Any] = field(default_factory=dict)
+    """The environment's ``rows`` keyword arguments (e.g. ``{game: GuessTheNumber-v0}`` for ``textarena``); checked
+    against it at load."""
+    size: int = 256
+    """Rows made."""
+    holdout: int = 0
+    """Rows kept out of training at the end (``data.split: holdout``; ``rlvr eval RUN --seed N`` plays another
+    seed's rows)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class DataConfig:
     source: str = "generated"
     """``generated`` (see ``generated``), ``reasoning_gym:<task>`` (a reasoning-gym task, see ``reasoning_gym``; with
-    the ``reasoning_gym`` verifier), a local .jsonl/.json/.parquet file, or a ``datasets`` name."""
+    the ``reasoning_gym`` verifier), ``env:<environment>`` (rows an environment makes, see ``env_rows``), a local
+    .jsonl/.json/.parquet file, or a ``datasets`` name."""
     split: str = "train"
     """Split for ``datasets`` sources."""
     question: str = "question"
@@ -123,6 +144,7 @@ class DataConfig:
     ``error``: stop with a RecipeError listing them (row, id, why)."""
     generated: GeneratedTaskConfig = field(default_factory=GeneratedTaskConfig)
     reasoning_gym: ReasoningGymConfig = field(default_factory=ReasoningGymConfig)
+    env_rows: EnvRowsConfig = field(default_factory=EnvRowsConfig)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,13 +20,14 @@ RUN_KEYS: dict[str, tuple[str, ...]] = {
     "data.answer": ("--answer-field",),
     "data.answer_format": ("--answer-format",),
     "data.reasoning_gym": (),
+    "data.env_rows": (),
     "reward.verifiers": ("--verifier", "--verifier-args"),
     "model.dtype": ("--dtype",),
     "environment": ("--environment", "--env-args", "--max-turns", "--max-trajectory-tokens"),
     "tools": ("--tools",),
 }
 """What ``rlvr eval RUN`` takes from the run's recipe (how the run wrote a prompt, read a row of its data and
-scored an answer, the task settings of a ``reasoning_gym:`` source, so that ``--data reasoning_gym:<task> --seed N``
+scored an answer, the task settings of a ``reasoning_gym:`` or ``env:`` source, so that ``--data reasoning_gym:<task> --seed N``
 evaluates the task it trained on with other seeds' rows, its dtype, its multi-turn environment and its tools), each
 with the flags that override it (none for the task settings). The data
 fields apply to the sets that are not presets (a file in the training format needs no ``--question-field``);
@@ -41,7 +42,8 @@ def run_sections(recipe: Any, base: dict[str, Any]) -> dict[str, Any]:
     d = recipe.data
     prompts = dataclasses.replace(base["prompts"], prompt_template=d.prompt_template, system_prompt=d.system_prompt,
                                   chat_template=d.chat_template, question=d.question, answer=d.answer,
-                                  answer_format=d.answer_format, reasoning_gym=d.reasoning_gym)  # fmt: skip
+                                  answer_format=d.answer_format, reasoning_gym=d.reasoning_gym,
+                                  env_rows=d.env_rows)  # fmt: skip
     from rlvr.reward.judge import rule_specs
 
     # the rule verifiers: a judge verifier asks a role that ``rlvr eval`` does not start
@@ -77,6 +79,7 @@ def log_run(model: str, run: Any, recipe: Any, args: argparse.Namespace) -> None
               "data.chat_template": recipe.data.chat_template, "data.question": recipe.data.question,
               "data.answer": recipe.data.answer, "data.answer_format": recipe.data.answer_format,
               "data.reasoning_gym": dataclasses.asdict(recipe.data.reasoning_gym),
+              "data.env_rows": dataclasses.asdict(recipe.data.env_rows),
               "model.dtype": recipe.model.dtype, "environment": recipe.environment.name,
               "tools": list(recipe.tools.names),
               "reward.verifiers": [v.name for v in recipe.reward.verifiers]}  # fmt: skip

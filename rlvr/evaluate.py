@@ -402,8 +402,12 @@ def run_set(engine: Any, pool: Any, ls: LoadedSet, cfg: EvalConfig, out: TextIO,
         else:
             comps = turns.submit(chunk, sampling, engine.generate).result()[0]  # trajectories, prompt-major
         t1 = time.perf_counter()
-        res = pool.score([c.text for c in comps], [prompts[c.prompt_index].gold for c in comps],
-                         [prompts[c.prompt_index].row for c in comps])  # fmt: skip
+        rows = [prompts[c.prompt_index].row for c in comps]
+        if turns is not None:
+            from rlvr.envs.rollout import scoring_rows
+
+            rows = scoring_rows(comps, rows)
+        res = pool.score([c.text for c in comps], [prompts[c.prompt_index].gold for c in comps], rows)
         t_gen, t_score = t_gen + t1 - t0, t_score + time.perf_counter() - t1
         records = (sample_record(ls, prompts[c.prompt_index], c, s, key) for c, s in zip(comps, res))
         out.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)

@@ -15,7 +15,7 @@ from typing import Any
 from rlvr.algos import ADVANTAGES, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
 from rlvr.algos.gae import CRITIC_ADVANTAGES
 from rlvr.algos.losses import correction_cap
-from rlvr.config import (AlgorithmConfig, Recipe, RecipeError, Spec, TimeoutsConfig, build_settings,
+from rlvr.config import (ENV_SOURCE, AlgorithmConfig, Recipe, RecipeError, Spec, TimeoutsConfig, build_settings,
                          gpu_processes, plain, read_recipe)
 from rlvr.registry import Registry
 
@@ -481,16 +481,18 @@ def _check(r: Recipe) -> None:
     va = r.validation
     if va.every_steps < 0 or va.samples < 1 or va.temperature <= 0:
         errs.append("validation.every_steps must be >= 0, validation.samples >= 1, validation.temperature > 0")
-    rg = r.data.source.startswith("reasoning_gym:")
+    rg = r.data.source.startswith(("reasoning_gym:", ENV_SOURCE))
     if va.every_steps and va.source is None and r.data.source != "generated" and not rg:
         errs.append(
             f"validation.every_steps={va.every_steps} with data.source={r.data.source!r}: set validation.source to a "
-            "held-out file or data set (only a generated or reasoning_gym task has a built-in holdout split)"
+            "held-out file or data set (only a generated, reasoning_gym or env: source has a built-in holdout split)"
         )
     if va.every_steps and va.source is None and r.data.source == "generated" and r.data.generated.holdout == 0:
         errs.append("validation needs held-out rows: set data.generated.holdout > 0 (e.g. 64) or validation.source")
-    if va.every_steps and va.source is None and rg and r.data.reasoning_gym.holdout == 0:
-        errs.append("validation needs held-out rows: set data.reasoning_gym.holdout > 0 (e.g. 64) or validation.source")
+    if va.every_steps and va.source is None and rg:
+        key = "env_rows" if r.data.source.startswith(ENV_SOURCE) else "reasoning_gym"
+        if getattr(r.data, key).holdout == 0:
+            errs.append(f"validation needs held-out rows: set data.{key}.holdout > 0 (e.g. 64) or validation.source")
     for f in dataclasses.fields(TimeoutsConfig):
         if not getattr(r.timeouts, f.name) > 0:
             errs.append(f"timeouts.{f.name} must be > 0 seconds, got {getattr(r.timeouts, f.name)}")
@@ -721,6 +723,14 @@ def multiturn_errors(r: Recipe) -> list[str]:
         errs.append(f"environment.reward={e.reward} with {what}. Set environment.reward=verifiers (the recipe's "
                     "verifiers score the final answer, as tools-only recipes do), or name an environment that "
                     "returns rewards (environment.name)")  # fmt: skip
+    env_verifiers = [i for i, v in enumerate(r.reward.verifiers) if v.name == "environment"]
+    if env_verifiers and not named:
+        errs.append(f"reward.verifiers[{env_verifiers[0]}] is `environment` (the environment's last reward as the "
+                    "score) but no environment is named: set environment.name (or environment.row_field), or use a "
+                    "verifier that checks the answer (math, ...)")
+    if r.data.source.startswith(ENV_SOURCE) and not named:
+        errs.append(f"data.source={r.data.source!r} takes rows from an environment, but environment.name is unset: "
+                    "name the environment that plays them")
     if not r.data.chat_template and (e.enabled or t.enabled):
         uses = " and ".join(x for x in (f"environment.name={e.name}" if e.name else "",
                                         f"environment.row_field={e.row_field}" if e.row_field else "",

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rlvr.config import DataConfig
+from rlvr.config import ENV_SOURCE, DataConfig
 from rlvr.types import Prompt
 
 log = logging.getLogger(__name__)
@@ -311,6 +311,8 @@ def load_rows(cfg: DataConfig, seed: int) -> list[dict[str, Any]]:
         return _generated(cfg, seed)
     if cfg.source.startswith(REASONING_GYM):
         return _reasoning_gym(cfg, seed)
+    if cfg.source.startswith(ENV_SOURCE):
+        return _env_rows(cfg, seed)
     path = resolve_data_path(cfg.source)
     if path is None and cfg.source.endswith(FILE_SUFFIXES):
         tried = ", ".join(str(d / cfg.source) for d in search_dirs())
@@ -387,6 +389,48 @@ def _reasoning_gym(cfg: DataConfig, seed: int) -> list[dict[str, Any]]:
         problem = None if own == 1.0 else f"the task's own answer scores {own:g} under its scorer, not 1"
         rows.append({"question": e["question"], "gold": row["answer"] if problem is None else None, "row": row}
                     | ({"gold_problem": problem} if problem else {}))
+    return rows
+
+
+def _env_rows(cfg: DataConfig, seed: int) -> list[dict[str, Any]]:
+    """Rows an environment makes (``data.source: env:<environment>``, ``data.env_rows``: args, size, holdout): the
+    environment class's ``rows(size=size, seed=seed, **args)``, a list of JSON-able dicts, each with ``question``
+    (the text the prompt template takes; may be "" when the environment's ``reset`` gives the opening) and
+    optionally ``answer`` (a gold for answer-checking verifiers; "" or absent for environment-scored tasks) and
+    ``messages`` (the row's opening conversation). The last ``holdout`` rows are the held-out split.
+
+    Errors: those of :func:`rlvr.envs.runner.resolve_environment`; ``TypeError`` for a class without ``rows`` or
+    args it does not take; ``ValueError`` for bad sizes or rows that are not dicts with a string ``question``."""
+    from rlvr.envs.runner import resolve_environment
+    from rlvr.registry import check_kwargs
+
+    name, er = cfg.source[len(ENV_SOURCE):], cfg.env_rows
+    cls = resolve_environment(name)
+    make = getattr(cls, "rows", None)
+    if not callable(make):
+        raise TypeError(f"data.source={cfg.source!r}: the environment {name!r} has no rows(size, seed, **args) "
+                        "classmethod, so it makes no rows; give the rows as a file (data.source: rows.jsonl)")
+    if not 0 <= er.holdout < er.size:
+        raise ValueError(f"data.env_rows: holdout={er.holdout} must be >= 0 and < size={er.size}")
+    check_kwargs(make, {"size": er.size, "seed": seed, **er.args}, "data.env_rows.args")
+    made = list(make(size=er.size, seed=seed, **er.args))
+    if len(made) != er.size:
+        raise ValueError(f"data.source={cfg.source!r}: {name}.rows made {len(made)} rows for size={er.size}")
+    if cfg.split == "train":
+        made = made[: er.size - er.holdout]
+    elif cfg.split in ("holdout", "test", "validation"):
+        if not er.holdout:
+            raise ValueError("data.split=holdout but data.env_rows.holdout=0: set data.env_rows.holdout > 0")
+        made = made[er.size - er.holdout:]
+    else:
+        raise ValueError(f"data.split={cfg.split!r} for an env: source: use train or holdout")
+    rows = []
+    for i, row in enumerate(made[: cfg.limit] if cfg.limit is not None else made):
+        if not isinstance(row, dict) or not isinstance(row.get("question"), str):
+            raise ValueError(f"data.source={cfg.source!r}: row {i} from {name}.rows is {str(row)[:120]!r}; each row "
+                             "is a dict with a string 'question'")
+        answer = row.get("answer")
+        rows.append({"question": row["question"], "gold": "" if answer is None else str(answer), "row": row})
     return rows
 
 

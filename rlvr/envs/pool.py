@@ -11,19 +11,23 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from rlvr.envs.runner import env_reset, env_step, failure
+from rlvr.envs.runner import env_close, env_reset, env_step, failure, release_failures
 from rlvr.envs.tokens import Message
 from rlvr.workers import ProcessPool
 
 
 def _handler() -> Callable[[tuple], Any]:
     """A worker's handler: ``("reset", name, args, row)`` or ``("step", state, history, reply)`` ->
-    ``(state, value)``, or ``(None, reason)`` for an environment's bug or bad output (the worker lives on)."""
+    ``(state, value)``, or ``(None, reason)`` for an environment's bug or bad output (the worker lives on);
+    ``("close", state)`` -> ``(None, None)`` or ``(None, reason)``."""
 
     def handle(job: tuple) -> Any:
         try:
             if job[0] == "reset":
                 return env_reset(job[1], job[2], job[3])
+            if job[0] == "close":
+                env_close(job[1])
+                return None, None
             return env_step(job[1], job[2], job[3])
         except Exception as e:  # noqa: BLE001 - an environment's bug ends its trajectory, with the reason
             return None, failure(e)
@@ -41,6 +45,7 @@ class EnvPool:
                  preload: tuple[str, ...] = ()) -> None:
         self._pool = ProcessPool(_handler, (), num_workers, timeout_s, memory_mb, name="environment",
                                  what="the environment runner", preload=("rlvr.envs.runner", *preload))
+        self._close_errors = 0
 
     def _run(self, jobs: list[tuple]) -> list[tuple[Any, Any]]:
         return [o.value if o.ok else (None, self.failure_text(o.reason)) for o in self._pool.run(jobs)]
@@ -68,9 +73,20 @@ class EnvPool:
         """One ``(state, EnvStep)`` or ``(None, reason)`` per ``(state, history, reply)``, in order."""
         return self._run([("step", state, history, reply) for state, history, reply in items])
 
+    def release(self, states: list[Any]) -> None:
+        """``close()`` each ended trajectory's environment that has one, in the workers (in parallel, the call
+        limit each); a failure (raised, hung, crashed) is logged and counted in :meth:`stats` ``close_errors``,
+        never raised: a trajectory's end must not fail a rollout."""
+        todo = [s for s in states if s[2]]
+        if not todo:
+            return
+        whys = [reason for _, reason in self._run([("close", s) for s in todo])]
+        self._close_errors += release_failures(todo, whys)
+
     def stats(self) -> dict[str, int]:
-        """The process pool's counters: ``jobs``, ``timeouts``, ``crashes``, ``errors``, ``restarts``."""
-        return self._pool.stats()
+        """The process pool's counters: ``jobs``, ``timeouts``, ``crashes``, ``errors``, ``restarts``; and
+        ``close_errors`` (environments whose ``close()`` failed)."""
+        return {**self._pool.stats(), "close_errors": self._close_errors}
 
     def close(self) -> None:
         self._pool.close()

@@ -165,6 +165,16 @@ class _Timer:
                 self.seconds += time.perf_counter() - t
 
 
+def scoring_rows(completions: list[Completion], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` [B] as the verifiers see them for trajectories: each with ``env_reward``, the last reward its
+    environment gave (None: none), which the ``environment`` verifier scores (:mod:`rlvr_verifiers.environment`)."""
+    out = []
+    for c, row in zip(completions, rows):
+        given = [x for x in (c.turn_rewards or []) if x is not None]
+        out.append({**row, "env_reward": given[-1] if given else None})
+    return out
+
+
 def trajectory_rewards(completions: list[Completion], scored: list[Any], env: Any) -> list[Any]:
     """``scored`` [B] with each trajectory's reward as ``environment.reward`` says: ``verifiers`` (the recipe's
     verifiers on the final answer: ``Scored.reward`` as scored), ``environment`` (the environment's last reward, 0

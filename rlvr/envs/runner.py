@@ -10,12 +10,15 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import inspect
+import logging
 import pickle
 import traceback
 from typing import Any
 
 from rlvr.envs.base import ENTRY_POINT_GROUP, BadEnvOutput, check_messages, check_step
 from rlvr.envs.tokens import Message
+
+log = logging.getLogger(__name__)
 
 BUILTINS = {"feedback": "rlvr.envs.builtins:Feedback", "guess": "rlvr.envs.builtins:Guess",
             "openenv": "rlvr.envs.openenv:OpenEnv"}
@@ -56,23 +59,53 @@ def resolve_environment(name: str) -> Any:
     return obj
 
 
-def env_reset(name: str, args: dict[str, Any], row: dict[str, Any]) -> tuple[tuple[str, bytes], list[Message]]:
-    """Build ``name`` with ``args``, reset it on ``row``; returns (its state: ``(name, pickle)``, the opening
-    messages checked)."""
+State = tuple[str, bytes, bool]
+"""An environment's state between calls: ``(name, pickle of the object, whether its class has close())``."""
+
+
+def _closes(env: Any) -> bool:
+    return callable(getattr(type(env), "close", None))
+
+
+def env_reset(name: str, args: dict[str, Any], row: dict[str, Any]) -> tuple[State, list[Message]]:
+    """Build ``name`` with ``args``, reset it on ``row``; returns (its :data:`State`, the opening messages
+    checked). An environment whose ``reset`` raises is closed first (when it has ``close``), so what it opened is
+    freed; the exception is then raised."""
     env = resolve_environment(name)(**args)
-    opening = check_messages(env.reset(row), "reset")
-    return (name, pickle.dumps(env)), opening
+    try:
+        opening = check_messages(env.reset(row), "reset")
+    except BaseException:
+        if _closes(env):
+            _close_quietly(env, name)
+        raise
+    return (name, pickle.dumps(env), _closes(env)), opening
 
 
-def env_step(state: tuple[str, bytes], history: list[Message], reply: Message) -> tuple[tuple[str, bytes], Any]:
-    """One step of the environment whose state is ``(name, pickle)``; returns (its new state, the checked
+def env_step(state: State, history: list[Message], reply: Message) -> tuple[State, Any]:
+    """One step of the environment whose state is ``state`` (:data:`State`); returns (its new state, the checked
     :class:`EnvStep`). The name is resolved first: a worker that never built this environment (a replacement)
     imports its module before unpickling."""
-    name, blob = state
+    name, blob, closes = state
     resolve_environment(name)
     env = pickle.loads(blob)
     step = check_step(env.step(history, reply))
-    return (name, pickle.dumps(env)), step
+    return (name, pickle.dumps(env), closes), step
+
+
+def env_close(state: State) -> None:
+    """Call ``close()`` on the environment whose last state is ``state`` (once per trajectory, after it ended,
+    however it ended: :func:`rlvr.envs.turns.run_turns` releases it). Errors: whatever ``close`` raises."""
+    name, blob, closes = state
+    if closes:
+        resolve_environment(name)
+        pickle.loads(blob).close()
+
+
+def _close_quietly(env: Any, name: str) -> None:
+    try:
+        env.close()
+    except Exception as e:  # noqa: BLE001 - the reset's own error is the one to report
+        log.warning("environment %s: close() after a failed reset raised %s: %s", name, type(e).__name__, e)
 
 
 TRACEBACK_CHARS = 3000
@@ -93,6 +126,16 @@ def failure(exc: BaseException) -> str:
     if len(tb) > TRACEBACK_CHARS:
         tb = f"[traceback: its first {len(tb) - TRACEBACK_CHARS} characters cut]\n" + tb[-TRACEBACK_CHARS:]
     return f"{reason}\n{tb}"
+
+
+def release_failures(states: list[Any], whys: list[str | None]) -> int:
+    """Log each failed ``close()`` (a warning with the environment's name and why); the number that failed."""
+    failed = 0
+    for state, why in zip(states, whys):
+        if why is not None:
+            failed += 1
+            log.warning("environment %s: close() failed: %s", state[0], why.splitlines()[0])
+    return failed
 
 
 class InlineRunner:
@@ -117,3 +160,16 @@ class InlineRunner:
             except Exception as e:  # noqa: BLE001
                 out.append((None, failure(e)))
         return out
+
+    def release(self, states: list[Any]) -> None:
+        """``close()`` each ended trajectory's environment that has one (:func:`env_close`); a failure is logged,
+        never raised."""
+        todo = [s for s in states if s[2]]
+        whys: list[str | None] = []
+        for state in todo:
+            try:
+                env_close(state)
+                whys.append(None)
+            except Exception as e:  # noqa: BLE001 - a trajectory's end must not fail a rollout
+                whys.append(failure(e))
+        release_failures(todo, whys)

@@ -373,7 +373,7 @@ def _collect_turns(roles: "Roles", pending: PendingRollout) -> tuple[list[Comple
     """Collect a multi-turn rollout (the turn loop's thread, within ``timeouts.rollout_s``), score each
     trajectory's final answer with the verifiers, and set each reward as ``environment.reward`` says, times
     ``environment.turn_discount ** (turns - 1)`` (:func:`rlvr.envs.rollout.trajectory_rewards`)."""
-    from rlvr.envs.rollout import trajectory_rewards
+    from rlvr.envs.rollout import scoring_rows, trajectory_rewards
 
     r, t0 = roles.recipe, pending.t0
     try:
@@ -385,7 +385,7 @@ def _collect_turns(roles: "Roles", pending: PendingRollout) -> tuple[list[Comple
     t_rollout = time.perf_counter() - t0
     prompt_of = {p.index: p for p in pending.prompts}
     golds = [prompt_of[c.prompt_index].gold for c in completions]
-    rows = [prompt_of[c.prompt_index].row for c in completions]
+    rows = scoring_rows(completions, [prompt_of[c.prompt_index].row for c in completions])
     scored = roles.get([roles.reward.call("score", [c.text for c in completions], golds, rows)],
                        r.timeouts.reward_s, "reward", "timeouts.reward_s")[0]  # fmt: skip
     timings = {mn.TIMING_ROLLOUT_S: t_rollout, mn.TIMING_REWARD_S: time.perf_counter() - t0 - t_rollout,
