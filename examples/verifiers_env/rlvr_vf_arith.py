@@ -9,8 +9,8 @@ The conversation (``ArithEnv.run``), per task ``a + b`` with a multiplier ``c``:
 2. when ``followup`` is set (taskset config, default true), the environment answers "Now multiply your answer by
    c. ..." and the model answers again.
 
-Rewards (``ArithTask``): ``sum_correct`` (weight 0.5): the last integer of the first reply is ``a + b``;
-``product_correct`` (weight 0.5): the last integer of the last reply is ``(a + b) * c`` (with ``followup: false``
+Rewards (``ArithTask``): ``sum_correct`` (weight 0.5): the last integer of the first reply without tool calls is ``a + b``;
+``product_correct`` (weight 0.5): the last integer of the last such reply (a second one) is ``(a + b) * c`` (with ``followup: false``
 it is not scored: weight 1.0 on ``sum_correct`` instead). The weighted sum lies in [0, 1].
 ``gave_up`` (``@vf.stop``): a reply saying "I give up" ends the rollout before the next model call.
 ``tools: true`` (taskset config) gives each rollout a ``Calculator`` toolset (``calculator_multiply``).
@@ -69,13 +69,14 @@ class Calculator(vf.Toolset[CalculatorConfig, vf.State]):
 class ArithTask(vf.Task[ArithData, vf.State, ArithTaskConfig]):
     @vf.reward(weight=0.5)
     async def sum_correct(self, trace) -> float:
-        replies = trace.assistant_messages
-        return float(bool(replies) and last_int(replies[0].content or "") == int(self.data.answer))
+        answers = [m for m in trace.assistant_messages if not m.tool_calls]  # tool-call turns are not answers
+        return float(bool(answers) and last_int(answers[0].content or "") == int(self.data.answer))
 
     @vf.reward(weight=0.5)
     async def product_correct(self, trace) -> float:
         want = int(self.data.answer) * self.data.info["c"]
-        return float(len(trace.assistant_messages) > 1 and last_int(trace.last_reply) == want)
+        answers = [m for m in trace.assistant_messages if not m.tool_calls]
+        return float(len(answers) > 1 and last_int(answers[-1].content or "") == want)
 
     @vf.metric
     async def turns(self, trace) -> float:

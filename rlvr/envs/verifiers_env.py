@@ -411,7 +411,7 @@ class VerifiersEnv:
         for task in tasks:
             me = cls(taskset, taskset_args, env, env_args, max_turns, reward_range, tool_format, reward_each_turn)
             row = {"vf_task": task.data.model_dump(mode="json", exclude_defaults=True),
-                   "vf_task_config": task.config.model_dump(mode="json", exclude_defaults=True)}
+                   "vf_task_config": task.config.model_dump(mode="json")}
             opening = me.reset(row)
             answer = getattr(task.data, "answer", None)
             out.append({"question": task.data.prompt_text or opening[-1]["content"],

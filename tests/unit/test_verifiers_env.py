@@ -1,0 +1,259 @@
+"""The verifiers 0.4.0 adapter (rlvr/envs/verifiers_env.py) on examples/verifiers_env/rlvr_vf_arith.py and small
+tasksets written here: rows, scripted conversations with hand-worked rewards, multi-turn, a tool, a @stop, the turn
+cap, pickling (and a fresh worker's cache) between steps, refused features, and environment errors ending the
+trajectory as a failure (never a 0 reward)."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("verifiers")
+
+from rlvr.envs import verifiers_env as ve  # noqa: E402
+from rlvr.envs.runner import InlineRunner  # noqa: E402
+from rlvr.envs.verifiers_env import VerifiersEnv, VerifiersRefused, VerifiersReplayError  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+ARITH = str(ROOT / "examples/verifiers_env/rlvr_vf_arith.py")
+NAME = "rlvr.envs.verifiers_env:VerifiersEnv"
+
+
+def say(text: str) -> dict:
+    return {"role": "assistant", "content": text}
+
+
+def hop(env: VerifiersEnv) -> VerifiersEnv:
+    """The environment as a fresh worker gets it: pickled, and the per-process cache of loaded envs emptied."""
+    blob = pickle.dumps(env)
+    ve._LOADED.clear()
+    return pickle.loads(blob)
+
+
+def first_row(**args) -> dict:
+    return VerifiersEnv.rows(size=3, seed=1, taskset=ARITH, taskset_args={"size": 10}, **args)[0]
+
+
+# rlvr_vf_arith with size 10, seed 0: task 6 is 8 + 9 (c = 2); Random(1) shuffles it to the front.
+ROW_Q = "What is 8 + 9? End your reply with the number."
+
+
+def test_rows_carry_the_task_and_its_opening():
+    rows = VerifiersEnv.rows(size=3, seed=1, taskset=ARITH, taskset_args={"size": 10})
+    assert len(rows) == 3 and len({r["vf_task"]["id"] for r in rows}) == 3
+    r = rows[0]
+    assert r["question"] == ROW_Q and r["answer"] == "17"
+    assert r["messages"] == [{"role": "user", "content": ROW_Q}]
+    assert r["vf_task"]["info"] == {"a": 8, "b": 9, "c": 2, "followup": True}
+    assert VerifiersEnv.rows(size=3, seed=1, taskset=ARITH, taskset_args={"size": 10}) == rows  # seeded
+    assert [x["vf_task"]["id"] for x in VerifiersEnv.rows(size=3, seed=2, taskset=ARITH, taskset_args={"size": 10})] \
+        != [x["vf_task"]["id"] for x in rows]
+    with pytest.raises(ValueError, match="has 10 tasks; data.env_rows.size asks 11"):
+        VerifiersEnv.rows(size=11, seed=1, taskset=ARITH, taskset_args={"size": 10})
+
+
+@pytest.mark.parametrize("first, second, rewards", [
+    ("8 + 9 = 17", "17 * 2 = 34", (0.5, 1.0)),     # both right: 0.5 + 0.5
+    ("It is 16", "So 34", (0.0, 0.5)),             # the product of the true sum is right: 0.5
+    ("17", "35", (0.5, 0.5)),                      # the sum only
+    ("no idea", "none", (0.0, 0.0)),
+])
+def test_two_turns_scored_by_the_rubric(first, second, rewards):
+    row = first_row()
+    env = VerifiersEnv(ARITH, {"size": 10})
+    assert env.reset(row) == [{"role": "user", "content": ROW_Q}]
+    env = hop(env)
+    s1 = env.step([], say(first))
+    # the follow-up, with the score the trajectory would get ending here (sum_correct only)
+    assert s1.messages == [{"role": "user", "content": "Now multiply your answer by 2. End your reply with the number."}]
+    assert (s1.reward, s1.done, s1.info["vf_stop"]) == (rewards[0], False, "rlvr_ended")
+    env = hop(env)
+    s2 = env.step([], say(second))
+    assert (s2.messages, s2.reward, s2.done) == ([], rewards[1], True)
+    assert s2.info["vf_stop"] == "user_closed" and s2.info["vf_metrics"] == {"turns": 2.0}
+
+
+def test_inline_runner_round_trip():
+    row = {**first_row(), "env": {"name": NAME, "args": {"taskset": ARITH, "taskset_args": {"size": 10}}}}
+    runner = InlineRunner()
+    [(state, opening)] = runner.reset([row])
+    assert opening == [{"role": "user", "content": ROW_Q}]
+    [(state, s1)] = runner.step([(state, opening, say("17"))])
+    [(state, s2)] = runner.step([(state, opening, say("34"))])
+    assert (s1.reward, s2.reward, s2.done) == (0.5, 1.0, True)
+
+
+def test_turn_cap_ends_and_scores():
+    env = VerifiersEnv(ARITH, {"size": 10}, max_turns=1)
+    env.reset(first_row())
+    s = env.step([], say("17"))  # the cap is reached: run()'s follow-up turn comes back terminated
+    assert (s.messages, s.reward, s.done, s.info["vf_stop"]) == ([], 0.5, True, "max_turns")
+
+
+def test_stop_hook_ends_before_the_next_model_call():
+    env = VerifiersEnv(ARITH, {"size": 10})
+    env.reset(first_row())
+    s = env.step([], say("I give up"))
+    assert (s.messages, s.reward, s.done, s.info["vf_stop"]) == ([], 0.0, True, "gave_up")
+
+
+def test_single_turn_taskset_without_env_and_reward_range():
+    env = VerifiersEnv(ARITH, {"size": 10, "followup": False}, reward_range=[0.0, 2.0])
+    row = VerifiersEnv.rows(size=1, seed=1, taskset=ARITH, taskset_args={"size": 10, "followup": False})[0]
+    env.reset(row)
+    s = env.step([], say("17"))  # followup off: sum_correct weighs 1.0 -> Trace.reward 1.0 -> 1.0 / 2 on [0, 2]
+    assert (s.reward, s.done) == (0.5, True)
+
+
+def test_tool_call_answered_in_process():
+    args = {"size": 10, "task": {"tools": True}}
+    row = VerifiersEnv.rows(size=1, seed=1, taskset=ARITH, taskset_args=args)[0]
+    env = VerifiersEnv(ARITH, args)
+    opening = env.reset(row)
+    assert opening[0]["role"] == "system" and '"name": "calculator_multiply"' in opening[0]["content"]
+    assert opening[1] == {"role": "user", "content": ROW_Q}
+    call = '<tool_call>\n{"name": "calculator_multiply", "arguments": {"x": 6, "y": 7}}\n</tool_call>'
+    env = hop(env)
+    s = env.step([], say(call))
+    assert [m["content"] for m in s.messages] == ["42"] and s.messages[0]["role"] == "tool"
+    assert (s.done, s.reward) == (False, 0.0)  # no answer yet
+    s = env.step([], say('<tool_call>{"name": "nope", "arguments": {}}</tool_call>'
+                         '<tool_call>{"name": "calculator_multiply", "arguments": {"x": "a"}}</tool_call>'))
+    assert s.messages[0]["content"] == "error: unknown tool 'nope'; the tools: calculator_multiply"
+    assert s.messages[1]["content"].startswith("error: ValidationError")
+    s = env.step([], say("17"))  # a reply without calls ends the segment: run() asks its follow-up
+    assert (s.reward, s.done) == (0.5, False) and "multiply your answer by 2" in s.messages[0]["content"]
+    s = hop(env).step([], say("34"))
+    assert (s.reward, s.done, s.info["vf_metrics"]) == (1.0, True, {"turns": 4.0})
+
+
+TASKSET = '''
+import verifiers.v1 as vf
+__all__ = ["T"{extra_all}]
+class D(vf.TaskData):
+    answer: str = "1"
+class K(vf.Task[D, vf.State, vf.TaskConfig]):
+    {needs}
+    @vf.reward
+    async def right(self, trace) -> float:
+        return float(trace.last_reply == self.data.answer){reward_extra}
+class T(vf.Taskset[K, vf.TasksetConfig]):
+    def load(self):
+        yield K(D(prompt="say 1"), self.config.task)
+'''
+
+
+def module(tmp_path: Path, name: str, extra_all: str = "", needs: str = "pass", reward_extra: str = "",
+           tail: str = "") -> str:
+    src = TASKSET.format(extra_all=extra_all, needs=needs, reward_extra=reward_extra) + textwrap.dedent(tail)
+    path = tmp_path / f"{name}.py"
+    path.write_text(src)
+    return str(path)
+
+
+def play(path: str, *replies: str, **args):
+    row = VerifiersEnv.rows(size=1, seed=0, taskset=path, **args)[0]
+    env = VerifiersEnv(path, **args)
+    env.reset(row)
+    return [env.step([], say(r)) for r in replies]
+
+
+ENV_TAIL = '''
+class C(vf.EnvConfig):
+    me: vf.AgentConfig = vf.AgentConfig()
+class E(vf.Env[C]):
+    async def run(self, task, agents):
+        async with agents.me.interaction(task) as it:
+            seg = await it.turn()
+            {body}
+'''
+
+
+def test_env_error_is_a_failure_not_a_zero(tmp_path):
+    path = module(tmp_path, "vfa_raises", ', "E"',
+                  tail=ENV_TAIL.format(body='raise RuntimeError("game engine broke on " + seg.last_reply)'))
+    with pytest.raises(RuntimeError, match="game engine broke on 1"):
+        play(path, "1")
+    row = {**VerifiersEnv.rows(size=1, seed=0, taskset=path)[0], "env": {"name": NAME, "args": {"taskset": path}}}
+    runner = InlineRunner()
+    [(state, opening)] = runner.reset([row])
+    [(state2, why)] = runner.step([(state, opening, say("1"))])
+    assert state2 is None and why.startswith("error: RuntimeError: game engine broke on 1")
+
+
+def test_reward_error_and_out_of_range(tmp_path):
+    path = module(tmp_path, "vfa_badreward", reward_extra="\n    @vf.reward(weight=2.0)\n    async def bonus(self) "
+                  "-> float:\n        return 1.0")
+    with pytest.raises(ValueError, match="verifiers reward 3 .* outside reward_range \\[0, 1\\]"):
+        play(path, "1")
+    assert play(path, "1", reward_range=[0, 3])[0].reward == 1.0  # 1*1 + 2*1 = 3 -> 3/3
+    assert play(path, "2", reward_range=[0, 3])[0].reward == pytest.approx(2 / 3)
+    path = module(tmp_path, "vfa_rewardraises", reward_extra="\n    @vf.reward\n    async def boom(self) -> float:"
+                  "\n        raise KeyError('no gold')")
+    with pytest.raises(Exception, match="scoring: KeyError"):
+        play(path, "1")
+
+
+def test_nondeterministic_run_is_refused_on_replay(tmp_path):
+    path = module(tmp_path, "vfa_random", ', "E"', tail=ENV_TAIL.format(
+        body='import uuid\n            await it.turn(uuid.uuid4().hex)\n            await it.turn("again")'))
+    with pytest.raises(VerifiersReplayError, match="at turn 1 on replay"):
+        play(path, "a", "b")
+
+
+TWO_SEATS = '''
+class C(vf.EnvConfig):
+    me: vf.AgentConfig = vf.AgentConfig()
+    user: vf.AgentConfig = vf.AgentConfig()
+class E(vf.Env[C]):
+    async def run(self, task, agents):
+        pass
+'''
+
+
+@pytest.mark.parametrize("name, kwargs, match", [
+    ("vfr_judge", {"taskset_args": {"task": {"judges": [{"id": "reference"}]}}}, "plugged judges"),
+    ("vfr_container", {"needs": "NEEDS_CONTAINER = True"}, "container task"),
+    ("vfr_setup", {"needs": "async def setup(self, trace, runtime):\n        pass"}, r"K.setup\(\)"),
+    ("vfr_runtime", {"reward_extra": "\n    @vf.reward\n    async def tests(self, runtime) -> float:\n        "
+                                     "return 1.0"}, r"tests\(runtime\)"),
+    ("vfr_seats", {"extra_all": ', "E"', "tail": TWO_SEATS}, "agent seats"),
+    ("vfr_harness", {"taskset_args": None, "env_args": {"agent": {"harness": {"id": "bash"}}}}, "harness 'bash'"),
+    ("vfr_send", {"extra_all": ', "E"', "tail": ENV_TAIL.format(body='await it.send("hi")')}, "send/steer"),
+])
+def test_refused_features_name_themselves(tmp_path, name, kwargs, match):
+    kwargs = dict(kwargs)
+    targs, eargs = kwargs.pop("taskset_args", None), kwargs.pop("env_args", None)
+    path = module(tmp_path, name, **kwargs)
+    with pytest.raises(VerifiersRefused, match=match) as e:
+        play(path, "1", taskset_args=targs, env_args=eargs)
+    assert "Supported:" in str(e.value)
+
+
+def test_builtin_multi_agent_env_refused():
+    with pytest.raises(VerifiersRefused, match="built-in env 'user-sim'"):
+        VerifiersEnv.rows(size=1, seed=0, taskset=ARITH, env="user-sim")
+
+
+def test_check_args_and_row_without_task():
+    with pytest.raises(ValueError, match="reward_range"):
+        VerifiersEnv.check_args(taskset=ARITH, reward_range=[1, 0])
+    with pytest.raises(ValueError, match="tool_format"):
+        VerifiersEnv.check_args(taskset=ARITH, tool_format="xml")
+    with pytest.raises(ValueError, match="max_turns"):
+        VerifiersEnv.check_args(taskset=ARITH, max_turns=0)
+    with pytest.raises(KeyError, match="no vf_task"):
+        VerifiersEnv(ARITH).reset({"question": "q"})
+
+
+def test_installed_verifiers_found_under_rlvr_s_own_folder():
+    # run from the repository root, where ./verifiers (rlvr_verifiers) shadows the distribution's name
+    code = "import rlvr.envs.verifiers_env as m; vf = m.import_vf(); print(vf.Taskset.__module__)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "verifiers.v1.taskset"
