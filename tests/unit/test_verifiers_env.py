@@ -257,3 +257,60 @@ def test_installed_verifiers_found_under_rlvr_s_own_folder():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "verifiers.v1.taskset"
+
+
+STATEFUL = '''
+import verifiers.v1 as vf
+__all__ = ["T", "E"]
+class S(vf.State):
+    calls: int = 0
+class D(vf.TaskData):
+    pass
+class TC(vf.ToolsetConfig):
+    pass
+class Counter(vf.Toolset[TC, S]):
+    TOOL_PREFIX = None
+    @vf.tool
+    def bump(self, by: int = 1) -> str:
+        """Count a call."""
+        self.state.calls += by
+        return f"calls={self.state.calls}"
+class K(vf.Task[D, S, vf.TaskConfig]):
+    @vf.reward
+    async def calls(self, trace) -> float:
+        return trace.state.calls / 10
+    @classmethod
+    def toolsets(cls, config):
+        return [Counter(TC())]
+class T(vf.Taskset[K, vf.TasksetConfig]):
+    def load(self):
+        yield K(D(prompt="count"), self.config.task)
+class C(vf.EnvConfig):
+    me: vf.AgentConfig = vf.AgentConfig()
+class E(vf.Env[C]):
+    async def run(self, task, agents):
+        async with agents.me.interaction(task) as it:
+            try:  # a run() that catches Exception must not swallow rlvr's suspension
+                await it.turn()
+                await it.turn("more")
+            except Exception:
+                raise AssertionError("unreachable")
+'''
+
+
+def test_tool_state_travels_between_steps_and_reaches_scoring(tmp_path):
+    path = tmp_path / "vfa_stateful.py"
+    path.write_text(STATEFUL)
+    row = VerifiersEnv.rows(size=1, seed=0, taskset=str(path))[0]
+    env = VerifiersEnv(str(path))
+    env.reset(row)
+    env = hop(env)
+    s = env.step([], say('<tool_call>{"name": "bump", "arguments": {"by": 2}}</tool_call>'))
+    assert s.messages[0]["content"] == "calls=2" and s.reward == pytest.approx(0.2)
+    env = hop(env)
+    s = env.step([], say('<tool_call>{"name": "bump", "arguments": {}}</tool_call>'))
+    assert s.messages[0]["content"] == "calls=3"
+    s = env.step([], say("done"))
+    assert (s.messages, s.reward) == ([{"role": "user", "content": "more"}], pytest.approx(0.3))
+    s = hop(env).step([], say("ok"))
+    assert (s.reward, s.done) == (pytest.approx(0.3), True)
