@@ -557,7 +557,8 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
         if cfg.multi_turn:  # the turn loop, environment and tool workers, as in training (rlvr.envs.rollout)
             from rlvr.envs.rollout import TurnRollouts
 
-            turns = TurnRollouts(env, cfg.prompts, new_tokens, model_dir, tools=cfg.tools)
+            turns = TurnRollouts(env, cfg.prompts, new_tokens, model_dir, tools=cfg.tools,
+                                     verifiers=tuple(cfg.reward.verifiers))
         with open(files["samples"], "w", encoding="utf-8") as out:
             for ls in loaded:
                 key = json.dumps([ls.spec.verifier, ls.spec.verifier_args], sort_keys=True)

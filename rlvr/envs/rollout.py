@@ -34,18 +34,28 @@ def env_spec(env: EnvironmentConfig, row: dict[str, Any]) -> dict[str, Any]:
     return {"name": str(name), "args": dict(env.args) if name == env.name else {}}
 
 
+def env_scored(env: EnvironmentConfig, verifiers: tuple[Any, ...]) -> bool:
+    """Whether the environment's reward scores a trajectory (``environment.reward`` other than ``verifiers``, or an
+    ``environment`` verifier among ``verifiers``, :class:`~rlvr.config.VerifierSpec` s): then the environment also
+    steps the reply that ends a trajectory at ``max_turns``, the token limit or another end id, so that the last
+    reply kept is the one scored (:class:`rlvr.envs.turns.TurnSettings` ``step_last``)."""
+    return env.reward != "verifiers" or any(getattr(v, "name", None) == "environment" for v in verifiers)
+
+
 class TurnRollouts:
     """The multi-turn rollout of a run (or of ``rlvr eval --environment``): a renderer of the model's chat template,
     the environment pool, and one thread that runs the turn loop of each submitted rollout (one at a time, in
     submission order). ``env``: the recipe's ``environment`` section; ``data``: its ``data`` section (the opening
-    of a row without ``messages``); ``max_new_tokens``: the most one turn samples (``rollout.max_new_tokens``).
+    of a row without ``messages``); ``max_new_tokens``: the most one turn samples (``rollout.max_new_tokens``);
+    ``verifiers``: the recipe's verifier specs (an ``environment`` verifier makes the environment score the last
+    reply: :func:`env_scored`).
 
     Errors: :class:`~rlvr.config.RecipeError` (a ``ValueError``) when the run's chat template is missing or cannot
     carry a trajectory token for token (:func:`rlvr.envs.template_check.checked_renderer`); those of
     :class:`~rlvr.envs.pool.EnvPool`."""
 
     def __init__(self, env: EnvironmentConfig, data: DataConfig, max_new_tokens: int, model_dir: str,
-                 tools: ToolsConfig | None = None) -> None:
+                 tools: ToolsConfig | None = None, verifiers: tuple[Any, ...] = ()) -> None:
         from transformers import AutoTokenizer
 
         from rlvr.envs.pool import EnvPool
@@ -58,7 +68,7 @@ class TurnRollouts:
         e = env
         self.settings = TurnSettings(max_turns=e.max_turns, max_tokens=e.max_tokens, max_new_tokens=max_new_tokens,
                                      max_observation_tokens=e.max_observation_tokens,
-                                     end_on_length=e.end_on_length, step_last=e.reward != "verifiers",
+                                     end_on_length=e.end_on_length, step_last=env_scored(e, verifiers),
                                      max_prompt_tokens=data.max_prompt_tokens)  # fmt: skip
         self.pool: Any = EnvPool(e.num_workers, e.timeout_s, e.memory_mb) if e.enabled else None
         self.tool_runner = None

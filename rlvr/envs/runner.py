@@ -21,7 +21,7 @@ from rlvr.envs.tokens import Message
 log = logging.getLogger(__name__)
 
 BUILTINS = {"feedback": "rlvr.envs.builtins:Feedback", "guess": "rlvr.envs.builtins:Guess",
-            "openenv": "rlvr.envs.openenv:OpenEnv"}
+            "openenv": "rlvr.envs.openenv:OpenEnv", "textarena": "rlvr.envs.textarena:TextArena"}
 """Built-in environments by short name."""
 
 

@@ -190,7 +190,8 @@ class Roles:
         if r.environment.enabled or r.tools.enabled:  # the turn loop's thread and environment workers, in this process
             from rlvr.envs.rollout import TurnRollouts
 
-            self.turns = TurnRollouts(r.environment, r.data, r.rollout.max_new_tokens, model_dir, r.tools)
+            self.turns = TurnRollouts(r.environment, r.data, r.rollout.max_new_tokens, model_dir, r.tools,
+                                      r.reward.verifiers)
         self.ex.reserve(placement_groups(self.res), r.timeouts.startup_s, "timeouts.startup_s")
         self.rendezvous: dict[str, tuple[str, int]] = {}
         # the vLLM roles first (in one process, the local executor, the trainer's thread count is then set last);

@@ -1,0 +1,126 @@
+"""Rows an environment makes (``data.source: env:<environment>``), the ``environment`` verifier (the environment's
+last reward as the score) and what the recipe check says about them (issue 42); values by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlvr.config import EnvironmentConfig, RecipeError, VerifierSpec
+from rlvr.data.datasets import load_rows
+from rlvr.envs.rollout import env_scored, scoring_rows
+from rlvr.recipe import load_recipe
+from rlvr.reward.base import build_verifier
+from rlvr.types import Completion
+
+TINY = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny_test.yaml")
+HERE = "tests/unit/test_env_rows.py"
+
+
+class Dealer:
+    """Makes rows ``{"question": "deal {i}", "answer": i * 10, "seed": seed}``; ``answer: none`` leaves it out."""
+
+    def __init__(self, **_):
+        pass
+
+    @classmethod
+    def rows(cls, size, seed, answer="yes"):
+        return [{"question": f"deal {i}", "seed": seed} | ({"answer": i * 10} if answer == "yes" else {})
+                for i in range(size)]
+
+    def reset(self, row):
+        return None
+
+    def step(self, history, reply):
+        raise AssertionError("not played here")
+
+
+class NoRows(Dealer):
+    rows = None
+
+
+class BadRows(Dealer):
+    @classmethod
+    def rows(cls, size, seed):
+        return [{"question": 3}] * size
+
+
+def _data(*overrides):
+    return load_recipe(TINY, [f"environment.name={HERE}:Dealer", f"data.source=env:{HERE}:Dealer",
+                              *overrides]).data
+
+
+def test_rows_come_from_the_environment_split_by_holdout():
+    d = _data("data.env_rows.size=5", "data.env_rows.holdout=2")
+    train = load_rows(d, seed=7)
+    assert [r["question"] for r in train] == ["deal 0", "deal 1", "deal 2"]
+    assert [r["gold"] for r in train] == ["0", "10", "20"]
+    assert train[0]["row"] == {"question": "deal 0", "answer": 0, "seed": 7}
+    import dataclasses
+
+    held = load_rows(dataclasses.replace(d, split="holdout"), seed=7)
+    assert [r["question"] for r in held] == ["deal 3", "deal 4"]
+    assert [r["row"]["seed"] for r in load_rows(d, seed=8)] == [8, 8, 8]  # the run's seed reaches rows()
+
+
+def test_rows_without_an_answer_have_an_empty_gold_and_args_reach_rows():
+    d = _data("data.env_rows.size=2", "data.env_rows.args={answer: none}")
+    assert [r["gold"] for r in load_rows(d, seed=1)] == ["", ""]
+
+
+@pytest.mark.parametrize(("overrides", "error", "match"), [
+    (["data.env_rows.size=2", "data.env_rows.holdout=2"], ValueError, "holdout=2 must be >= 0 and < size=2"),
+    (["data.env_rows.args={colour: red}"], RecipeError, "colour"),
+    ([f"data.source=env:{HERE}:NoRows"], TypeError, "has no rows"),
+    ([f"data.source=env:{HERE}:BadRows", "data.env_rows.size=1"], ValueError, "row 0 .* each row is a dict"),
+])
+def test_bad_row_settings_are_named(overrides, error, match):
+    with pytest.raises(error, match=match):
+        load_rows(_data(*overrides), seed=1)
+
+
+def test_holdout_split_needs_a_holdout():
+    import dataclasses
+
+    with pytest.raises(ValueError, match="data.env_rows.holdout=0"):
+        load_rows(dataclasses.replace(_data(), split="holdout"), seed=1)
+
+
+def test_the_environment_verifier_scores_the_last_reward_given():
+    v = build_verifier(VerifierSpec(name="environment"))
+    assert v.verify("anything", "", env_reward=1.0) .score == 1.0
+    r = v.verify("anything", "", env_reward=0.25)
+    assert (r.score, r.reason) == (0.25, "wrong")
+    assert v.verify("x", "", env_reward=None).reason == "no_env_reward"
+    assert v.verify("x", "").reason.startswith("bad_row: no env_reward")
+    assert v.verify("x", "", env_reward=3.0).score == 0.0
+
+
+def _traj(rewards):
+    return Completion(prompt_index=0, sample_index=0, prompt_ids=[1], token_ids=[2], logprobs=[-0.1], text="t",
+                      finish_reason="stop", policy_version=0, turn_rewards=rewards)
+
+
+def test_scoring_rows_carry_each_trajectorys_last_reward():
+    rows = scoring_rows([_traj([0.0, None, 0.5, None]), _traj([None]), _traj(None)], [{"a": 1}] * 3)
+    assert rows == [{"a": 1, "env_reward": 0.5}, {"a": 1, "env_reward": None}, {"a": 1, "env_reward": None}]
+
+
+def test_the_environment_steps_the_last_reply_when_it_scores():
+    env = EnvironmentConfig(name="x")
+    assert env_scored(env, (VerifierSpec(name="math"),)) is False
+    assert env_scored(env, (VerifierSpec(name="math"), VerifierSpec(name="environment"))) is True
+    import dataclasses
+
+    assert env_scored(dataclasses.replace(env, reward="environment"), (VerifierSpec(name="math"),)) is True
+
+
+def test_the_recipe_check_refuses_the_environment_verifier_and_env_rows_without_an_environment():
+    with pytest.raises(RecipeError, match=r"reward.verifiers\[0\] is `environment`"):
+        load_recipe(TINY, ["reward.verifiers=[{name: environment}]"])
+    with pytest.raises(RecipeError, match="takes rows from an environment, but environment.name is unset"):
+        load_recipe(TINY, [f"data.source=env:{HERE}:Dealer"])
+    with pytest.raises(RecipeError, match="data.env_rows.holdout > 0"):
+        load_recipe(TINY, [f"environment.name={HERE}:Dealer", f"data.source=env:{HERE}:Dealer",
+                           "validation.every_steps=2"])
