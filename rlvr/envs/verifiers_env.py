@@ -45,6 +45,7 @@ environment (``run``, a reward, ``finalize``) propagates: the trajectory ends as
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.metadata
 import importlib.util
 import inspect
@@ -57,8 +58,7 @@ from typing import Any
 from rlvr.envs.base import EnvStep
 from rlvr.envs.tokens import Message
 
-_MULTI_AGENT_ENVS = ("user_sim", "user-sim", "best_of_n", "best-of-n", "agentic_judge", "agentic-judge",
-                     "shared_agentic_judge", "shared-agentic-judge", "isolated_verifier", "isolated-verifier")
+_MULTI_AGENT_ENVS = {"user_sim", "best_of_n", "agentic_judge", "shared_agentic_judge", "isolated_verifier"}
 
 
 class VerifiersRefused(ValueError):
@@ -123,7 +123,7 @@ def load(taskset: str, taskset_args: dict | None, env: str | None, env_args: dic
     from verifiers.v1.utils import loaders
 
     tid = taskset_id(taskset)
-    if env and env.replace("-", "_") in {e.replace("-", "_") for e in _MULTI_AGENT_ENVS}:
+    if env and env.replace("-", "_") in _MULTI_AGENT_ENVS:
         raise refuse(f"the built-in env {env!r}", "it plays several agents; rlvr trains one conversation")
     module = loaders.import_taskset(tid)
     try:
@@ -131,8 +131,8 @@ def load(taskset: str, taskset_args: dict | None, env: str | None, env_args: dic
         raise refuse(f"taskset {tid!r}'s own harness", "a harness program calls the model itself; rlvr samples")
     except (TypeError, AttributeError):
         pass
-    config = loaders.env_config_type(tid, env or "").model_validate(
-        {**(env_args or {}), "id": env or "", "taskset": {**(taskset_args or {}), "id": tid}})
+    config = loaders.env_config_type(tid, env or "").model_validate(json.loads(json.dumps(  # verifiers edits dicts
+        {**(env_args or {}), "id": env or "", "taskset": {**(taskset_args or {}), "id": tid}})))
     seats = {name: cfg for name, cfg in config if isinstance(cfg, vf.AgentConfig)}
     if len(seats) != 1:
         raise refuse(f"an env with the agent seats {sorted(seats)}", "rlvr plays exactly one seat")
@@ -195,14 +195,13 @@ def tool_table(vf: Any, toolsets: list[Any]) -> dict[str, tuple[Any, str, Any]]:
     return table
 
 
-def schemas(table: dict[str, tuple[Any, str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    for name, (_, _, model) in table.items():
-        params = model.model_json_schema()
-        params.pop("title", None)
-        out.append({"type": "function", "function": {"name": name, "description": model.__doc__ or "",
-                                                      "parameters": params}})
-    return out
+def listing(table: dict[str, tuple[Any, str, Any]], fmt: str) -> str | None:
+    """The system text listing the tools' JSON schemas and how to call them in ``fmt`` (None without tools)."""
+    from rlvr.tools.formats import describe_tools
+
+    schemas = [{"type": "function", "function": {"name": name, "description": model.__doc__ or "", "parameters": {
+        k: v for k, v in model.model_json_schema().items() if k != "title"}}} for name, (_, _, model) in table.items()]
+    return describe_tools(schemas, fmt) if schemas else None
 
 
 class _Suspend(BaseException):
@@ -229,6 +228,7 @@ class _Play:
         self.task = None
         self.k = 0
         self.new: list[dict[str, Any]] | None = None  # the messages sent at the frontier
+        self.pending_stop: str | None = None  # a stop or cap that fired inside the segment under way
 
     def node(self, m: dict[str, Any], sampled: bool) -> None:
         from verifiers.v1.graph import MessageNode
@@ -251,7 +251,8 @@ class _Play:
                                    agent=AgentInfo(config=self.L["seat"][1], name=self.L["seat"][0]))
 
     def system(self) -> list[dict[str, Any]]:
-        text = "\n\n".join(s for s in (self.task.data.system_prompt, self.a.listing(self.task)) if s)
+        tools = listing(self.a.tools(self.task), self.a.tool_format)
+        text = "\n\n".join(s for s in (self.task.data.system_prompt, tools) if s)
         return [{"role": "system", "content": text}] if text else []
 
     async def stopped(self) -> str | None:
@@ -294,6 +295,8 @@ class _Play:
             for m in seg:
                 self.node(m, m["role"] == "assistant")
             self.k += 1
+            if seg is self.a.pending:  # verifiers checks before the segment's next model call
+                self.pending_stop = await self.stopped()
             return Segment(messages=[n.message for n in self.trace.nodes[len(self.trace.nodes) - len(seg):]])
         stop = await self.stopped()
         if stop or self.terminate:
@@ -369,7 +372,7 @@ class VerifiersEnv:
         self.check_args(taskset=taskset, max_turns=max_turns, reward_range=reward_range, tool_format=tool_format)
         self.spec = (taskset, taskset_args or {}, env, env_args or {})
         self.max_turns, self.range = max_turns, (float(reward_range[0]), float(reward_range[1]))
-        self.tool_format, self.reward_each_turn = tool_format, reward_each_turn
+        self.tool_format, self.reward_each_turn, self.shuffle = tool_format, reward_each_turn, shuffle
         self.task_json: dict[str, Any] | None = None
         self.turns: list[list[dict[str, Any]]] = []  # what run() sent at each turn (the opening first)
         self.segments: list[list[dict[str, Any]]] = []  # each finished segment's assistant and tool messages
@@ -393,26 +396,23 @@ class VerifiersEnv:
             raise ValueError(f"environment.args.max_turns={mt!r}: a positive integer (environment.max_turns)")
 
     @classmethod
-    def rows(cls, size: int, seed: int, taskset: str, taskset_args: dict | None = None, env: str | None = None,
-             env_args: dict | None = None, max_turns: int | None = None, reward_range: Any = (0.0, 1.0),
-             tool_format: str = "hermes", reward_each_turn: bool = True, shuffle: bool = True) -> list[dict]:
-        """``size`` rows of the taskset (``data.source: env:...``): ``question`` (the prompt's text), ``answer``
-        (``TaskData.answer`` when it has one, else ""), ``messages`` (the opening), ``vf_task``/``vf_task_config``
-        (the task's wire data and config, JSON). A finite taskset is shuffled with ``seed`` first (``shuffle``).
-        Errors: ``ValueError`` when the taskset has fewer than ``size`` tasks."""
-        loaded = load(taskset, taskset_args, env, env_args)
-        view = loaded["taskset"]
-        if shuffle and view.bounded:
-            view = view.shuffle(seed)
+    def rows(cls, size: int, seed: int, **args: Any) -> list[dict]:
+        """``size`` rows of the taskset (``data.source: env:...``; ``args``: this class's, ``data.env_rows.args``):
+        ``question`` (the prompt's text, else the opening's last message), ``answer`` (``TaskData.answer`` when it
+        has one, else ""), ``messages`` (the opening), ``vf_task``/``vf_task_config`` (the task's wire data and
+        config, JSON). A finite taskset is shuffled with ``seed`` first (``shuffle``). Errors: ``ValueError`` when
+        the taskset has fewer than ``size`` tasks; ``TypeError`` for an argument this class does not take."""
+        me = cls(**args)
+        view = me._loaded()["taskset"]
+        view = view.shuffle(seed) if me.shuffle and view.bounded else view
         tasks = list(view.take(size))
         if len(tasks) < size:
-            raise ValueError(f"verifiers taskset {taskset!r} has {len(tasks)} tasks; data.env_rows.size asks {size}")
+            raise ValueError(f"verifiers taskset {me.spec[0]!r} has {len(tasks)} tasks; data.env_rows.size asks {size}")
         out = []
         for task in tasks:
-            me = cls(taskset, taskset_args, env, env_args, max_turns, reward_range, tool_format, reward_each_turn)
             row = {"vf_task": task.data.model_dump(mode="json", exclude_defaults=True),
-                   "vf_task_config": task.config.model_dump(mode="json")}
-            opening = me.reset(row)
+                   "vf_task_config": task.config.model_dump(mode="json"), "vf_made_by": me.made_by()}
+            opening = cls(**args).reset(row)
             answer = getattr(task.data, "answer", None)
             out.append({"question": task.data.prompt_text or opening[-1]["content"],
                         "answer": "" if answer is None else str(answer), "messages": opening, **row})
@@ -421,25 +421,24 @@ class VerifiersEnv:
     def _loaded(self) -> dict[str, Any]:
         return load(*self.spec)
 
+    def made_by(self) -> str:
+        """The taskset (file name or module) and the args its rows depend on, as JSON (rows carry it)."""
+        return json.dumps([Path(self.spec[0]).name, *self.spec[1:]], sort_keys=True)
+
     def _task(self) -> Any:
-        L = self._loaded()
-        task_cls = type(L["taskset"]).task_type()
-        return task_cls(task_cls.data_type().model_validate(self.task_json["vf_task"]),
-                        task_cls.config_type().model_validate(self.task_json["vf_task_config"]))
+        cls = type(self._loaded()["taskset"]).task_type()
+        return cls(cls.data_type().model_validate(self.task_json["vf_task"]),
+                   cls.config_type().model_validate(self.task_json["vf_task_config"]))
 
     def turn_cap(self, seat: Any) -> int | None:
         caps = [c for c in (self.max_turns, seat.max_turns) if c is not None]
         return min(caps) if caps else None
 
-    def _toolsets(self, task: Any) -> list[Any]:
-        ts = self._loaded()["taskset"]
-        return [*type(task).toolsets(task.config), *type(ts).toolsets(ts.config)]
-
-    def listing(self, task: Any) -> str | None:
-        from rlvr.tools.formats import describe_tools
-
-        table = tool_table(self._loaded()["vf"], self._toolsets(task))
-        return describe_tools(schemas(table), self.tool_format) if table else None
+    def tools(self, task: Any) -> dict[str, tuple[Any, str, Any]]:
+        """The task's and the taskset's toolsets, freshly built (:func:`tool_table`)."""
+        L = self._loaded()
+        ts = L["taskset"]
+        return tool_table(L["vf"], [*type(task).toolsets(task.config), *type(ts).toolsets(ts.config)])
 
     def _play(self, terminate: bool) -> _Play:
         play = _Play(self, self._loaded(), self._task(), terminate)
@@ -451,18 +450,17 @@ class VerifiersEnv:
         return play
 
     def _verdict(self, play: _Play) -> tuple[float, dict[str, Any]]:
-        t = play.trace
-        missing = [k for k, r in t.rewards.items() if r is None]
-        if missing:
+        """``Trace.reward`` on [0, 1] (``reward_range``) and the info shown. Errors: an unscored reward, a reward
+        outside the range."""
+        t, (lo, hi) = play.trace, self.range
+        if missing := [k for k, r in t.rewards.items() if r is None]:
             raise RuntimeError(f"verifiers scoring left the rewards {missing} unscored")
-        lo, hi = self.range
         value = (t.reward - lo) / (hi - lo)
         if not -1e-9 <= value <= 1 + 1e-9:
             raise ValueError(f"verifiers reward {t.reward:g} (weighted sum of {dict(t.rewards)}) lies outside "
                              f"reward_range [{lo:g}, {hi:g}]: set environment.args.reward_range")
-        info = {"vf_rewards": {k: r.score for k, r in t.rewards.items()}, "vf_metrics": dict(t.metrics),
-                "vf_stop": t.stop_condition}
-        return min(1.0, max(0.0, value)), info
+        return min(1.0, max(0.0, value)), {"vf_rewards": {k: r.score for k, r in t.rewards.items()},
+                                           "vf_metrics": dict(t.metrics), "vf_stop": t.stop_condition}
 
     def reset(self, row: dict[str, Any]) -> list[Message]:
         """The opening (system prompt with the tool listing, the task's prompt or run()'s first message).
@@ -470,90 +468,72 @@ class VerifiersEnv:
         if "vf_task" not in row or "vf_task_config" not in row:
             raise KeyError("verifiers adapter: the row has no vf_task/vf_task_config; take rows from "
                            "data.source: env:<this environment> (VerifiersEnv.rows) or a file rows() wrote")
+        if row.get("vf_made_by", self.made_by()) != self.made_by():
+            raise ValueError(f"verifiers adapter: the row was made by {row['vf_made_by']} and this environment is "
+                             f"{self.made_by()}: give data.env_rows.args the environment's args (a YAML anchor)")
         self.task_json = {"vf_task": row["vf_task"], "vf_task_config": row["vf_task_config"]}
         play = self._play(terminate=False)
         if play.new is None:
             raise ValueError("verifiers adapter: run() finished without asking the model anything")
         return [rlvr_msg(m) for m in play.new]
 
-    def _call_tools(self, calls: list[Any]) -> list[dict[str, Any]]:
+    def _call(self, task: Any, table: dict[str, tuple[Any, str, Any]], call: Any) -> str:
+        """One tool call's result text: the ``@vf.tool`` method run with the trajectory's ``State`` (its setup
+        hooks first); a malformed call, unknown tool, bad arguments or a raising tool give ``error: ...``."""
         from verifiers.v1.mcp.server import _call_state
         from verifiers.v1.state import state_cls
 
-        task = self._task()
-        table = tool_table(self._loaded()["vf"], self._toolsets(task))
-        out = []
-        for i, call in enumerate(calls):
-            cid = call.id or f"call_{len(self.segments)}_{len(self.pending)}_{i}"
-            if call.error:
-                content = f"error: {call.error}"
-            elif call.name not in table:
-                content = f"error: unknown tool {call.name!r}; the tools: {', '.join(table)}"
-            else:
-                ts, method, model = table[call.name]
-                state = state_cls(type(ts)).model_validate_json(self.state_json or "{}")
-                token = _call_state.set(state)
-                try:
-                    args = model.model_validate(call.arguments if isinstance(call.arguments, dict) else {})
-                    asyncio.run(_setup(ts, task))
-                    result = getattr(ts, method)(**dict(args))
-                    result = asyncio.run(_await(result)) if inspect.isawaitable(result) else result
-                    content = result if isinstance(result, str) else json.dumps(result, default=str)
-                    self.state_json = state.model_dump_json()
-                except Exception as e:  # noqa: BLE001 - a failing tool is the model's observation, as over MCP
-                    content = f"error: {type(e).__name__}: {e}"
-                finally:
-                    _call_state.reset(token)
-            out.append({"role": "tool", "tool_call_id": cid, "name": call.name, "content": content})
-        return out
+        if call.error or call.name not in table:
+            return f"error: {call.error or f'unknown tool {call.name!r}; the tools: ' + ', '.join(table)}"
+        ts, method, model = table[call.name]
+        state = state_cls(type(ts)).model_validate_json(self.state_json or "{}")
+        token = _call_state.set(state)
+        try:
+            args = dict(model.model_validate(call.arguments if isinstance(call.arguments, dict) else {}))
+            result = asyncio.run(_call_tool(ts, task, method, args))
+            self.state_json = state.model_dump_json()
+            return result if isinstance(result, str) else json.dumps(result, default=str)
+        except Exception as e:  # noqa: BLE001 - a failing tool is the model's observation, as over MCP
+            return f"error: {type(e).__name__}: {e}"
+        finally:
+            _call_state.reset(token)
 
     def step(self, history: list[Message], reply: Message) -> EnvStep:
-        """Answer one reply (module docstring). Errors: the environment's own; :class:`VerifiersReplayError`."""
+        """Answer one reply (module docstring): tool results (the segment goes on), run()'s next message, or the
+        verdict with ``done``. Errors: the environment's own; :class:`VerifiersReplayError`."""
         from rlvr.tools.formats import parse_calls
 
-        text = reply.get("content") or ""
-        task = self._task()
-        calls = parse_calls(text, self.tool_format) if tool_table(self._loaded()["vf"], self._toolsets(task)) else []
-        content = text
-        for c in calls:
-            content = content.replace(c.raw, "")
-        msg = {"role": "assistant", "content": content.strip() if calls else text}
+        text, task = reply.get("content") or "", self._task()
+        table = self.tools(task)
+        calls = parse_calls(text, self.tool_format) if table else []
+        msg: dict[str, Any] = {"role": "assistant", "content": text}
         if calls:
-            msg["tool_calls"] = [{"id": f"call_{len(self.segments)}_{len(self.pending)}_{i}", "name": c.name or "?",
-                                  "arguments": json.dumps(c.arguments) if c.error is None else c.raw}
-                                 for i, c in enumerate(calls)]
+            ids = [c.id or f"call_{len(self.segments)}_{len(self.pending)}_{i}" for i, c in enumerate(calls)]
+            msg["content"] = functools.reduce(lambda t, c: t.replace(c.raw, ""), calls, text).strip()
+            msg["tool_calls"] = [{"id": i, "name": c.name or "?", "arguments": c.raw if c.error else
+                                  json.dumps(c.arguments)} for i, c in zip(ids, calls)]
         self.pending.append(msg)
         if calls:
-            results = self._call_tools(calls)
+            results = [{"role": "tool", "tool_call_id": i, "name": c.name or "?", "content": self._call(task, table, c)}
+                       for i, c in zip(ids, calls)]
             self.pending += results
-            probe = _Play(self, self._loaded(), task, True)
-            probe.open(task)
-            for m in self.opening_and_history():
-                probe.node(m, m["role"] == "assistant")
-            if not asyncio.run(probe.stopped()):
-                reward, info = self._verdict(self._play(True)) if self.reward_each_turn else (None, {})
+            probe = self._play(True)  # the score if it ended here; a stop/cap that fires ends the segment
+            if probe.pending_stop is None:
+                reward, info = self._verdict(probe) if self.reward_each_turn else (None, {})
                 return EnvStep([rlvr_msg(m) | {"tool_call_id": m["tool_call_id"], "name": m["name"]}
                                 for m in results], reward, False, info)
         self.segments.append(self.pending)
         self.pending = []
         play = self._play(terminate=False)
-        if play.new is not None:
-            reward, info = self._verdict(self._play(True)) if self.reward_each_turn else (None, {})
-            return EnvStep([rlvr_msg(m) for m in play.new], reward, False, info)
-        reward, info = self._verdict(play)
-        return EnvStep([], reward, True, info)
-
-    def opening_and_history(self) -> list[dict[str, Any]]:
-        out = []
-        for i, sent in enumerate(self.turns):
-            out += sent + (self.segments[i] if i < len(self.segments) else self.pending)
-        return out
+        if play.new is None:
+            reward, info = self._verdict(play)
+            return EnvStep([], reward, True, info)
+        reward, info = self._verdict(self._play(True)) if self.reward_each_turn else (None, {})
+        return EnvStep([rlvr_msg(m) for m in play.new], reward, False, info)
 
 
-async def _setup(ts: Any, task: Any) -> None:
+async def _call_tool(ts: Any, task: Any, method: str, args: dict[str, Any]) -> Any:
     await ts.setup()
     await ts.setup_task(task)
-
-
-async def _await(x: Any) -> Any:
-    return await x
+    result = getattr(ts, method)(**args)
+    return await result if inspect.isawaitable(result) else result

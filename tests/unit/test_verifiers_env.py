@@ -249,6 +249,8 @@ def test_check_args_and_row_without_task():
         VerifiersEnv.check_args(taskset=ARITH, max_turns=0)
     with pytest.raises(KeyError, match="no vf_task"):
         VerifiersEnv(ARITH).reset({"question": "q"})
+    with pytest.raises(ValueError, match=r"the row was made by .*\{\"size\": 10\}.* and this environment is"):
+        VerifiersEnv(ARITH, {"size": 10, "task": {"tools": True}}).reset(first_row())
 
 
 def test_installed_verifiers_found_under_rlvr_s_own_folder():
