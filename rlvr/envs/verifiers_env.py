@@ -444,9 +444,8 @@ class VerifiersEnv:
         play = _Play(self, self._loaded(), self._task(), terminate)
         try:
             asyncio.run(play.play())
-        except _Suspend:
-            if len(self.turns) == play.k:
-                self.turns.append(play.new)
+        except _Suspend:  # at turn k == len(self.turns): each turn suspends once, on the step that reaches it
+            self.turns.append(play.new)
         return play
 
     def _verdict(self, play: _Play) -> tuple[float, dict[str, Any]]:

@@ -95,6 +95,14 @@ def test_turn_cap_ends_and_scores():
     assert (s.messages, s.reward, s.done, s.info["vf_stop"]) == ([], 0.5, True, "max_turns")
 
 
+def test_turn_cap_inside_a_tool_loop_ends_the_segment():
+    args = {"size": 10, "task": {"tools": True}}
+    env = VerifiersEnv(ARITH, args, max_turns=1)
+    env.reset(VerifiersEnv.rows(size=1, seed=1, taskset=ARITH, taskset_args=args)[0])
+    s = env.step([], say('<tool_call>{"name": "calculator_multiply", "arguments": {"x": 8, "y": 9}}</tool_call>'))
+    assert (s.messages, s.reward, s.done, s.info["vf_stop"]) == ([], 0.0, True, "max_turns")
+
+
 def test_stop_hook_ends_before_the_next_model_call():
     env = VerifiersEnv(ARITH, {"size": 10})
     env.reset(first_row())
@@ -297,6 +305,8 @@ class E(vf.Env[C]):
                 await it.turn("more")
             except Exception:
                 raise AssertionError("unreachable")
+    async def finalize(self, task, episode):  # cross-trace judgement: one more weighted reward
+        episode.traces[0].record_reward("closing", 1.0, 0.1)
 '''
 
 
@@ -308,11 +318,11 @@ def test_tool_state_travels_between_steps_and_reaches_scoring(tmp_path):
     env.reset(row)
     env = hop(env)
     s = env.step([], say('<tool_call>{"name": "bump", "arguments": {"by": 2}}</tool_call>'))
-    assert s.messages[0]["content"] == "calls=2" and s.reward == pytest.approx(0.2)
+    assert s.messages[0]["content"] == "calls=2" and s.reward == pytest.approx(0.2 + 0.1)  # calls/10 + closing
     env = hop(env)
     s = env.step([], say('<tool_call>{"name": "bump", "arguments": {}}</tool_call>'))
     assert s.messages[0]["content"] == "calls=3"
     s = env.step([], say("done"))
-    assert (s.messages, s.reward) == ([{"role": "user", "content": "more"}], pytest.approx(0.3))
+    assert (s.messages, s.reward) == ([{"role": "user", "content": "more"}], pytest.approx(0.3 + 0.1))
     s = hop(env).step([], say("ok"))
-    assert (s.reward, s.done) == (pytest.approx(0.3), True)
+    assert (s.reward, s.done, s.info["vf_rewards"]) == (pytest.approx(0.4), True, {"calls": 0.3, "closing": 1.0})
