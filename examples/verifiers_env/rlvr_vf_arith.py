@@ -9,9 +9,10 @@ The conversation (``ArithEnv.run``), per task ``a + b`` with a multiplier ``c``:
 2. when ``followup`` is set (taskset config, default true), the environment answers "Now multiply your answer by
    c. ..." and the model answers again.
 
-Rewards (``ArithTask``): ``sum_correct`` (weight 0.5): the last integer of the first reply without tool calls is ``a + b``;
-``product_correct`` (weight 0.5): the last integer of the last such reply (a second one) is ``(a + b) * c`` (with ``followup: false``
-it is not scored: weight 1.0 on ``sum_correct`` instead). The weighted sum lies in [0, 1].
+Rewards (``ArithTask``; verifiers 0.4.0 awaits them, so they are ``async def``): ``sum_correct`` (weight 0.5): the
+last integer of the first reply without tool calls is ``a + b``; ``product_correct`` (weight 0.5): the last integer
+of the last such reply (a second one) is ``(a + b) * c`` (``followup: false`` weighs it 0 and ``sum_correct`` 1).
+The weighted sum lies in [0, 1].
 ``gave_up`` (``@vf.stop``): a reply saying "I give up" ends the rollout before the next model call.
 ``tools: true`` (taskset config) gives each rollout a ``Calculator`` toolset (``calculator_multiply``).
 
