@@ -369,7 +369,8 @@ class VerifiersEnv:
                  env_args: dict | None = None, max_turns: int | None = None,
                  reward_range: tuple[float, float] | list[float] = (0.0, 1.0), tool_format: str = "hermes",
                  reward_each_turn: bool = True, shuffle: bool = True) -> None:
-        self.check_args(taskset=taskset, max_turns=max_turns, reward_range=reward_range, tool_format=tool_format)
+        self.check_args(taskset=taskset, max_turns=max_turns, reward_range=reward_range, tool_format=tool_format,
+                        load=False)
         self.spec = (taskset, taskset_args or {}, env, env_args or {})
         self.max_turns, self.range = max_turns, (float(reward_range[0]), float(reward_range[1]))
         self.tool_format, self.reward_each_turn, self.shuffle = tool_format, reward_each_turn, shuffle
@@ -381,7 +382,9 @@ class VerifiersEnv:
 
     @staticmethod
     def check_args(**args: Any) -> None:
-        """Load-time checks of ``environment.args`` (ValueError/TypeError naming the argument and the fix)."""
+        """Load-time checks of ``environment.args`` (ValueError/TypeError naming the argument and the fix); with
+        ``load`` (rlvr's preflight), the environment is loaded and its first task checked (:class:`VerifiersRefused`
+        for a feature this adapter does not map, before any worker starts)."""
         from rlvr.tools.formats import FORMATS
 
         if not isinstance(args.get("taskset"), str) or not args["taskset"]:
@@ -394,6 +397,10 @@ class VerifiersEnv:
         mt = args.get("max_turns")
         if mt is not None and (isinstance(mt, bool) or not isinstance(mt, int) or mt < 1):
             raise ValueError(f"environment.args.max_turns={mt!r}: a positive integer (environment.max_turns)")
+        if args.get("load", True):
+            loaded = load(args["taskset"], args.get("taskset_args"), args.get("env"), args.get("env_args"))
+            for task in loaded["taskset"].take(1):
+                check_task(loaded["vf"], task)
 
     @classmethod
     def rows(cls, size: int, seed: int, **args: Any) -> list[dict]:

@@ -255,6 +255,9 @@ def test_check_args_and_row_without_task():
         VerifiersEnv.check_args(taskset=ARITH, tool_format="xml")
     with pytest.raises(ValueError, match="max_turns"):
         VerifiersEnv.check_args(taskset=ARITH, max_turns=0)
+    with pytest.raises(VerifiersRefused, match="plugged judges"):  # rlvr's preflight loads the environment
+        VerifiersEnv.check_args(taskset=ARITH, taskset_args={"size": 10, "task": {"judges": [{"id": "reference"}]}})
+    VerifiersEnv.check_args(taskset=ARITH, taskset_args={"size": 10})
     with pytest.raises(KeyError, match="no vf_task"):
         VerifiersEnv(ARITH).reset({"question": "q"})
     with pytest.raises(ValueError, match=r"the row was made by .*\{\"size\": 10\}.* and this environment is"):
