@@ -89,12 +89,18 @@ def test_holdout_split_needs_a_holdout():
 
 def test_the_environment_verifier_scores_the_last_reward_given():
     v = build_verifier(VerifierSpec(name="environment"))
-    assert v.verify("anything", "", env_reward=1.0) .score == 1.0
-    r = v.verify("anything", "", env_reward=0.25)
-    assert (r.score, r.reason) == (0.25, "wrong")
-    assert v.verify("x", "", env_reward=None).reason == "no_env_reward"
-    assert v.verify("x", "").reason.startswith("bad_row: no env_reward")
-    assert v.verify("x", "", env_reward=3.0).score == 0.0
+    full = v.verify("anything", "", env_reward=1.0)
+    assert (full.score, full.parsed, full.reason) == (1.0, "1", None)  # full marks: correct
+    assert (v.verify("anything", "", env_reward=0.25).score, v.verify("a", "", env_reward=0.25).reason) == (0.25, "wrong")
+    zero = v.verify("anything", "", env_reward=0.0)
+    assert (zero.score, zero.reason) == (0.0, "wrong")  # a lost game is the policy's 0, a valid score
+    none = v.verify("x", "", env_reward=None)
+    assert (none.score, none.reason) == (0.0, "no_env_reward")
+    missing = v.verify("x", "")
+    assert missing.score == 0.0 and missing.reason.startswith("bad_row: no env_reward")
+    for bad in (1.5, -0.5, float("nan")):
+        r = v.verify("x", "", env_reward=bad)
+        assert r.score == 0.0 and r.reason.startswith("bad_row: env_reward")
 
 
 def _traj(rewards):
