@@ -9,6 +9,12 @@ has one, else spawn; never threads: math-verify relies on ``signal.alarm``, whic
 hung thread cannot be killed). Each worker calls ``init(*init_args)`` once to build its handler; the parent sends one
 job at a time to each idle worker and waits for all of them with one ``multiprocessing.connection.wait``.
 
+A job may be pinned to a worker slot (``run(jobs, slots)``; slot ``k`` is the ``k``-th worker, and its
+replacement after a death keeps the slot): it waits for that slot's worker, which takes pinned jobs before free
+ones. That is worker affinity, for a job whose handler keeps something alive in its process between jobs (an open
+connection): the later jobs of the same work go to the slot that ran the first (:attr:`Outcome.slot`). A replaced
+worker is a fresh process that holds nothing of its predecessor: the handler must notice that itself.
+
 Per job exactly one :class:`Outcome` comes back, in input order, always:
 
 - a worker still busy ``timeout_s`` seconds after the job was sent is killed (SIGKILL) and replaced: ``timeout``;
@@ -48,11 +54,13 @@ a job's own deadline is the pool's ``timeout_s``)."""
 @dataclass(frozen=True)
 class Outcome:
     """One job's result: ``value`` (the handler's return) when ``reason`` is None; else ``reason`` is
-    ``timeout``, ``crashed`` or ``error: <ExcType>: msg``. ``latency_s``: seconds from sending to the answer."""
+    ``timeout``, ``crashed`` or ``error: <ExcType>: msg``. ``latency_s``: seconds from sending to the answer.
+    ``slot``: the worker slot that ran it (``0..num_workers-1``; None for a job that never reached a worker)."""
 
     value: Any
     reason: str | None
     latency_s: float
+    slot: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -188,18 +196,40 @@ class ProcessPool:
             self.close()
             raise
 
-    def run(self, jobs: Sequence[Any]) -> list[Outcome]:
+    @property
+    def num_workers(self) -> int:
+        return len(self._workers)
+
+    def run(self, jobs: Sequence[Any], slots: Sequence[int | None] | None = None) -> list[Outcome]:
         """``[N]`` :class:`Outcome`, in input order, one per job whatever happens to the workers.
-        Errors: ``RuntimeError`` on a closed pool or when replacement workers cannot start."""
+
+        ``slots``: None (any worker runs any job), or ``[N]``: per job None (any worker) or the slot
+        (``0..num_workers-1``) of the worker that must run it; a pinned job waits for its slot (the slot's worker
+        takes its pinned jobs first, in input order), also when that worker was replaced.
+
+        Errors: ``ValueError`` for ``slots`` of another length or a slot out of range; ``RuntimeError`` on a closed
+        pool or when replacement workers cannot start."""
         if not self._finalizer.alive:
             raise RuntimeError(f"the {self.name} pool was used after close()")
+        if slots is not None and len(slots) != len(jobs):
+            raise ValueError(f"{self.name} pool: {len(slots)} slots for {len(jobs)} jobs; give one per job "
+                             "(None: any worker)")
+        n = len(self._workers)
+        bad = [k for k in (slots or ()) if k is not None and not (isinstance(k, int) and 0 <= k < n)]
+        if bad:
+            raise ValueError(f"{self.name} pool: slot {bad[0]!r} is not a worker of this pool (slots 0..{n - 1}); "
+                             "pin a job to the Outcome.slot of an earlier job, or None for any worker")
         out: list[Outcome | None] = [None] * len(jobs)
-        queue = collections.deque(range(len(jobs)))
-        while queue or any(w.job is not None for w in self._workers):
-            for w in self._workers:
-                if w.ready and w.job is None and queue:
-                    self._dispatch(w, queue, out, jobs)
-            if queue or any(w.job is not None for w in self._workers):
+        free: collections.deque[int] = collections.deque()
+        pinned: list[collections.deque[int]] = [collections.deque() for _ in range(n)]
+        for i in range(len(jobs)):
+            k = None if slots is None else slots[i]
+            (free if k is None else pinned[k]).append(i)
+        while free or any(pinned) or any(w.job is not None for w in self._workers):
+            for k, w in enumerate(self._workers):
+                if w.ready and w.job is None and (pinned[k] or free):
+                    self._dispatch(k, w, pinned[k] or free, out, jobs)
+            if free or any(pinned) or any(w.job is not None for w in self._workers):
                 self._wait_and_service(out)
         self._stats["jobs"] += len(jobs)
         return [o for o in out if o is not None]
@@ -238,7 +268,7 @@ class ProcessPool:
         self._workers[self._workers.index(w)] = self._start()
         self._stats["restarts"] += 1
 
-    def _dispatch(self, w: _Worker, queue: collections.deque[int], out: list[Outcome | None],
+    def _dispatch(self, slot: int, w: _Worker, queue: collections.deque[int], out: list[Outcome | None],
                   jobs: Sequence[Any]) -> None:
         index = queue.popleft()
         try:
@@ -248,7 +278,7 @@ class ProcessPool:
             self._replace(w)
             return
         except Exception as e:  # noqa: BLE001 - e.g. a job that does not pickle
-            out[index] = Outcome(None, error_reason(e), 0.0)
+            out[index] = Outcome(None, error_reason(e), 0.0, slot)
             self._stats["errors"] += 1
             return
         w.job, w.sent_at = index, time.monotonic()
@@ -269,7 +299,7 @@ class ProcessPool:
             self._service(w, out)
 
     def _finish(self, w: _Worker, out: list[Outcome | None], value: Any, reason: str | None) -> None:
-        out[w.job] = Outcome(value, reason, time.monotonic() - w.sent_at)
+        out[w.job] = Outcome(value, reason, time.monotonic() - w.sent_at, self._workers.index(w))
         w.job, w.deadline = None, math.inf
 
     def _service(self, w: _Worker, out: list[Outcome | None]) -> None:

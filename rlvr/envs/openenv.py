@@ -18,20 +18,36 @@ observation as JSON. ``reward``/``done`` pass through (a reward must lie in [0, 
 State: every request of a trajectory carries the same ``episode_id`` (made at reset), and nothing else travels:
 the object is pickled between steps like any rlvr environment. openenv-core's own HTTP server builds a fresh
 environment for each ``/reset`` and ``/step`` request (its stateful sessions are the WebSocket ``/ws`` endpoint,
-which this adapter does not speak), so state across steps lives in the server: an environment that keys its state
+which :class:`OpenEnvSession` speaks), so state across steps lives in the server: an environment that keys its state
 by ``episode_id`` (``step(action, episode_id=...)`` receives it: the server passes extra body keys an environment's
 ``step`` accepts), or a server that shares one environment (one trajectory at a time).
+
+WebSocket sessions (:class:`OpenEnvSession`, short name ``openenv_ws``), as openenv-core 0.3.0 speaks them
+(``http_server.py`` ``websocket_endpoint``, ``/ws``, line 1298; ``env_client.py`` ``reset``/``step``/``close``,
+lines 372-421; ``types.py`` ``WSResetMessage``... lines 248-314): one connection is one environment instance on the
+server. Text messages ``{"type": "reset", "data": {reset keys}}``, ``{"type": "step", "data": {the action}}`` (the
+action itself, not wrapped: ``deserialize_action(msg.data, ...)``), ``{"type": "state"}``, ``{"type": "close"}`` (no
+answer: the server ends the session); answers ``{"type": "observation", "data": {"observation": {...}, "reward": ...,
+"done": ...}}`` (the HTTP answer's shape), ``{"type": "state", "data": {...}}`` or ``{"type": "error", "data":
+{"message": ..., "code": ...}}``. The connection lives in the worker process that ran the reset (a module-level
+dict, :data:`_SESSIONS`, keyed by the episode id); only the episode id and the settings are pickled. The class is
+``sticky``, so :class:`rlvr.envs.pool.EnvPool` runs its steps and ``close`` in that worker; a replaced worker (dead,
+or killed at ``environment.timeout_s``) has no connection, and the step raises "no live session".
 
 Errors: every request has a total deadline of ``timeout_s``; a refused connection, a timeout, an HTTP error status,
 a body that is not JSON or lacks ``observation``/``done`` raise :class:`OpenEnvError` naming the URL and what
 happened, which ends that trajectory (``env: error: OpenEnvError: ...``). Keep ``timeout_s`` below
-``environment.timeout_s`` so the adapter's message, not the pool's ``timeout``, names the cause.
+``environment.timeout_s`` so the adapter's message, not the pool's ``timeout``, names the cause. Over WebSocket the
+same, per message (connect, then each send-and-answer), plus an ``error`` message, a closed connection, an answer
+of another type and a lost session.
 """
 
 from __future__ import annotations
 
 import http.client
+import inspect
 import json
+import os
 import socket
 import time
 import urllib.parse
@@ -110,11 +126,13 @@ class OpenEnv:
     Errors: ``ValueError`` for bad arguments; :class:`OpenEnvError` from :func:`post_json` and for an answer that
     lacks ``observation`` or ``done`` or an observation without ``observation_field``."""
 
+    schemes: tuple[str, ...] = ("http://", "https://")
+
     def __init__(self, url: str, timeout_s: float = 8.0, action_field: str = "message",
                  action_args: dict[str, Any] | None = None, observation_field: str | None = None,
                  opening: str = "observation", reset_args: dict[str, Any] | None = None,
                  reward_range: list[float] | None = None) -> None:
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        if not isinstance(url, str) or not url.startswith(self.schemes):
             raise ValueError(f"openenv: url={url!r}; give the server's base URL, e.g. http://localhost:8000")
         if not timeout_s > 0:
             raise ValueError(f"openenv: timeout_s={timeout_s!r}; give a positive number of seconds")
@@ -129,17 +147,24 @@ class OpenEnv:
         self.episode_id: str | None = None
         self.steps = 0
 
-    def _call(self, endpoint: str, body: dict[str, Any]) -> tuple[str, float | None, bool]:
-        answer = post_json(f"{self.url}/{endpoint}", body, self.timeout_s)
+    def _call(self, kind: str, data: dict[str, Any]) -> tuple[str, float | None, bool]:
+        """``kind`` (``reset``: ``data`` is the reset keys; ``step``: the action) over HTTP; (text, reward, done)."""
+        body = data if kind == "reset" else {"action": data, "episode_id": self.episode_id}
+        return self._result(post_json(f"{self.url}/{kind}", body, self.timeout_s), f"POST {self.url}/{kind}", kind)
+
+    def _result(self, answer: Any, where: str, kind: str) -> tuple[str, float | None, bool]:
+        """An answer ``{"observation": {...}, "reward": number|null, "done": bool}`` (openenv-core's
+        ``serialize_observation``, ``serialization.py`` line 136) as (the text shown to the model, the reward
+        rescaled by ``reward_range``, done). Errors: :class:`OpenEnvError` for another shape, naming ``where``."""
         if not isinstance(answer, dict) or not isinstance(answer.get("observation"), dict) \
                 or not isinstance(answer.get("done", False), bool):
-            raise OpenEnvError(f"openenv: POST {self.url}/{endpoint} answered {str(answer)[:200]!r}; expected "
+            raise OpenEnvError(f"openenv: {where} answered {str(answer)[:200]!r}; expected "
                                '{"observation": {...}, "reward": number|null, "done": bool}')
         obs, reward = answer["observation"], answer.get("reward")
         if self.observation_field is None:
             text = json.dumps(obs, sort_keys=True)
         elif self.observation_field not in obs:
-            raise OpenEnvError(f"openenv: the observation from {endpoint} has no {self.observation_field!r} (its "
+            raise OpenEnvError(f"openenv: the observation from {kind} has no {self.observation_field!r} (its "
                                f"keys: {', '.join(sorted(obs)) or 'none'}); set environment.args.observation_field")
         else:
             v = obs[self.observation_field]
@@ -149,8 +174,13 @@ class OpenEnv:
             reward = min(1.0, max(0.0, (float(reward) - lo) / (hi - lo)))
         return text, reward, bool(answer.get("done", False))
 
+    def _open(self) -> None:
+        """Start a new episode: a fresh ``episode_id``."""
+        self.episode_id = uuid.uuid4().hex
+
     def reset(self, row: dict[str, Any]) -> list[Message] | None:
-        self.episode_id, self.steps = uuid.uuid4().hex, 0
+        self.steps = 0
+        self._open()
         text, _, _ = self._call("reset", {**self.reset_args, "episode_id": self.episode_id})
         if self.opening == "row":
             return None
@@ -159,8 +189,157 @@ class OpenEnv:
     def step(self, history: list[Message], reply: Message) -> EnvStep:
         self.steps += 1
         action = {**self.action_args, self.action_field: reply["content"]}
-        text, reward, done = self._call("step", {"action": action, "episode_id": self.episode_id})
+        text, reward, done = self._call("step", action)
         info = {"observation": text[:500], "step": self.steps}
         if done:
             return EnvStep([], reward=reward, done=True, info=info)
         return EnvStep([{"role": "user", "content": text}], reward=reward, done=False, info=info)
+
+
+MAX_MESSAGE_BYTES = 100 * 2**20
+"""The largest WebSocket message accepted (openenv-core's client default, ``max_message_size_mb=100``)."""
+
+_SESSIONS: dict[str, Any] = {}
+"""This process's live connections (``websockets.sync.client.ClientConnection``), by episode id: what
+:class:`OpenEnvSession` keeps between the calls of a trajectory. Empty in a fresh (replacement) worker."""
+
+
+def ws_url(url: str) -> str:
+    """The ``/ws`` endpoint of a base URL: ``http`` -> ``ws``, ``https`` -> ``wss`` (openenv-core's
+    ``convert_to_ws_url``, ``utils.py`` line 42, then ``/ws`` as ``env_client.py`` line 132 adds it)."""
+    for old, new in (("http://", "ws://"), ("https://", "wss://")):
+        if url.startswith(old):
+            url = new + url[len(old):]
+    return url.rstrip("/") + "/ws"
+
+
+def _drop(episode_id: str | None) -> None:
+    """Forget the episode's connection and close its socket at once (no close handshake: after a failure the
+    connection may hold a late answer, and a handshake would be one more wait)."""
+    ws = _SESSIONS.pop(episode_id, None) if episode_id else None
+    if ws is not None:
+        ws.close_socket()
+
+
+class OpenEnvSession(OpenEnv):
+    """An OpenEnv server's WebSocket session (``/ws``) as an rlvr environment: one connection per trajectory, kept
+    in the worker process that ran its reset (see the module docstring). Arguments as :class:`OpenEnv`; ``url`` may
+    also be ``ws://``/``wss://`` (``/ws`` is appended); ``timeout_s`` bounds the connect and each message
+    (send and answer) and the close handshake. ``sticky = True``: :class:`rlvr.envs.pool.EnvPool` runs every call
+    of a trajectory in the worker that ran its reset.
+
+    The server must allow as many concurrent sessions as rlvr runs trajectories at once (openenv-core's
+    ``max_concurrent_envs`` defaults to 1; more needs an environment with ``SUPPORTS_CONCURRENT_SESSIONS``),
+    else the connect is answered ``CAPACITY_REACHED``.
+
+    Errors: ``ValueError`` for bad arguments; ``ImportError`` without the ``websockets`` package;
+    :class:`OpenEnvError` naming the URL and what happened: a refused connection, a refused upgrade (HTTP status),
+    no answer within ``timeout_s``, an ``error`` message (its message and code), a closed connection, an answer
+    that is not JSON or not an observation, and a step in a process holding no connection for the episode (its
+    worker was replaced: "no live session")."""
+
+    sticky = True
+    schemes = ("http://", "https://", "ws://", "wss://")
+
+    def __init__(self, url: str, **kwargs: Any) -> None:
+        super().__init__(url, **kwargs)
+        self.ws_url = ws_url(self.url)
+
+    def _fail(self, what: str) -> OpenEnvError:
+        _drop(self.episode_id)
+        return OpenEnvError(f"openenv: {self.ws_url}: {what}")
+
+    def _connect(self) -> Any:
+        try:
+            from websockets.exceptions import InvalidHandshake, InvalidStatus
+            from websockets.sync.client import connect
+        except ImportError as e:
+            raise ImportError("openenv_ws needs the websockets package: pip install 'websockets>=15'") from e
+        # legacy=True: a plain connection, not the context manager websockets 17 plans (where it takes the flag)
+        legacy = {"legacy": True} if "legacy" in inspect.signature(connect).parameters else {}
+        try:
+            return connect(self.ws_url, open_timeout=self.timeout_s, close_timeout=self.timeout_s,
+                           ping_interval=None, proxy=None, max_size=MAX_MESSAGE_BYTES, **legacy)
+        except ConnectionRefusedError:
+            raise self._fail("connection refused (is the server running at that address?)") from None
+        except (TimeoutError, socket.timeout):
+            raise self._fail(f"no connection within timeout_s={self.timeout_s:g}s") from None
+        except InvalidStatus as e:
+            raise self._fail(f"the server refused the WebSocket upgrade: HTTP {e.response.status_code} (does it "
+                             "serve /ws? openenv-core >= 0.2 does; an HTTP-only server: use 'openenv')") from None
+        except (OSError, InvalidHandshake) as e:
+            raise self._fail(f"could not connect: {type(e).__name__}: {e}") from None
+
+    def _live(self) -> Any:
+        ws = _SESSIONS.get(self.episode_id or "")
+        if ws is None:
+            raise OpenEnvError(
+                f"openenv: {self.ws_url}: no live session for episode {self.episode_id} in this worker process "
+                f"(pid {os.getpid()}): its connection lived in the worker that ran its reset, which was replaced "
+                "(it died, or was killed at environment.timeout_s), or an earlier failure closed it; the trajectory "
+                "ends here")
+        return ws
+
+    def _exchange(self, message: dict[str, Any], answer_type: str) -> Any:
+        """Send ``message`` on this episode's connection; the ``data`` of the answer of type ``answer_type``,
+        within ``timeout_s``. On any failure the connection is dropped (what it would answer next is unknown)."""
+        from websockets.exceptions import ConnectionClosed
+
+        ws = self._live()
+        kind = message["type"]
+        try:
+            ws.send(json.dumps(message))
+            raw = ws.recv(timeout=self.timeout_s)
+        except TimeoutError:
+            raise self._fail(f"{kind}: no answer within timeout_s={self.timeout_s:g}s") from None
+        except ConnectionClosed as e:
+            raise self._fail(f"{kind}: the server closed the connection ({e})") from None
+        except OSError as e:
+            raise self._fail(f"{kind}: {type(e).__name__}: {e}") from None
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            raise self._fail(f"{kind}: the answer is not JSON: {str(raw)[:200]!r}") from None
+        if isinstance(answer, dict) and answer.get("type") == "error":
+            data = answer.get("data") if isinstance(answer.get("data"), dict) else {}
+            raise self._fail(f"{kind}: the server answered an error: {str(data.get('message', '?'))[:300]} "
+                             f"(code: {data.get('code', 'UNKNOWN')})")
+        if not isinstance(answer, dict) or answer.get("type") != answer_type or not isinstance(answer.get("data"),
+                                                                                               dict):
+            raise self._fail(f"{kind}: answered {str(answer)[:200]!r}; expected "
+                             f'{{"type": "{answer_type}", "data": {{...}}}}')
+        return answer["data"]
+
+    def _call(self, kind: str, data: dict[str, Any]) -> tuple[str, float | None, bool]:
+        """``kind`` (``reset``: ``data`` is the reset keys; ``step``: the action) on the episode's connection."""
+        answer = self._exchange({"type": kind, "data": data}, "observation")
+        try:
+            return self._result(answer, f"{self.ws_url} {kind}", kind)
+        except OpenEnvError:
+            _drop(self.episode_id)
+            raise
+
+    def _open(self) -> None:
+        """A fresh ``episode_id`` and its connection, kept in this process (:data:`_SESSIONS`)."""
+        _drop(self.episode_id)  # a second reset of one object starts a new session
+        super()._open()
+        _SESSIONS[self.episode_id] = self._connect()
+
+    def server_state(self) -> dict[str, Any]:
+        """The session's state as the server reports it (``{"type": "state"}``, ``http_server.py`` line 1419)."""
+        return self._exchange({"type": "state"}, "state")
+
+    def close(self) -> None:
+        """End the session: send ``{"type": "close"}`` (the server ends its environment, no answer) and close the
+        connection (the close handshake within ``timeout_s``). Nothing to do where this process holds no
+        connection for the episode (a failure already dropped it, or the worker was replaced: the socket died
+        with its process). Errors: :class:`OpenEnvError` when the close message cannot be sent."""
+        ws = _SESSIONS.pop(self.episode_id or "", None)
+        if ws is None:
+            return
+        try:
+            ws.send(json.dumps({"type": "close"}))
+        except Exception as e:  # noqa: BLE001 - a dead connection: nothing left to close but the socket
+            ws.close_socket()
+            raise OpenEnvError(f"openenv: {self.ws_url}: close: {type(e).__name__}: {e}") from None
+        ws.close()

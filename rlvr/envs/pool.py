@@ -5,13 +5,20 @@ takes any trajectory's next step and a call that hangs, crashes or raises ends o
 reason (``timeout``, ``crashed``, ``error: <ExcType>: msg``, ``bad output: ...``) on the first line of its failure
 text and, after it, the traceback of an exception the environment raised (:func:`rlvr.envs.runner.failure`) or what
 is known of a worker killed at its time limit or dead (:meth:`EnvPool.failure_text`).
+
+Affinity: an environment whose class sets ``sticky = True`` keeps something in the worker that ran its reset (an
+open connection: :class:`rlvr.envs.openenv.OpenEnvSession`), so its state is pinned to that worker's slot
+(:data:`rlvr.envs.runner.State` ``pin``) and its steps and close run there (:meth:`rlvr.workers.ProcessPool.run`
+``slots``). A worker that died or was killed at its limit is replaced by a fresh process in the same slot, which
+holds nothing of it: the environment must notice (``OpenEnvSession`` raises "no live session"), which ends the
+trajectory as an environment failure, never a reward.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from rlvr.envs.runner import env_close, env_reset, env_step, failure, release_failures
+from rlvr.envs.runner import UNPINNED, env_close, env_reset, env_step, failure, release_failures, state_pin
 from rlvr.envs.tokens import Message
 from rlvr.workers import ProcessPool
 
@@ -47,8 +54,18 @@ class EnvPool:
                                  what="the environment runner", preload=("rlvr.envs.runner", *preload))
         self._close_errors = 0
 
-    def _run(self, jobs: list[tuple]) -> list[tuple[Any, Any]]:
-        return [o.value if o.ok else (None, self.failure_text(o.reason)) for o in self._pool.run(jobs)]
+    def _run(self, jobs: list[tuple], states: list[Any] | None = None) -> list[tuple[Any, Any]]:
+        """Run ``jobs``; with ``states`` (one per job), each job whose state is pinned runs in its slot. A sticky
+        environment's new state (pin :data:`~rlvr.envs.runner.UNPINNED`) is pinned to the slot that ran it."""
+        slots = None if states is None else [state_pin(s) for s in states]
+        out = []
+        for o in self._pool.run(jobs, slots):
+            value = o.value if o.ok else (None, self.failure_text(o.reason))
+            state = value[0]
+            if state is not None and state_pin(state) == UNPINNED:
+                value = ((*state[:3], o.slot), value[1])
+            out.append(value)
+        return out
 
     def failure_text(self, reason: str | None) -> str:
         """The whole text of a call the process pool ended (:attr:`rlvr.types.Completion.failure`): the reason
@@ -66,12 +83,14 @@ class EnvPool:
         return text if detail is None else f"{text}\n{detail}"
 
     def reset(self, rows: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
-        """One ``(state, opening messages)`` or ``(None, reason)`` per row, in order."""
+        """One ``(state, opening messages)`` or ``(None, reason)`` per row, in order (a sticky environment's state
+        pinned to the slot that ran its reset)."""
         return self._run([("reset", r["env"]["name"], r["env"].get("args", {}), r) for r in rows])
 
     def step(self, items: list[tuple[Any, list[Message], Message]]) -> list[tuple[Any, Any]]:
         """One ``(state, EnvStep)`` or ``(None, reason)`` per ``(state, history, reply)``, in order."""
-        return self._run([("step", state, history, reply) for state, history, reply in items])
+        return self._run([("step", state, history, reply) for state, history, reply in items],
+                         [state for state, _, _ in items])
 
     def release(self, states: list[Any]) -> None:
         """``close()`` each ended trajectory's environment that has one, in the workers (in parallel, the call
@@ -80,7 +99,7 @@ class EnvPool:
         todo = [s for s in states if s[2]]
         if not todo:
             return
-        whys = [reason for _, reason in self._run([("close", s) for s in todo])]
+        whys = [reason for _, reason in self._run([("close", s) for s in todo], todo)]
         self._close_errors += release_failures(todo, whys)
 
     def stats(self) -> dict[str, int]:

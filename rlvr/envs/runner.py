@@ -21,7 +21,8 @@ from rlvr.envs.tokens import Message
 log = logging.getLogger(__name__)
 
 BUILTINS = {"feedback": "rlvr.envs.builtins:Feedback", "guess": "rlvr.envs.builtins:Guess",
-            "openenv": "rlvr.envs.openenv:OpenEnv", "textarena": "rlvr.envs.textarena:TextArena"}
+            "openenv": "rlvr.envs.openenv:OpenEnv", "openenv_ws": "rlvr.envs.openenv:OpenEnvSession",
+            "textarena": "rlvr.envs.textarena:TextArena"}
 """Built-in environments by short name."""
 
 
@@ -59,12 +60,29 @@ def resolve_environment(name: str) -> Any:
     return obj
 
 
-State = tuple[str, bytes, bool]
-"""An environment's state between calls: ``(name, pickle of the object, whether its class has close())``."""
+State = tuple[str, bytes, bool, "int | None"]
+"""An environment's state between calls: ``(name, pickle of the object, whether its class has close(), pin)``.
+``pin`` is None for an environment any worker may step; for one whose class sets ``sticky = True`` (it keeps
+something alive in the process that ran its reset: :class:`rlvr.envs.openenv.OpenEnvSession`'s connection) it is
+:data:`UNPINNED` from :func:`env_reset`, which :class:`rlvr.envs.pool.EnvPool` replaces with the worker slot that
+ran the reset, so its steps and close run there (:meth:`rlvr.workers.ProcessPool.run` ``slots``). A 3-tuple (from
+before ``pin``) reads as pin None."""
+
+UNPINNED = -1
+"""The pin of a sticky environment's state before a pool has pinned it (:data:`State`)."""
 
 
 def _closes(env: Any) -> bool:
     return callable(getattr(type(env), "close", None))
+
+
+def _pin(env: Any) -> int | None:
+    return UNPINNED if getattr(type(env), "sticky", False) is True else None
+
+
+def state_pin(state: Any) -> int | None:
+    """The ``pin`` of a :data:`State` (None for a 3-tuple)."""
+    return state[3] if len(state) > 3 else None
 
 
 def env_reset(name: str, args: dict[str, Any], row: dict[str, Any]) -> tuple[State, list[Message]]:
@@ -78,24 +96,24 @@ def env_reset(name: str, args: dict[str, Any], row: dict[str, Any]) -> tuple[Sta
         if _closes(env):
             _close_quietly(env, name)
         raise
-    return (name, pickle.dumps(env), _closes(env)), opening
+    return (name, pickle.dumps(env), _closes(env), _pin(env)), opening
 
 
 def env_step(state: State, history: list[Message], reply: Message) -> tuple[State, Any]:
     """One step of the environment whose state is ``state`` (:data:`State`); returns (its new state, the checked
     :class:`EnvStep`). The name is resolved first: a worker that never built this environment (a replacement)
     imports its module before unpickling."""
-    name, blob, closes = state
+    name, blob, closes = state[:3]
     resolve_environment(name)
     env = pickle.loads(blob)
     step = check_step(env.step(history, reply))
-    return (name, pickle.dumps(env), closes), step
+    return (name, pickle.dumps(env), closes, state_pin(state)), step
 
 
 def env_close(state: State) -> None:
     """Call ``close()`` on the environment whose last state is ``state`` (once per trajectory, after it ended,
     however it ended: :func:`rlvr.envs.turns.run_turns` releases it). Errors: whatever ``close`` raises."""
-    name, blob, closes = state
+    name, blob, closes = state[:3]
     if closes:
         resolve_environment(name)
         pickle.loads(blob).close()
