@@ -114,16 +114,16 @@ def _opponent(spec: str | None) -> Callable[[str, random.Random], str] | None:
 
 
 def _text(observations: list[tuple[int, str, Any]], me: int) -> str:
-    """One user message from a seat's observations: the game's messages as they are, another player's move as
-    ``[Player N] move``; the seat's own move echoed back is left out (the conversation holds it)."""
+    """One user message from a seat's observations: the game's messages (and the game's account of the seat's own
+    play) as they are, another player's as ``[Player N] message``; the seat's own move echoed back is left out (the
+    conversation holds it)."""
     import textarena as ta
 
     parts = []
     for sender, message, kind in observations:
         if sender == me and kind == ta.ObservationType.PLAYER_ACTION:
             continue
-        mine_or_game = sender in (me, ta.GAME_ID) or kind != ta.ObservationType.PLAYER_ACTION
-        parts.append(message if mine_or_game else f"[Player {sender}] {message}")
+        parts.append(message if sender in (me, ta.GAME_ID) else f"[Player {sender}] {message}")
     return "\n".join(p for p in parts if p.strip())
 
 

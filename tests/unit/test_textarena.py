@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("textarena")
 
-from rlvr.envs.base import EnvStep  # noqa: E402
+from rlvr.envs.base import BadEnvOutput, EnvStep, check_step  # noqa: E402
 from rlvr.envs.textarena import TextArena, TextArenaError  # noqa: E402
 
 RPS = {"game": "IteratedRockPaperScissors-v0", "game_args": {"num_rounds": 1}, "players": 2}
@@ -23,7 +23,7 @@ def play(env: TextArena, moves: list[str], *, repickle: bool = True) -> list[Env
     for m in moves:
         if repickle:  # as rlvr does between calls
             env = pickle.loads(pickle.dumps(env))
-        out.append(env.step([], {"role": "assistant", "content": m}))
+        out.append(check_step(env.step([], {"role": "assistant", "content": m})))  # what rlvr accepts
         if out[-1].done:
             break
     return out
@@ -38,13 +38,15 @@ def test_one_round_against_paper_maps_win_draw_loss_onto_0_1(move, reward, game_
     (last,) = play(env, [move])
     assert (last.done, last.reward, last.info["game_reward"], last.info["invalid_moves"]) == \
         (True, reward, game_reward, 0)
+    assert last.info["reason"] == {1.0: "Player 0 won the most rounds!", 0.5: "The match is a draw!",
+                                   0.0: "Player 1 won the most rounds!"}[reward]
 
 
 def test_an_invalid_move_gets_the_games_message_then_one_more_try_then_loses():
     env = TextArena(**RPS, opponent="always:[paper]")
     env.reset({"seed": 3})
     first, second = play(env, ["hello", "still no move"])
-    assert not first.done and first.reward is None and first.info["invalid_moves"] == 1
+    assert not first.done and first.reward is None and first.info == {"invalid_moves": 1, "moves": 1}
     assert "attempted an invalid move" in first.messages[0]["content"]
     assert "Move not recognized" in first.messages[0]["content"]
     assert (second.done, second.reward, second.info["invalid_moves"]) == (True, 0.0, 2)  # error allowance 1
@@ -91,6 +93,7 @@ def test_guess_the_number_is_seeded_and_scores_the_last_guesss_closeness():
     # GuessTheNumber-v0 ends at its turn limit with 1 - |last guess - secret| / (max - min)
     want = 1 - abs(other - secret) / 7 if steps[-1].info["moves"] == 3 and steps[-1].reward != 1.0 else 1.0
     assert steps[-1].done and steps[-1].reward == pytest.approx(want)
+    assert steps[-1].info["invalid_moves"] == 0 and steps[-1].info["moves"] == len(steps)  # ended by a valid move
 
 
 def test_the_model_can_play_the_second_seat():
@@ -130,3 +133,104 @@ def test_check_args_refuses_at_load_with_the_reason(args, match):
 def test_a_two_player_game_needs_an_opponent():
     with pytest.raises(ValueError, match="needs opponent"):
         TextArena(game="TicTacToe-v0", players=2)
+
+
+def test_the_opponents_move_is_shown_as_its_and_the_models_own_echo_is_left_out():
+    env = TextArena(game="TicTacToe-v0", players=2, opponent="always:[4]", system_prompt="Play well.")
+    system, user = env.reset({"seed": 1})
+    assert system == {"role": "system", "content": "Play well."} and user["role"] == "user"
+    assert "Available Moves: '[0]', '[1]'" in user["content"]
+    (step,) = play(env, ["[0]"])
+    lines = step.messages[0]["content"].split("\n")
+    assert lines[0] == "Player 0 placed their symbol (O) in cell 0."  # the game's account of the model's move
+    assert "[0]" not in lines  # the model's own reply is not echoed back
+    assert "[Player 1] [4]" in lines and "Player 1 placed their symbol (X) in cell 4." in lines
+
+
+def test_a_game_that_draws_during_play_is_the_same_whatever_the_process_did_between_steps():
+    def hands(noise: bool):
+        env = TextArena(game="Blackjack-v0", game_args={"num_hands": 3})
+        seen = [env.reset({"seed": 4})[0]["content"]]
+        for _ in range(6):
+            if noise:  # another trajectory's game in the same worker, between this one's steps
+                random.seed(12345)
+                random.random()
+            env = pickle.loads(pickle.dumps(env))
+            step = env.step([], {"role": "assistant", "content": "[Hit]"})
+            seen.append(step.messages[0]["content"] if step.messages else step.info["reason"])
+            if step.done:
+                break
+        return seen
+
+    assert hands(noise=False) == hands(noise=True)
+
+
+def test_a_game_of_your_own_is_imported_again_where_it_is_unpickled():
+    import sys
+
+    game = "tests/unit/conformance_envs.py:ArenaGame"
+    env = TextArena(game=game, reward_range=[-1, 1])
+    env.reset({"seed": 2})
+    blob = pickle.dumps(env)
+    for name in [n for n, m in sys.modules.items() if getattr(m, "__file__", "") and
+                 m.__file__.endswith("conformance_envs.py") and n.startswith("rlvr_user")]:  # fmt: skip
+        del sys.modules[name]  # a worker that never made this game
+    (last,) = play(pickle.loads(blob), ["[7]"], repickle=False)
+    assert (last.done, last.reward) == (True, 1.0)
+
+
+def test_not_a_game_is_refused():
+    with pytest.raises(ValueError, match="is not a textarena.Env subclass"):
+        TextArena(game="tests/unit/test_textarena.py:play").reset({"seed": 1})
+
+
+def test_a_raw_id_is_taken_as_it_is():
+    env = TextArena(**{**RPS, "game": "IteratedRockPaperScissors-v0-raw"}, opponent="always:[paper]")
+    env.reset({"seed": 1})
+    assert play(env, ["[s]"])[-1].reward == 1.0
+
+
+class _Ended:
+    """A finished game whose close() gives ``rewards`` and ``game_info``."""
+
+    def __init__(self, rewards, game_info):
+        self.rewards, self.game_info = rewards, game_info
+
+    def close(self):
+        return self.rewards, self.game_info
+
+
+@pytest.mark.parametrize(("rewards", "game_info", "want"), [
+    ({}, {}, 0.0),  # no reward for the seat: the low end (a loss), not a win
+    (None, None, 0.0),
+    ({0: 5}, {0: {"reason": "big"}}, 1.0),  # clipped into [0, 1]
+    ({0: -3}, {}, 0.0),
+    ({0: 0.5}, {0: {"reason": "half"}}, 0.75),
+])
+def test_the_end_maps_the_seats_reward(rewards, game_info, want):
+    env = TextArena(game="GuessTheNumber-v0")
+    env.env = _Ended(rewards, game_info)
+    end = env._end()
+    assert (end.done, end.reward, end.messages) == (True, want, [])
+    assert end.info["reason"] == ((game_info or {}).get(0) or {}).get("reason", "")
+
+
+@pytest.mark.parametrize("bad", ["a lot", True, None])
+def test_a_reward_that_is_not_a_number_is_bad_output(bad):
+    env = TextArena(game="GuessTheNumber-v0")
+    env.env = _Ended({0: bad}, {})
+    with pytest.raises(BadEnvOutput, match="not a number"):
+        env._end()
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [({"players": 1, "seat": 1}, "seat=1"),
+                                               ({"reward_range": [1, 1]}, "low < high"),
+                                               ({"players": 3}, "players=3")])
+def test_bad_arguments_are_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        TextArena(game="GuessTheNumber-v0", **kwargs)
+
+
+def test_an_unknown_game_is_named_with_the_nearest():
+    with pytest.raises(ValueError, match=r"^textarena: no game 'TicTacToo-v0'; did you mean TicTacToe-v0"):
+        TextArena.check_args(game="TicTacToo-v0")
