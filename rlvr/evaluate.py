@@ -544,7 +544,9 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
         cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, max_new_tokens=new_tokens))
     loaded = [load_set(es, cfg, tok, prompt_limit) for es in sets]
     after_prompt = env.max_tokens if cfg.multi_turn else new_tokens
-    max_model_len = max(len(p.prompt_ids) for ls in loaded for p in ls.prompts) + after_prompt
+    longest = max(len(p.prompt_ids) for ls in loaded for p in ls.prompts)
+    # an environment's own opening replaces the row's prompt and may be as long as the prompt limit
+    max_model_len = (max(longest, prompt_limit) if env.enabled else longest) + after_prompt
     out_dir = make_output_dir(cfg)
     files = {"results": str(out_dir / "results.json"), "samples": str(out_dir / "samples.jsonl")}
     t0 = time.perf_counter()
