@@ -159,6 +159,9 @@ def test_one_session_keeps_its_state_on_its_connection_and_closes_once(server):
     # the same mapping code as the HTTP path: rescaling and the whole observation as JSON
     env = OpenEnvSession(url=server.url.replace("http", "ws"), reward_range=[-1, 1])
     env.reset({})
+    first = env.episode_id
+    env.reset({})  # a second reset of one object: a new session, the first one's connection dropped
+    assert first not in _SESSIONS and env.episode_id in _SESSIONS and server.connections == 3
     s = env.step([], reply("7"))
     assert s.reward == 1.0 and s.info["observation"] == '{"count": 1, "prompt": "echo 7 count 1"}'
     env.close()
@@ -248,7 +251,10 @@ def test_through_the_pool_each_trajectory_stays_on_its_worker_and_its_connection
         assert [step.reward for _, step in out] == [0.0] * 4
         for i, eid in enumerate(eids):  # each connection saw its own trajectory's steps, in order
             assert server.steps_of(eid) == [{"message": f"{i}"}, {"message": f"{i}{i}"}]
-        pool.release([st for st, _ in out])
+        # both workers were idle: reset 0 went to slot 0, reset 1 to slot 1. Trajectory 1's close goes first, so
+        # only its pin keeps it off slot 0 (the first idle worker), where its connection is not
+        assert slots[:2] == [0, 1]
+        pool.release([out[1][0], out[0][0], out[2][0], out[3][0]])
         _wait(lambda: len(server.closes) == 4, "four close messages")
         assert server.closes == {eid: 1 for eid in eids}
         assert pool.stats()["close_errors"] == 0 and pool.stats()["crashes"] == 0
