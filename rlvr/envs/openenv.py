@@ -221,6 +221,23 @@ def _drop(episode_id: str | None) -> None:
         ws.close_socket()
 
 
+def _error_text(answer: Any) -> str | None:
+    """``message (code: CODE)`` of an ``{"type": "error", "data": {"message", "code"}}`` answer
+    (openenv-core's ``WSErrorResponse``, ``types.py`` line 308); None for anything else."""
+    if not isinstance(answer, dict) or answer.get("type") != "error":
+        return None
+    data = answer.get("data") if isinstance(answer.get("data"), dict) else {}
+    return f"{str(data.get('message', '?'))[:300]} (code: {data.get('code', 'UNKNOWN')})"
+
+
+def _last_message(ws: Any) -> Any:
+    """A message the server sent before it closed the connection, decoded (None if there is none)."""
+    try:
+        return json.loads(ws.recv(timeout=0))
+    except Exception:  # noqa: BLE001 - nothing more was said
+        return None
+
+
 class OpenEnvSession(OpenEnv):
     """An OpenEnv server's WebSocket session (``/ws``) as an rlvr environment: one connection per trajectory, kept
     in the worker process that ran its reset (see the module docstring). Arguments as :class:`OpenEnv`; ``url`` may
@@ -282,7 +299,8 @@ class OpenEnvSession(OpenEnv):
 
     def _exchange(self, message: dict[str, Any], answer_type: str) -> Any:
         """Send ``message`` on this episode's connection; the ``data`` of the answer of type ``answer_type``,
-        within ``timeout_s``. On any failure the connection is dropped (what it would answer next is unknown)."""
+        within ``timeout_s``. On any failure the session ends: after an ``error`` answer politely (:meth:`close`),
+        else the connection is dropped at once (what it would answer next is unknown)."""
         from websockets.exceptions import ConnectionClosed
 
         ws = self._live()
@@ -293,17 +311,22 @@ class OpenEnvSession(OpenEnv):
         except TimeoutError:
             raise self._fail(f"{kind}: no answer within timeout_s={self.timeout_s:g}s") from None
         except ConnectionClosed as e:
-            raise self._fail(f"{kind}: the server closed the connection ({e})") from None
+            # a server that refuses a session (CAPACITY_REACHED) sends its error, then closes: say the error
+            last = _error_text(_last_message(ws))
+            raise self._fail(f"{kind}: the server closed the connection ({e})" if last is None else
+                             f"{kind}: the server answered an error and closed the connection: {last}") from None
         except OSError as e:
             raise self._fail(f"{kind}: {type(e).__name__}: {e}") from None
         try:
             answer = json.loads(raw)
         except ValueError:
             raise self._fail(f"{kind}: the answer is not JSON: {str(raw)[:200]!r}") from None
-        if isinstance(answer, dict) and answer.get("type") == "error":
-            data = answer.get("data") if isinstance(answer.get("data"), dict) else {}
-            raise self._fail(f"{kind}: the server answered an error: {str(data.get('message', '?'))[:300]} "
-                             f"(code: {data.get('code', 'UNKNOWN')})")
+        if _error_text(answer) is not None:  # still in step with the server: end the session politely
+            try:
+                self.close()
+            except OpenEnvError:
+                pass
+            raise OpenEnvError(f"openenv: {self.ws_url}: {kind}: the server answered an error: {_error_text(answer)}")
         if not isinstance(answer, dict) or answer.get("type") != answer_type or not isinstance(answer.get("data"),
                                                                                                dict):
             raise self._fail(f"{kind}: answered {str(answer)[:200]!r}; expected "
@@ -330,10 +353,15 @@ class OpenEnvSession(OpenEnv):
         return self._exchange({"type": "state"}, "state")
 
     def close(self) -> None:
-        """End the session: send ``{"type": "close"}`` (the server ends its environment, no answer) and close the
-        connection (the close handshake within ``timeout_s``). Nothing to do where this process holds no
-        connection for the episode (a failure already dropped it, or the worker was replaced: the socket died
-        with its process). Errors: :class:`OpenEnvError` when the close message cannot be sent."""
+        """End the session: send ``{"type": "close"}``, then wait up to ``timeout_s`` for the server to end the
+        connection (openenv-core's server ends the session's environment and closes at once: ``http_server.py``
+        line 1429 ``break``, then ``websocket.close()``; closing first from this side makes its close raise, which
+        it logs as an ASGI exception), else close it from here (the close handshake within ``timeout_s`` too).
+        Nothing to do where this process holds no connection for the episode (a failure already dropped it, or
+        the worker was replaced: the socket died with its process). Errors: :class:`OpenEnvError` when the close
+        message cannot be sent."""
+        from websockets.exceptions import ConnectionClosed
+
         ws = _SESSIONS.pop(self.episode_id or "", None)
         if ws is None:
             return
@@ -342,4 +370,8 @@ class OpenEnvSession(OpenEnv):
         except Exception as e:  # noqa: BLE001 - a dead connection: nothing left to close but the socket
             ws.close_socket()
             raise OpenEnvError(f"openenv: {self.ws_url}: close: {type(e).__name__}: {e}") from None
+        try:
+            ws.recv(timeout=self.timeout_s)  # a message here is a late one: the session ends all the same
+        except (ConnectionClosed, TimeoutError, OSError):
+            pass
         ws.close()

@@ -38,6 +38,8 @@ class WsServer:
         self.connections = 0
         self.paths: list[str] = []
         self.live: list = []
+        self.max_sessions: int | None = None  # a server at capacity refuses the sessions past it
+        self.active = 0
         self.srv = websockets_server.serve(self.handle, "127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{self.srv.socket.getsockname()[1]}"
         threading.Thread(target=self.srv.serve_forever, daemon=True).start()
@@ -55,6 +57,19 @@ class WsServer:
             self.connections += 1
             self.paths.append(ws.request.path)
             self.live.append(ws)
+            full = self.max_sessions is not None and self.active >= self.max_sessions
+            self.active += not full
+        if full:  # as openenv-core does at capacity (http_server.py line 1481): the error, then the close
+            ws.send(json.dumps({"type": "error", "data": {"message": "Server at capacity: 1/1 sessions active.",
+                                                          "code": "CAPACITY_REACHED"}}))
+            return
+        try:
+            self._session(ws)
+        finally:
+            with self.lock:
+                self.active -= 1
+
+    def _session(self, ws) -> None:
         eid, count = None, 0
         for raw in ws:
             msg = json.loads(raw)
@@ -187,9 +202,9 @@ def test_each_failure_names_the_url_and_what_happened_and_drops_the_session(serv
     with pytest.raises(OpenEnvError, match=f"no live session for episode {eid} in this worker process "
                                            f"\\(pid {os.getpid()}\\)"):
         env.step([], reply("3"))
-    env.close()  # nothing to close: the failure did
+    env.close()  # nothing to close: the failure did (politely after an error answer, the connection in step)
     time.sleep(0.1)
-    assert server.closes == {}
+    assert server.closes == ({eid: 1} if message == "err" else {})
 
 
 def test_a_hung_server_times_out_and_a_server_that_is_down_is_refused(server):
@@ -202,6 +217,21 @@ def test_a_hung_server_times_out_and_a_server_that_is_down_is_refused(server):
     assert time.monotonic() - t0 < 1.2
     with pytest.raises(OpenEnvError, match=r"ws://127.0.0.1:\d+/ws: connection refused"):
         OpenEnvSession(url=f"http://127.0.0.1:{free_port()}", timeout_s=0.5).reset({})
+    # a server at capacity: its error (sent before it closed the connection) is the reason
+    _wait(lambda: server.active == 0, "the hung step's session to end on the server")
+    server.max_sessions = 1
+    env.reset({})
+    full = r"reset: the server answered an error{}: Server at capacity: 1/1 sessions active. \(code: CAPACITY_REACHED\)"
+    with pytest.raises(OpenEnvError, match=full.format("( and closed the connection)?")):
+        OpenEnvSession(url=server.url, timeout_s=0.5).reset({})  # the reset sent before or after the close
+    late = OpenEnvSession(url=server.url, timeout_s=0.5)  # after: the error is read from what came before the close
+    late.episode_id = "late"
+    _SESSIONS["late"] = late._connect()
+    _wait(lambda: server.connections == 4, "the refused connection")
+    time.sleep(0.2)
+    with pytest.raises(OpenEnvError, match=full.format(" and closed the connection")):
+        late._call("reset", {})
+    env.close()
     # an HTTP server that does not speak WebSocket: the upgrade is refused with its status
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -274,8 +304,8 @@ def test_through_the_pool_failures_end_only_their_trajectory_and_never_score(ser
         # the turn loop releases a failed trajectory's last good state: nothing live is left to close for it
         pool.release([states[0][0], states[1][0], out[2][0]])
         _wait(lambda: eids[2] in server.closes, "the close of the trajectory that went on")
-        time.sleep(0.1)
-        assert server.closes == {eids[2]: 1} and pool.stats()["close_errors"] == 0
+        time.sleep(0.1)  # the error answer's session was closed at the error, the timed-out one dropped
+        assert server.closes == {eids[1]: 1, eids[2]: 1} and pool.stats()["close_errors"] == 0
         # a server that dies mid-trajectory: the next step is an environment error, never a reward
         states = pool.reset([row(server.url)] * 2)
         server.kill()
