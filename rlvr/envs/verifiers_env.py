@@ -200,7 +200,8 @@ def listing(table: dict[str, tuple[Any, str, Any]], fmt: str) -> str | None:
     from rlvr.tools.formats import describe_tools
 
     schemas = [{"type": "function", "function": {"name": name, "description": model.__doc__ or "", "parameters": {
-        k: v for k, v in model.model_json_schema().items() if k != "title"}}} for name, (_, _, model) in table.items()]
+        k: v for k, v in model.model_json_schema().items() if k not in ("title", "description")}}}
+        for name, (_, _, model) in table.items()]
     return describe_tools(schemas, fmt) if schemas else None
 
 
@@ -338,6 +339,7 @@ class _Play:
                     raise refuse("agent.run() on a task without a prompt", "the harness would have nothing to "
                                  "answer; open it with interaction().turn(message)")
                 await play.turn()
+                play.trace.stop("agent_completed")  # as Agent.run stamps a finished segment
                 await play.close()
                 return play.trace
 
@@ -429,8 +431,8 @@ class VerifiersEnv:
         return load(*self.spec)
 
     def made_by(self) -> str:
-        """The taskset (file name or module) and the args its rows depend on, as JSON (rows carry it)."""
-        return json.dumps([Path(self.spec[0]).name, *self.spec[1:]], sort_keys=True)
+        """The taskset (file name or module), its args and the env id: what rows depend on, as JSON (rows carry it)."""
+        return json.dumps([Path(self.spec[0]).name, self.spec[1], self.spec[2]], sort_keys=True)
 
     def _task(self) -> Any:
         cls = type(self._loaded()["taskset"]).task_type()

@@ -123,12 +123,15 @@ def test_tool_call_answered_in_process():
     row = VerifiersEnv.rows(size=1, seed=1, taskset=ARITH, taskset_args=args)[0]
     env = VerifiersEnv(ARITH, args)
     opening = env.reset(row)
-    assert opening[0]["role"] == "system" and '"name": "calculator_multiply"' in opening[0]["content"]
+    schema = ('{"type": "function", "function": {"name": "calculator_multiply", "description": "Multiply two integers.", '
+              '"parameters": {"properties": {"x": {"title": "X", "type": "integer"}, "y": {"title": "Y", "type": '
+              '"integer"}}, "required": ["x", "y"], "type": "object"}}}')
+    assert opening[0]["role"] == "system" and f"<tools>\n{schema}\n</tools>" in opening[0]["content"]
     assert opening[1] == {"role": "user", "content": ROW_Q}
     call = '<tool_call>\n{"name": "calculator_multiply", "arguments": {"x": 6, "y": 7}}\n</tool_call>'
     env = hop(env)
     s = env.step([], say(call))
-    assert [m["content"] for m in s.messages] == ["42"] and s.messages[0]["role"] == "tool"
+    assert s.messages == [{"role": "tool", "content": "42", "tool_call_id": "call_0_0_0", "name": "calculator_multiply"}]
     assert (s.done, s.reward) == (False, 0.0)  # no answer yet
     s = env.step([], say('<tool_call>{"name": "nope", "arguments": {}}</tool_call>'
                          '<tool_call>{"name": "calculator_multiply", "arguments": {"x": "a"}}</tool_call>'))
@@ -233,6 +236,11 @@ class E(vf.Env[C]):
     ("vfr_seats", {"extra_all": ', "E"', "tail": TWO_SEATS}, "agent seats"),
     ("vfr_harness", {"taskset_args": None, "env_args": {"agent": {"harness": {"id": "bash"}}}}, "harness 'bash'"),
     ("vfr_send", {"extra_all": ', "E"', "tail": ENV_TAIL.format(body='await it.send("hi")')}, "send/steer"),
+    ("vfr_intercept", {"needs": "@vf.intercept\n    async def rewrite(self, request: vf.Request):\n        return None"},
+     "@vf.intercept"),
+    ("vfr_remote", {"needs": "@classmethod\n    def toolsets(cls, config):\n        return [R(vf.ToolsetConfig("
+                             "url='http://tools:8000'))]", "tail": "class R(vf.Toolset[vf.ToolsetConfig, vf.State]):\n"
+                             "    pass\n"}, "remote server or container runtime"),
 ])
 def test_refused_features_name_themselves(tmp_path, name, kwargs, match):
     kwargs = dict(kwargs)
@@ -250,7 +258,11 @@ def test_builtin_multi_agent_env_refused():
 
 def test_check_args_and_row_without_task():
     with pytest.raises(ValueError, match="reward_range"):
-        VerifiersEnv.check_args(taskset=ARITH, reward_range=[1, 0])
+        VerifiersEnv.check_args(taskset=ARITH, reward_range=[1, 1])
+    with pytest.raises(ValueError, match="environment.args.taskset"):
+        VerifiersEnv.check_args(taskset="")
+    with pytest.raises(VerifiersRefused, match="built-in env 'best-of-n'"):
+        VerifiersEnv.check_args(taskset=ARITH, env="best-of-n")
     with pytest.raises(ValueError, match="tool_format"):
         VerifiersEnv.check_args(taskset=ARITH, tool_format="xml")
     with pytest.raises(ValueError, match="max_turns"):
@@ -260,6 +272,8 @@ def test_check_args_and_row_without_task():
     VerifiersEnv.check_args(taskset=ARITH, taskset_args={"size": 10})
     with pytest.raises(KeyError, match="no vf_task"):
         VerifiersEnv(ARITH).reset({"question": "q"})
+    with pytest.raises(KeyError, match="no vf_task"):
+        VerifiersEnv(ARITH).reset({"vf_task": first_row()["vf_task"]})
     with pytest.raises(ValueError, match=r"the row was made by .*\{\"size\": 10\}.* and this environment is"):
         VerifiersEnv(ARITH, {"size": 10, "task": {"tools": True}}).reset(first_row())
 
@@ -292,6 +306,9 @@ class K(vf.Task[D, S, vf.TaskConfig]):
     @vf.reward
     async def calls(self, trace) -> float:
         return trace.state.calls / 10
+    @vf.metric
+    async def msgs(self, trace) -> float:  # the branch walked through the nodes' parent links
+        return float(len(trace.messages))
     @classmethod
     def toolsets(cls, config):
         return [Counter(TC())]
@@ -329,3 +346,61 @@ def test_tool_state_travels_between_steps_and_reaches_scoring(tmp_path):
     assert (s.messages, s.reward) == ([{"role": "user", "content": "more"}], pytest.approx(0.3 + 0.1))
     s = hop(env).step([], say("ok"))
     assert (s.reward, s.done, s.info["vf_rewards"]) == (pytest.approx(0.4), True, {"calls": 0.3, "closing": 1.0})
+    # system (the tool listing), count, call, result, call, result, done, more, ok
+    assert s.info["vf_metrics"] == {"msgs": 9.0} and s.info["vf_stop"] == "user_closed"
+
+
+def test_reward_range_below_zero_the_seat_s_own_cap_and_a_module_name(monkeypatch):
+    # reward_range [-1, 1]: Trace.reward r -> (r + 1) / 2
+    env = VerifiersEnv(ARITH, {"size": 10}, reward_range=[-1, 1])
+    env.reset(first_row())
+    assert env.step([], say("17")).reward == pytest.approx(0.75)  # 0.5
+    assert env.step([], say("1")).reward == pytest.approx(0.75)   # still 0.5: the product is wrong
+    # the seat's max_turns (1) under the adapter's (3): the lower cap ends it after the first reply
+    env = VerifiersEnv(ARITH, {"size": 10}, env_args={"solver": {"max_turns": 1}}, max_turns=3)
+    env.reset(first_row())
+    s = env.step([], say("17"))
+    assert (s.done, s.info["vf_stop"], s.reward) == (True, "max_turns", 0.5)
+    # an installed module by name (here: its folder on sys.path) is the same taskset as its file
+    monkeypatch.syspath_prepend(str(ROOT / "examples/verifiers_env"))
+    by_name = VerifiersEnv.rows(size=3, seed=1, taskset="rlvr_vf_arith", taskset_args={"size": 10})
+    assert [r["vf_task"] for r in by_name] == [r["vf_task"] for r in VerifiersEnv.rows(
+        size=3, seed=1, taskset=ARITH, taskset_args={"size": 10})]
+
+
+OPENER = '''
+import verifiers.v1 as vf
+__all__ = ["T", "E"]
+class D(vf.TaskData):
+    pass
+class K(vf.Task[D, vf.State, vf.TaskConfig]):
+    @vf.reward
+    async def turns(self, trace) -> float:
+        return trace.num_turns / 10
+class T(vf.Taskset[K, vf.TasksetConfig]):
+    def load(self):
+        yield K(D(system_prompt="Be brief."), self.config.task)  # no prompt: run() opens
+class C(vf.EnvConfig):
+    agent: vf.AgentConfig = vf.AgentConfig(harness={"id": "null"})
+class E(vf.Env[C]):
+    async def run(self, task, agents):
+        async with agents.agent.interaction(task) as it:
+            seg = await it.turn([vf.UserMessage(content="hello")])
+            while not seg.terminated:  # a game loop: it ends on the turn cap's terminated segment
+                seg = await it.turn("again")
+'''
+
+
+@pytest.mark.timeout(60)
+def test_env_opens_the_conversation_and_loops_to_the_cap(tmp_path):
+    path = tmp_path / "vfa_opener.py"
+    path.write_text(OPENER)
+    [row] = VerifiersEnv.rows(size=1, seed=0, taskset=str(path))
+    assert (row["question"], row["answer"]) == ("hello", "")
+    assert row["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello"}]
+    env = VerifiersEnv(str(path), max_turns=3)
+    assert env.reset(row) == row["messages"]
+    steps = [env.step([], say(f"r{i}")) for i in range(3)]
+    again = [{"role": "user", "content": "again"}]
+    assert [(s.messages, s.reward, s.done) for s in steps[:2]] == [(again, 0.1, False), (again, 0.2, False)]
+    assert (steps[2].reward, steps[2].done, steps[2].info["vf_stop"]) == (pytest.approx(0.3), True, "max_turns")
