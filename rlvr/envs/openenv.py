@@ -241,8 +241,8 @@ def _last_message(ws: Any) -> Any:
 class OpenEnvSession(OpenEnv):
     """An OpenEnv server's WebSocket session (``/ws``) as an rlvr environment: one connection per trajectory, kept
     in the worker process that ran its reset (see the module docstring). Arguments as :class:`OpenEnv`; ``url`` may
-    also be ``ws://``/``wss://`` (``/ws`` is appended); ``timeout_s`` bounds the connect and each message
-    (send and answer) and the close handshake. ``sticky = True``: :class:`rlvr.envs.pool.EnvPool` runs every call
+    also be ``ws://``/``wss://`` (``/ws`` is appended); ``timeout_s`` bounds the connect, each message
+    (send and answer) and :meth:`close`. ``sticky = True``: :class:`rlvr.envs.pool.EnvPool` runs every call
     of a trajectory in the worker that ran its reset.
 
     The server must allow as many concurrent sessions as rlvr runs trajectories at once (openenv-core's
@@ -283,7 +283,7 @@ class OpenEnvSession(OpenEnv):
             raise self._fail(f"no connection within timeout_s={self.timeout_s:g}s") from None
         except InvalidStatus as e:
             raise self._fail(f"the server refused the WebSocket upgrade: HTTP {e.response.status_code} (does it "
-                             "serve /ws? openenv-core >= 0.2 does; an HTTP-only server: use 'openenv')") from None
+                             "serve /ws? openenv-core 0.3.0 does; an HTTP-only server: use 'openenv')") from None
         except (OSError, InvalidHandshake) as e:
             raise self._fail(f"could not connect: {type(e).__name__}: {e}") from None
 
@@ -356,7 +356,9 @@ class OpenEnvSession(OpenEnv):
         """End the session: send ``{"type": "close"}``, then wait up to ``timeout_s`` for the server to end the
         connection (openenv-core's server ends the session's environment and closes at once: ``http_server.py``
         line 1429 ``break``, then ``websocket.close()``; closing first from this side makes its close raise, which
-        it logs as an ASGI exception), else close it from here (the close handshake within ``timeout_s`` too).
+        it logs as an ASGI exception), else close it from here: the wait and the close handshake within one
+        ``timeout_s`` (a close past the pool's ``environment.timeout_s`` would get its worker killed, and with it
+        every session that worker holds).
         Nothing to do where this process holds no connection for the episode (a failure already dropped it, or
         the worker was replaced: the socket died with its process). Errors: :class:`OpenEnvError` when the close
         message cannot be sent."""
@@ -370,8 +372,10 @@ class OpenEnvSession(OpenEnv):
         except Exception as e:  # noqa: BLE001 - a dead connection: nothing left to close but the socket
             ws.close_socket()
             raise OpenEnvError(f"openenv: {self.ws_url}: close: {type(e).__name__}: {e}") from None
+        deadline = time.monotonic() + self.timeout_s  # the wait and the handshake together: one timeout_s
         try:
             ws.recv(timeout=self.timeout_s)  # a message here is a late one: the session ends all the same
         except (ConnectionClosed, TimeoutError, OSError):
             pass
+        ws.close_timeout = max(0.0, deadline - time.monotonic())
         ws.close()

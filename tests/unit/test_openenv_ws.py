@@ -40,6 +40,7 @@ class WsServer:
         self.live: list = []
         self.max_sessions: int | None = None  # a server at capacity refuses the sessions past it
         self.active = 0
+        self.close_delay_s = 0.0
         self.srv = websockets_server.serve(self.handle, "127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{self.srv.socket.getsockname()[1]}"
         threading.Thread(target=self.srv.serve_forever, daemon=True).start()
@@ -80,6 +81,7 @@ class WsServer:
             if msg["type"] == "close":
                 with self.lock:
                     self.closes[eid] = self.closes.get(eid, 0) + 1
+                time.sleep(self.close_delay_s)  # a server slow to end the session (neither closes nor reads)
                 return
             if msg["type"] == "state":
                 ws.send(json.dumps({"type": "state", "data": {"count": count, "episode_id": eid}}))
@@ -263,6 +265,15 @@ def test_a_hung_server_times_out_and_a_server_that_is_down_is_refused(server):
             OpenEnvSession(url=f"http://127.0.0.1:{mute.getsockname()[1]}", timeout_s=0.5).reset({})
         assert time.monotonic() - t0 < 1.2
     assert set(_SESSIONS) == before  # the timed-out session was dropped; the failed connects kept nothing
+
+
+def test_close_ends_within_timeout_s_when_the_server_does_not_end_the_session(server):
+    env = OpenEnvSession(url=server.url, timeout_s=0.5)
+    env.reset({})
+    server.close_delay_s = 3.0
+    t0 = time.monotonic()
+    env.close()  # the wait for the server's close and the close handshake share one timeout_s
+    assert 0.45 < time.monotonic() - t0 < 0.9 and server.closes == {env.episode_id: 1}
 
 
 def test_through_the_pool_each_trajectory_stays_on_its_worker_and_its_connection(server):
