@@ -40,7 +40,6 @@ class WsServer:
         self.live: list = []
         self.max_sessions: int | None = None  # a server at capacity refuses the sessions past it
         self.active = 0
-        self.close_delay_s = 0.0
         self.srv = websockets_server.serve(self.handle, "127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{self.srv.socket.getsockname()[1]}"
         threading.Thread(target=self.srv.serve_forever, daemon=True).start()
@@ -81,7 +80,6 @@ class WsServer:
             if msg["type"] == "close":
                 with self.lock:
                     self.closes[eid] = self.closes.get(eid, 0) + 1
-                time.sleep(self.close_delay_s)  # a server slow to end the session (neither closes nor reads)
                 return
             if msg["type"] == "state":
                 ws.send(json.dumps({"type": "state", "data": {"count": count, "episode_id": eid}}))
@@ -267,13 +265,48 @@ def test_a_hung_server_times_out_and_a_server_that_is_down_is_refused(server):
     assert set(_SESSIONS) == before  # the timed-out session was dropped; the failed connects kept nothing
 
 
-def test_close_ends_within_timeout_s_when_the_server_does_not_end_the_session(server):
-    env = OpenEnvSession(url=server.url, timeout_s=0.5)
+def _mute_after_reset() -> tuple[str, threading.Event]:
+    """A bare WebSocket server (RFC 6455 by hand) that answers the handshake and one reset, then neither reads
+    nor answers anything (not even a close frame): what only the client's deadlines can end."""
+    import base64
+    import hashlib
+    import socket
+
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(1)
+    done = threading.Event()
+
+    def run():
+        conn, _ = lsock.accept()
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += conn.recv(4096)
+        key = [ln.split(b":", 1)[1].strip() for ln in head.split(b"\r\n")
+               if ln.lower().startswith(b"sec-websocket-key")][0]
+        accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+        conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                     b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+        conn.recv(4096)  # the reset
+        body = json.dumps({"type": "observation", "data": {"observation": {"p": "x"}, "done": False}}).encode()
+        conn.sendall(bytes([0x81, len(body)]) + body)  # one unmasked text frame (< 126 bytes)
+        done.wait(10)
+        conn.close()
+        lsock.close()
+
+    threading.Thread(target=run, daemon=True).start()
+    return f"http://127.0.0.1:{lsock.getsockname()[1]}", done
+
+
+def test_close_ends_within_timeout_s_when_the_server_goes_silent():
+    url, done = _mute_after_reset()
+    env = OpenEnvSession(url=url, timeout_s=0.5)
     env.reset({})
-    server.close_delay_s = 3.0
     t0 = time.monotonic()
     env.close()  # the wait for the server's close and the close handshake share one timeout_s
-    assert 0.45 < time.monotonic() - t0 < 0.9 and server.closes == {env.episode_id: 1}
+    took = time.monotonic() - t0
+    done.set()
+    assert 0.45 < took < 0.8, took
 
 
 def test_through_the_pool_each_trajectory_stays_on_its_worker_and_its_connection(server):
