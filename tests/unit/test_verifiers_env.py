@@ -202,7 +202,8 @@ def test_reward_error_and_out_of_range(tmp_path):
                   "-> float:\n        return 1.0")
     with pytest.raises(ValueError, match="verifiers reward 3 .* outside reward_range \\[0, 1\\]"):
         play(path, "1")
-    assert play(path, "1", reward_range=[0, 3])[0].reward == 1.0  # 1*1 + 2*1 = 3 -> 3/3
+    [s] = play(path, "1", reward_range=[0, 3])  # SingleAgentEnv: agents.agent.run(task), one segment
+    assert (s.reward, s.done, s.info["vf_stop"]) == (1.0, True, "agent_completed")  # 1*1 + 2*1 = 3 -> 3/3
     assert play(path, "2", reward_range=[0, 3])[0].reward == pytest.approx(2 / 3)
     path = module(tmp_path, "vfa_rewardraises", reward_extra="\n    @vf.reward\n    async def boom(self) -> float:"
                   "\n        raise KeyError('no gold')")
@@ -309,6 +310,11 @@ class K(vf.Task[D, S, vf.TaskConfig]):
     @vf.metric
     async def msgs(self, trace) -> float:  # the branch walked through the nodes' parent links
         return float(len(trace.messages))
+    @vf.metric
+    async def first(self, trace) -> float:  # the first reply's text without its call, and the call
+        m = trace.assistant_messages[0]
+        return float(m.content == "Let me count." and (m.tool_calls[0].name, m.tool_calls[0].arguments)
+                     == ("bump", '{"by": 2}'))
     @classmethod
     def toolsets(cls, config):
         return [Counter(TC())]
@@ -337,7 +343,7 @@ def test_tool_state_travels_between_steps_and_reaches_scoring(tmp_path):
     env = VerifiersEnv(str(path))
     env.reset(row)
     env = hop(env)
-    s = env.step([], say('<tool_call>{"name": "bump", "arguments": {"by": 2}}</tool_call>'))
+    s = env.step([], say('Let me count. <tool_call>{"name": "bump", "arguments": {"by": 2}}</tool_call>'))
     assert s.messages[0]["content"] == "calls=2" and s.reward == pytest.approx(0.2 + 0.1)  # calls/10 + closing
     env = hop(env)
     s = env.step([], say('<tool_call>{"name": "bump", "arguments": {}}</tool_call>'))
@@ -347,7 +353,7 @@ def test_tool_state_travels_between_steps_and_reaches_scoring(tmp_path):
     s = hop(env).step([], say("ok"))
     assert (s.reward, s.done, s.info["vf_rewards"]) == (pytest.approx(0.4), True, {"calls": 0.3, "closing": 1.0})
     # system (the tool listing), count, call, result, call, result, done, more, ok
-    assert s.info["vf_metrics"] == {"msgs": 9.0} and s.info["vf_stop"] == "user_closed"
+    assert s.info["vf_metrics"] == {"msgs": 9.0, "first": 1.0} and s.info["vf_stop"] == "user_closed"
 
 
 def test_reward_range_below_zero_the_seat_s_own_cap_and_a_module_name(monkeypatch):
