@@ -75,6 +75,7 @@ MODULES: dict[str, tuple[str, str, list[str]]] = {
                                          "test_infra_failures.py")]),
     "reasoning_gym": ("rlvr_verifiers.reasoning_gym", "verifiers/reasoning_gym.py", [U + "test_reasoning_gym.py"]),
     "textarena": ("rlvr.envs.textarena", "rlvr/envs/textarena.py", [U + "test_textarena.py"]),
+    "verifiers_env": ("rlvr.envs.verifiers_env", "rlvr/envs/verifiers_env.py", [U + "test_verifiers_env.py"]),
     "environment_verifier": ("rlvr_verifiers.environment", "verifiers/environment.py", [U + "test_env_rows.py"]),
     "restarts": ("rlvr.runtime.restarts", "rlvr/runtime/restarts.py", [U + "test_restarts.py"]),
     "ckpt_write": ("rlvr.train.ckpt_write", "rlvr/train/ckpt_write.py",

@@ -23,10 +23,15 @@ from rlvr.envs.tokens import Message
 from rlvr.workers import ProcessPool
 
 
-def _handler() -> Callable[[tuple], Any]:
+def _handler(imports: tuple[str, ...] = ()) -> Callable[[tuple], Any]:
     """A worker's handler: ``("reset", name, args, row)`` or ``("step", state, history, reply)`` ->
     ``(state, value)``, or ``(None, reason)`` for an environment's bug or bad output (the worker lives on);
-    ``("close", state)`` -> ``(None, None)`` or ``(None, reason)``."""
+    ``("close", state)`` -> ``(None, None)`` or ``(None, reason)``. ``imports``: modules imported first, while the
+    worker starts (within the pool's start limit, not a call's: ``import verifiers`` takes 3-5 s on 2 busy cores)."""
+    import importlib
+
+    for module in imports:
+        importlib.import_module(module)
 
     def handle(job: tuple) -> Any:
         try:
@@ -42,15 +47,34 @@ def _handler() -> Callable[[tuple], Any]:
     return handle
 
 
+def env_preload(names: list[str | None]) -> tuple[str, ...]:
+    """The modules the environments ``names`` list in their class's ``preload_modules`` (None and names that do not
+    resolve are skipped: the run's own checks name those)."""
+    from rlvr.envs.runner import resolve_environment
+
+    out: list[str] = []
+    for name in names:
+        if name is None:
+            continue
+        try:
+            mods = getattr(resolve_environment(name), "preload_modules", ())
+        except Exception:  # noqa: BLE001 - a name that does not resolve fails at its reset, with the reason
+            continue
+        out += [m for m in mods if m not in out]
+    return tuple(out)
+
+
 class EnvPool:
     """Runs environment calls in ``num_workers`` processes (see the module docstring). Each row given to
-    :meth:`reset` names its environment under ``env`` (``{"name": ..., "args": {...}}``).
+    :meth:`reset` names its environment under ``env`` (``{"name": ..., "args": {...}}``). ``preload``: modules
+    each worker imports as it starts (an environment class's ``preload_modules``: :func:`env_preload`), so that
+    a slow import does not count against a call's ``timeout_s``.
 
     Errors: those of :class:`~rlvr.workers.ProcessPool` (bad sizes, workers that cannot start)."""
 
     def __init__(self, num_workers: int, timeout_s: float, memory_mb: int | None = None, *,
                  preload: tuple[str, ...] = ()) -> None:
-        self._pool = ProcessPool(_handler, (), num_workers, timeout_s, memory_mb, name="environment",
+        self._pool = ProcessPool(_handler, (tuple(preload),), num_workers, timeout_s, memory_mb, name="environment",
                                  what="the environment runner", preload=("rlvr.envs.runner", *preload))
         self._close_errors = 0
 

@@ -58,7 +58,7 @@ class TurnRollouts:
                  tools: ToolsConfig | None = None, verifiers: tuple[Any, ...] = ()) -> None:
         from transformers import AutoTokenizer
 
-        from rlvr.envs.pool import EnvPool
+        from rlvr.envs.pool import EnvPool, env_preload
         from rlvr.envs.template_check import checked_renderer
 
         self.env, self.data, self.tools = env, data, tools if tools is not None and tools.enabled else None
@@ -70,7 +70,8 @@ class TurnRollouts:
                                      max_observation_tokens=e.max_observation_tokens,
                                      end_on_length=e.end_on_length, step_last=env_scored(e, verifiers),
                                      max_prompt_tokens=data.max_prompt_tokens)  # fmt: skip
-        self.pool: Any = EnvPool(e.num_workers, e.timeout_s, e.memory_mb) if e.enabled else None
+        self.pool: Any = EnvPool(e.num_workers, e.timeout_s, e.memory_mb, preload=env_preload([e.name])) \
+            if e.enabled else None
         self.tool_runner = None
         if self.tools is not None and listing is not None:
             self.tool_runner = tool_runner(self.tools, listing, self.pool)

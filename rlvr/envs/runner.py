@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 BUILTINS = {"feedback": "rlvr.envs.builtins:Feedback", "guess": "rlvr.envs.builtins:Guess",
             "openenv": "rlvr.envs.openenv:OpenEnv", "openenv_ws": "rlvr.envs.openenv:OpenEnvSession",
-            "textarena": "rlvr.envs.textarena:TextArena"}
+            "textarena": "rlvr.envs.textarena:TextArena", "verifiers": "rlvr.envs.verifiers_env:VerifiersEnv"}
 """Built-in environments by short name."""
 
 

@@ -143,6 +143,9 @@ class TextArena:
     Errors: ``ValueError`` for bad arguments (at load: :meth:`check_args`); :class:`TextArenaError` for an
     opponent that does not answer with a string or a game that never hands the turn back."""
 
+    preload_modules = ("textarena",)
+    """Imported by each environment worker as it starts (:class:`rlvr.envs.pool.EnvPool`)."""
+
     def __init__(self, game: str, game_args: dict[str, Any] | None = None, players: int = 1, seat: int = 0,
                  opponent: str | None = None, reward_range: list[float] | None = None,
                  system_prompt: str | None = None) -> None:

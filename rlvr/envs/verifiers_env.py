@@ -367,6 +367,10 @@ class VerifiersEnv:
     ``llama3``, ``mistral``); ``reward_each_turn``: score every step as if the trajectory ended there; ``shuffle``:
     ``rows`` shuffles a finite taskset with the seed."""
 
+    preload_modules = ("rlvr.envs.verifiers_preload",)
+    """Imported by each environment worker as it starts (:class:`rlvr.envs.pool.EnvPool`): ``import verifiers``
+    takes 3-5 s on 2 busy cores, more than a call's limit should absorb."""
+
     def __init__(self, taskset: str, taskset_args: dict | None = None, env: str | None = None,
                  env_args: dict | None = None, max_turns: int | None = None,
                  reward_range: tuple[float, float] | list[float] = (0.0, 1.0), tool_format: str = "hermes",

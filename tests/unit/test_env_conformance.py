@@ -1,7 +1,7 @@
 """One conformance suite for every environment adapter (issue 42): the same cases, run through the real turn loop
 (:func:`rlvr.envs.turns.run_turns`: tiny model's renderer, a scripted engine) and the real environment process
 pool (:class:`rlvr.envs.pool.EnvPool`: 2 workers, a 2 s limit per call), against each adapter with what it wraps
-misbehaving on purpose (tests/unit/conformance_envs.py):
+misbehaving on purpose (tests/unit/conformance_envs.py, tests/unit/conformance_vf.py):
 
 - ``ok``: reset, a wrong reply answered, a right one ends the trajectory with reward 1 (``done``);
 - ``reset_raises``, ``step_raises``, ``step_hangs``, ``dies`` (what serves the environment goes away mid-trajectory),
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.envs.pool import EnvPool
+from rlvr.envs.pool import EnvPool, env_preload
 from rlvr.envs.turns import TurnSettings, run_turns
 from rlvr.runtime.rollout_stage import infra_failed
 from rlvr.types import Completion, SamplingConfig
@@ -103,12 +103,26 @@ class OpenEnvHTTP(Adapter):
             self.server.stop()
 
 
-ADAPTERS = [Plain, Arena, OpenEnvHTTP]
+class Verifiers(Adapter):
+    name = "verifiers 0.4.0"
+
+    def env(self, mode, closes_to):
+        from rlvr.envs.verifiers_env import VerifiersEnv
+
+        armed = f"{closes_to}.armed"
+        args = {"taskset": "tests/unit/conformance_vf.py", "taskset_args": {"mode": mode, "armed": armed},
+                "max_turns": 4, "reward_range": [0, 1]}
+        row = VerifiersEnv.rows(size=1, seed=0, **args)[0]  # rows replay each opening: a reset raising here fails
+        Path(armed).touch()  # the load; armed after it, the reset fails in the worker
+        return "verifiers", args, row
+
+
+ADAPTERS = [Plain, Arena, OpenEnvHTTP, Verifiers]
 
 
 @pytest.fixture(scope="module")
 def pool():
-    with EnvPool(2, POOL_TIMEOUT_S) as p:
+    with EnvPool(2, POOL_TIMEOUT_S, preload=env_preload(["textarena", "verifiers"])) as p:
         yield p
 
 
@@ -151,20 +165,26 @@ def test_ok_reset_step_and_score(adapter, pool, renderer, tmp_path):  # noqa: F8
 
 FAILURES = {
     "reset_raises": {Plain: "env: error: RuntimeError: reset broke", Arena: "env: error: RuntimeError: reset broke",
-                     OpenEnvHTTP: "env: error: OpenEnvError: openenv: POST"},
+                     OpenEnvHTTP: "env: error: OpenEnvError: openenv: POST",
+                     Verifiers: "env: error: RuntimeError: reset broke"},
     "step_raises": {Plain: "env: error: RuntimeError: step broke", Arena: "env: error: RuntimeError: step broke",
-                    OpenEnvHTTP: "env: error: OpenEnvError: openenv: POST"},
-    "step_hangs": {Plain: "env: timeout", Arena: "env: timeout", OpenEnvHTTP: "env: error: OpenEnvError: openenv: POST"},
-    "dies": {Plain: "env: crashed", Arena: "env: crashed", OpenEnvHTTP: "env: error: OpenEnvError: openenv: POST"},
+                    OpenEnvHTTP: "env: error: OpenEnvError: openenv: POST",
+                    Verifiers: "env: error: RuntimeError: step broke"},
+    "step_hangs": {Plain: "env: timeout", Arena: "env: timeout", OpenEnvHTTP: "env: error: OpenEnvError: openenv: POST",
+                   Verifiers: "env: timeout"},
+    "dies": {Plain: "env: crashed", Arena: "env: crashed", OpenEnvHTTP: "env: error: OpenEnvError: openenv: POST",
+             Verifiers: "env: crashed"},
     "malformed": {Plain: "env: bad output: step returned the reward 5.0", Arena: "env: bad output: textarena:",
-                  OpenEnvHTTP: "env: error: OpenEnvError: openenv: POST"},
+                  OpenEnvHTTP: "env: error: OpenEnvError: openenv: POST", Verifiers: "env: error:"},
 }
 """What each failure ends a trajectory with, per adapter (the start of ``end_reason``)."""
 
 DETAIL = {("reset_raises", OpenEnvHTTP): "HTTP 500", ("step_raises", OpenEnvHTTP): "HTTP 500",
           ("step_hangs", OpenEnvHTTP): "no answer within timeout_s=1s", ("malformed", OpenEnvHTTP): "not JSON",
           ("dies", OpenEnvHTTP): "", ("step_hangs", Plain): "environment.timeout_s=2", ("dies", Plain): "died",
-          ("step_hangs", Arena): "environment.timeout_s=2", ("dies", Arena): "died"}
+          ("step_hangs", Arena): "environment.timeout_s=2", ("dies", Arena): "died",
+          ("step_hangs", Verifiers): "environment.timeout_s=2", ("dies", Verifiers): "died",
+          ("malformed", Verifiers): "reward_range"}
 """A part of the whole failure text worth checking beyond the reason."""
 
 

@@ -87,7 +87,7 @@ def test_resolve_environment_finds_each_kind_of_name(monkeypatch):
     assert resolve_environment("my-guess") is Guess
     # an unknown name: the nearest known one when there is one (difflib ratio 0.57 for the words swapped)
     with pytest.raises(KeyError, match=r"unknown environment 'envopen'\. Did you mean 'openenv'\? Built-in: "
-                                       r"feedback, guess, openenv; entry points \(rlvr\.environments\): my-guess;"):
+                                       r"feedback, guess, openenv, openenv_ws, textarena, verifiers; entry points \(rlvr\.environments\): my-guess;"):
         resolve_environment("envopen")
     with pytest.raises(KeyError) as e:
         resolve_environment("quiz")
