@@ -1,7 +1,7 @@
 """Per-call cost (ms) of rlvr.envs.verifiers_env vs a plain rlvr environment (builtins Guess), through
 rlvr.envs.runner.env_reset/env_step (pickle in and out, as a worker does), one process, warm caches (the repository
 root first on sys.path: the adapter's import of the verifiers distribution past rlvr's own verifiers/ folder runs).
-Run: flock /tmp/rlvr_cpu.lock .venv/bin/python examples/verifiers_env/bench_adapter.py (docs/verifiers_adapter.md)."""
+Run: flock /tmp/rlvr_cpu.lock .venv/bin/python examples/verifiers_env/bench_adapter.py (docs/environments.md, verifiers)."""
 import statistics
 import sys
 import time

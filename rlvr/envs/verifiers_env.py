@@ -73,7 +73,7 @@ def refuse(feature: str, why: str) -> VerifiersRefused:
     return VerifiersRefused(f"verifiers adapter: {feature} is not supported ({why}). Supported: a taskset with a "
                             "prompt, @vf.reward/@vf.metric/Trace @vf.stop scoring, an Env with one agent seat "
                             "driving interaction().turn() or run(), and in-process @vf.tool toolsets "
-                            "(docs/verifiers_adapter.md)")
+                            "(docs/environments.md, verifiers)")
 
 
 def import_vf() -> Any:
