@@ -49,6 +49,7 @@ import inspect
 import json
 import os
 import socket
+import threading
 import time
 import urllib.parse
 import uuid
@@ -199,6 +200,15 @@ class OpenEnv:
 MAX_MESSAGE_BYTES = 100 * 2**20
 """The largest WebSocket message accepted (openenv-core's client default, ``max_message_size_mb=100``)."""
 
+RECV_THREAD_STACK = 512 * 2**10
+"""Stack bytes of each connection's reader thread (websockets' sync client reads in a thread of its own; the
+default 8 MiB of address space each would count against ``environment.memory_mb``)."""
+
+MALLOC_ARENAS = 2
+"""glibc malloc arenas allowed in a process that holds sessions: each reader thread would otherwise get an arena of
+its own, up to 8 per core, each reserving 64 MiB of address space (``environment.memory_mb`` counts it: at 2048
+MiB on 2 cores a worker held 16 sessions with default thread stacks, 241 with small stacks, 1280 with both)."""
+
 _SESSIONS: dict[str, Any] = {}
 """This process's live connections (``websockets.sync.client.ClientConnection``), by episode id: what
 :class:`OpenEnvSession` keeps between the calls of a trajectory. Empty in a fresh (replacement) worker."""
@@ -211,6 +221,25 @@ def ws_url(url: str) -> str:
         if url.startswith(old):
             url = new + url[len(old):]
     return url.rstrip("/") + "/ws"
+
+
+_arenas_capped = False
+
+
+def _cap_malloc_arenas() -> None:
+    """``mallopt(M_ARENA_MAX, MALLOC_ARENAS)`` once in this process (glibc only; elsewhere nothing)."""
+    global _arenas_capped
+    if _arenas_capped:
+        return
+    _arenas_capped = True
+    try:
+        import ctypes
+        import ctypes.util
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(-8, MALLOC_ARENAS)  # M_ARENA_MAX (malloc.h)
+    except (OSError, AttributeError):  # not glibc: its own malloc, its own rules
+        pass
 
 
 def _drop(episode_id: str | None) -> None:
@@ -274,6 +303,8 @@ class OpenEnvSession(OpenEnv):
             raise ImportError("openenv_ws needs the websockets package: pip install 'websockets>=15'") from e
         # legacy=True: a plain connection, not the context manager websockets 17 plans (where it takes the flag)
         legacy = {"legacy": True} if "legacy" in inspect.signature(connect).parameters else {}
+        _cap_malloc_arenas()
+        stack = threading.stack_size(RECV_THREAD_STACK)  # the connection's reader thread: a small stack
         try:
             return connect(self.ws_url, open_timeout=self.timeout_s, close_timeout=self.timeout_s,
                            ping_interval=None, proxy=None, max_size=MAX_MESSAGE_BYTES, **legacy)
@@ -286,6 +317,8 @@ class OpenEnvSession(OpenEnv):
                              "serve /ws? openenv-core 0.3.0 does; an HTTP-only server: use 'openenv')") from None
         except (OSError, InvalidHandshake) as e:
             raise self._fail(f"could not connect: {type(e).__name__}: {e}") from None
+        finally:
+            threading.stack_size(stack)
 
     def _live(self) -> Any:
         ws = _SESSIONS.get(self.episode_id or "")

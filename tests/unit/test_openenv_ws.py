@@ -409,3 +409,48 @@ def test_the_inline_runner_keeps_sessions_in_this_process(server):
     eid = pickle.loads(s[1]).episode_id
     runner.release([s])
     _wait(lambda: server.closes == {eid: 1}, "the close")
+
+
+_VM_PROBE = """
+import re, sys
+from rlvr.envs.openenv import OpenEnvSession
+def vm():
+    return int(re.search(r"VmSize:\\s+(\\d+)", open("/proc/self/status").read()).group(1)) / 1024
+envs, sizes = [], []
+for i in range(33):
+    envs.append(OpenEnvSession(url=sys.argv[1], timeout_s=5.0))
+    envs[-1].reset({})
+    sizes.append(vm())
+for e in envs:
+    e.close()
+print(sizes[1] - sizes[0], (sizes[32] - sizes[1]) / 31)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads VmSize from /proc")
+def test_each_session_costs_little_address_space(server):
+    """A connection's reader thread gets a 512 KiB stack (not 8 MiB) and no malloc arena of its own (64 MiB of
+    address space each, up to 8 per core): what environment.memory_mb counts. Measured in a fresh process: the
+    second session and the next 31 each add under 2 MiB of VmSize."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _VM_PROBE, server.url], capture_output=True, text=True, timeout=60,
+                       cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert r.returncode == 0, r.stderr[-2000:]
+    second, each = map(float, r.stdout.split())
+    assert second < 2 and each < 2, (second, each)
+    assert server.closes and len(server.closes) == 33
+
+
+def test_a_worker_under_its_memory_limit_holds_many_sessions(server):
+    """Each connection has a reader thread: with 8 MiB stacks and a malloc arena per thread (64 MiB of address space
+    each, up to 8 per core) a worker at memory_mb=2048 on 2 cores held 16 sessions; with small stacks and 2 arenas,
+    over a thousand. 64 here, in one worker."""
+    with EnvPool(num_workers=1, timeout_s=20.0, memory_mb=2048) as pool:
+        out = pool.reset([row(server.url, timeout_s=5.0)] * 64)
+        assert [why.splitlines()[0] for s, why in out if s is None] == []
+        out = pool.step([(s, [], reply("1")) for s, _ in out])
+        assert {step.messages[0]["content"] for _, step in out} == {"echo 1 count 1"}
+        pool.release([s for s, _ in out])
+        _wait(lambda: len(server.closes) == 64, "64 closes")
