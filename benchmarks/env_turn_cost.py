@@ -9,7 +9,9 @@ Each adapter plays B trajectories for K turns through the real environment pool 
 - ``textarena``: Rock-Paper-Scissors with 1000 rounds against ``always:[rock]`` (the game engine's step, the
   observation formatting, the generator state kept);
 - ``openenv_http``: the conformance suite's OpenEnv HTTP server in this process (a connection and a request per step);
-- ``openenv_ws`` / ``verifiers``: when those adapters are installed (``--adapters``), as their own sections say.
+- ``openenv_ws``: its WebSocket server in this process (one connection per trajectory, pinned to its worker);
+- ``verifiers``: the conformance suite's verifiers 0.4.0 taskset (tests/unit/conformance_vf.py: its ``Env.run``
+  answers "again"), replayed from the start at each step, so its cost grows with the turns so far.
 
 Prints per adapter the median round (ms, B trajectories), the median per trajectory-turn (round / B) and the ratio
 to ``plain`` measured in the same run.
@@ -32,14 +34,19 @@ from rlvr.envs.pool import EnvPool  # noqa: E402
 HERE = "tests/unit/conformance_envs.py"
 
 
-def adapters(server_url: str) -> dict[str, tuple[dict, dict, str]]:
+def adapters(server_url: str, ws_url: str) -> dict[str, tuple[dict, dict, str]]:
     """name -> (environment entry, row fields, the fixed reply)."""
+    from rlvr.envs.verifiers_env import VerifiersEnv
+
+    vf_args = {"taskset": "tests/unit/conformance_vf.py", "taskset_args": {"mode": "ok"}, "reward_range": [0, 1]}
     return {
         "plain": ({"name": f"{HERE}:PlainEnv", "args": {}}, {}, "3"),
         "textarena": ({"name": "textarena", "args": {"game": "IteratedRockPaperScissors-v0",
                                                      "game_args": {"num_rounds": 1000}, "players": 2,
                                                      "opponent": "always:[rock]"}}, {"seed": 1}, "[paper]"),
         "openenv_http": ({"name": "openenv", "args": {"url": server_url, "observation_field": "text"}}, {}, "3"),
+        "openenv_ws": ({"name": "openenv_ws", "args": {"url": ws_url, "observation_field": "text"}}, {}, "3"),
+        "verifiers": ({"name": "verifiers", "args": vf_args}, VerifiersEnv.rows(size=1, seed=0, **vf_args)[0], "3"),
     }
 
 
@@ -68,12 +75,14 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    from tests.unit.conformance_envs import OpenEnvServer
+    from tests.unit.conformance_envs import OpenEnvServer, OpenEnvWsServer
 
-    server = OpenEnvServer()
-    table = adapters(server.url)
+    server, ws_server = OpenEnvServer(), OpenEnvWsServer()
+    table = adapters(server.url, ws_server.url)
     medians: dict[str, float] = {}
-    with EnvPool(2, 30.0) as pool:
+    from rlvr.envs.pool import env_preload
+
+    with EnvPool(2, 30.0, preload=env_preload(["textarena", "verifiers"])) as pool:
         rounds(pool, *table["plain"], 4, 2)  # warm the workers' imports
         rounds(pool, *table["textarena"], 4, 2)
         for name, (env, fields, reply) in table.items():
@@ -81,6 +90,7 @@ def main() -> None:
                                                                       args.turns)]  # fmt: skip
             medians[name] = statistics.median(times)
     server.stop()
+    ws_server.stop()
     b = args.trajectories
     print(f"{b} trajectories, {args.turns} turns, {args.repeats} repeats, 2 environment workers")
     print(f"{'adapter':<14} {'round ms':>9} {'ms/turn':>8} {'vs plain':>9}")

@@ -99,6 +99,12 @@ def policy_order_seed(seed: int, version: int) -> int:
     return seed * 7919 + version
 
 
+def opponent_seed(game_seed: int) -> int:
+    """A TextArena game's opponent generator (:mod:`rlvr.envs.textarena`), from the game's own seed (the row's): one
+    stream per game, apart from the game's own draws."""
+    return game_seed + 1
+
+
 def critic_order_seed(seed: int, updates: int) -> int:
     """The mini-batch order of the critic's update number ``updates + 1``."""
     return seed * 104729 + updates

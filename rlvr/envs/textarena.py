@@ -44,6 +44,7 @@ from typing import Any, Callable
 
 from rlvr.envs.base import BadEnvOutput, EnvStep
 from rlvr.envs.tokens import Message
+from rlvr.seeding import opponent_seed
 
 MAX_OPPONENT_MOVES = 1000
 """Opponent moves in a row after one model move at most (a game that never hands the turn back is a bug)."""
@@ -251,7 +252,7 @@ class TextArena:
         try:
             self.env = _make(self.game, self.game_args)
             self.env.reset(num_players=self.players, seed=seed)
-            self.opponent_rng = random.Random(seed + 1)
+            self.opponent_rng = random.Random(opponent_seed(seed))
             self.invalid_moves = self.moves = 0
             self._opponent_moves()
             pid, obs = self.env.get_observation()

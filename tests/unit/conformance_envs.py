@@ -160,7 +160,7 @@ class OpenEnvServer:
                     if mode == "step_raises":
                         return self._answer(500, b'{"detail": "step broke"}')
                     if mode == "step_hangs":
-                        time.sleep(HANG_S)
+                        server.stopping.wait(HANG_S)  # until the test is over
                     if mode == "dies":
                         threading.Thread(target=server.stop, daemon=True).start()
                         self.close_connection = True
@@ -175,6 +175,7 @@ class OpenEnvServer:
                 return self._answer(200, json.dumps(out).encode())
 
         self.episodes: dict[str, list] = {}
+        self.stopping = threading.Event()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
@@ -182,5 +183,72 @@ class OpenEnvServer:
         self.thread.start()
 
     def stop(self) -> None:
+        self.stopping.set()
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class OpenEnvWsServer:
+    """openenv-core 0.3.0's ``/ws`` sessions in miniature (one connection, one episode), in a thread: the reset
+    data's ``mode`` (the adapter's ``reset_args``) picks the mode for the session; each ``close`` message is noted in
+    the reset data's ``closes_to``. ``dies`` drops every connection and stops listening at the first step."""
+
+    def __init__(self) -> None:
+        from websockets.sync.server import serve
+
+        self.live: list = []
+        self.stopping = threading.Event()
+        self.srv = serve(self._handle, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self.srv.socket.getsockname()[1]}"
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def _send(self, ws, kind: str, data: Any) -> None:
+        ws.send(json.dumps({"type": kind, "data": data}))
+
+    def _handle(self, ws) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        self.live.append(ws)
+        mode, closes_to, n = "ok", None, 0
+        try:
+            for raw in ws:
+                msg = json.loads(raw)
+                if msg["type"] == "close":
+                    _note(closes_to, f"closed after {n} steps")
+                    return
+                if msg["type"] == "reset":
+                    mode, closes_to = msg["data"].get("mode", "ok"), msg["data"].get("closes_to")
+                    if mode == "reset_raises":
+                        self._send(ws, "error", {"message": "reset broke", "code": "EXECUTION_ERROR"})
+                        continue
+                    self._send(ws, "observation", {"observation": {"text": OPENING}, "reward": None, "done": False})
+                    continue
+                n += 1
+                if n == 1 and mode != "ok":
+                    if mode == "step_raises":
+                        self._send(ws, "error", {"message": "step broke", "code": "EXECUTION_ERROR"})
+                        continue
+                    if mode == "step_hangs":
+                        self.stopping.wait(HANG_S)  # until the test is over
+                    if mode == "dies":
+                        threading.Thread(target=self.stop, daemon=True).start()
+                        ws.close_socket()
+                        return
+                    if mode == "malformed":
+                        ws.send("<html>oops</html>")
+                        continue
+                    if mode == "long_obs":
+                        self._send(ws, "observation", {"observation": {"text": "z" * LONG_CHARS}, "reward": None,
+                                                       "done": False})  # fmt: skip
+                        continue
+                won = msg["data"]["message"].strip() == "7"
+                self._send(ws, "observation", {"observation": {"text": "won" if won else "again"},
+                                               "reward": 1.0 if won else 0.0, "done": won})  # fmt: skip
+        except ConnectionClosed:
+            pass
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for ws in self.live:  # first: shutdown() waits for the handlers, which wait for their connections
+            ws.close_socket()
+        self.srv.shutdown()
