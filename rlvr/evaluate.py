@@ -344,6 +344,15 @@ def sample_stats(completions: list[Completion], scored: list, key: str) -> dict[
 # running
 
 
+def engine_context(longest_prompt: int, prompt_limit: int, after_prompt: int, environment: bool) -> int:
+    """The eval engine's ``max_model_len`` (tokens): the longest prompt read plus what may follow it
+    (``after_prompt``: one answer's ``max_new_tokens``, or a trajectory's ``environment.max_tokens``). With an
+    environment the longest prompt is at least ``prompt_limit``: an environment's own opening replaces the row's
+    prompt and is held only to that limit (an opening longer than the row's prompt overran a context sized by the
+    rows alone)."""
+    return (max(longest_prompt, prompt_limit) if environment else longest_prompt) + after_prompt
+
+
 def _engine(cfg: EvalConfig, model_dir: str, max_model_len: int) -> Any:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # as the training roles: per-weight dtype warnings
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -545,8 +554,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     loaded = [load_set(es, cfg, tok, prompt_limit) for es in sets]
     after_prompt = env.max_tokens if cfg.multi_turn else new_tokens
     longest = max(len(p.prompt_ids) for ls in loaded for p in ls.prompts)
-    # an environment's own opening replaces the row's prompt and may be as long as the prompt limit
-    max_model_len = (max(longest, prompt_limit) if env.enabled else longest) + after_prompt
+    max_model_len = engine_context(longest, prompt_limit, after_prompt, env.enabled)
     out_dir = make_output_dir(cfg)
     files = {"results": str(out_dir / "results.json"), "samples": str(out_dir / "samples.jsonl")}
     t0 = time.perf_counter()

@@ -130,3 +130,12 @@ def test_the_recipe_check_refuses_the_environment_verifier_and_env_rows_without_
     with pytest.raises(RecipeError, match="data.env_rows.holdout > 0"):
         load_recipe(TINY, [f"environment.name={HERE}:Dealer", f"data.source=env:{HERE}:Dealer",
                            "validation.every_steps=2"])
+
+
+def test_the_eval_engines_context_leaves_room_for_an_environments_own_opening():
+    from rlvr.evaluate import engine_context
+
+    # rows of 30 tokens, openings held to 192, a trajectory budget of 160 (the TextArena recipe's sizes)
+    assert engine_context(30, 192, 160, environment=True) == 352  # not 190, which a 192-token opening overran
+    assert engine_context(30, 192, 32, environment=False) == 62  # single-turn: the rows' own prompts
+    assert engine_context(250, 192, 160, environment=True) == 410  # a row's own longer prompt still counts
