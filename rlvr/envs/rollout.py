@@ -176,14 +176,17 @@ class _Timer:
                 self.seconds += time.perf_counter() - t
 
 
+def last_env_reward(c: Completion) -> float | None:
+    """The last reward the environment gave in trajectory ``c`` (``Completion.turn_rewards``), None when it gave
+    none."""
+    given = [x for x in (c.turn_rewards or []) if x is not None]
+    return given[-1] if given else None
+
+
 def scoring_rows(completions: list[Completion], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``rows`` [B] as the verifiers see them for trajectories: each with ``env_reward``, the last reward its
     environment gave (None: none), which the ``environment`` verifier scores (:mod:`rlvr_verifiers.environment`)."""
-    out = []
-    for c, row in zip(completions, rows):
-        given = [x for x in (c.turn_rewards or []) if x is not None]
-        out.append({**row, "env_reward": given[-1] if given else None})
-    return out
+    return [{**row, "env_reward": last_env_reward(c)} for c, row in zip(completions, rows)]
 
 
 def trajectory_rewards(completions: list[Completion], scored: list[Any], env: Any) -> list[Any]:
@@ -195,8 +198,8 @@ def trajectory_rewards(completions: list[Completion], scored: list[Any], env: An
 
     out = []
     for c, s in zip(completions, scored):
-        given = [x for x in (c.turn_rewards or []) if x is not None]
-        env_reward = given[-1] if given else 0.0
+        env_reward = last_env_reward(c)
+        env_reward = 0.0 if env_reward is None else env_reward
         reward = {"verifiers": s.reward, "environment": env_reward, "both": s.reward + env_reward}[env.reward]
         out.append(dataclasses.replace(s, reward=reward * env.turn_discount ** (c.turns - 1)))
     return out

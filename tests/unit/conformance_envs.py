@@ -37,6 +37,17 @@ def _note(path: str | None, text: str) -> None:
             f.write(text + "\n")
 
 
+def misbehave(mode: str) -> None:
+    """What an in-process environment does at its first step in ``step_raises``, ``step_hangs`` and ``dies``
+    (nothing in the other modes)."""
+    if mode == "step_raises":
+        raise RuntimeError("step broke")
+    if mode == "step_hangs":
+        time.sleep(HANG_S)
+    if mode == "dies":
+        os._exit(3)
+
+
 class PlainEnv:
     """A plain rlvr environment in ``mode`` (the module docstring)."""
 
@@ -51,12 +62,7 @@ class PlainEnv:
     def step(self, history, reply):
         self.steps += 1
         if self.steps == 1 and self.mode != "ok":
-            if self.mode == "step_raises":
-                raise RuntimeError("step broke")
-            if self.mode == "step_hangs":
-                time.sleep(HANG_S)
-            if self.mode == "dies":
-                os._exit(3)
+            misbehave(self.mode)
             if self.mode == "malformed":
                 return EnvStep([{"role": "user", "content": "x"}], reward=5.0)
             if self.mode == "long_obs":
@@ -97,12 +103,7 @@ try:
             self.state.add_observation(from_id=0, to_id=-1, message=action,
                                        observation_type=ta.ObservationType.PLAYER_ACTION)
             if self.steps == 1 and self.mode != "ok":
-                if self.mode == "step_raises":
-                    raise RuntimeError("step broke")
-                if self.mode == "step_hangs":
-                    time.sleep(HANG_S)
-                if self.mode == "dies":
-                    os._exit(3)
+                misbehave(self.mode)
                 if self.mode == "malformed":
                     self.state.rewards = {0: "a lot"}  # not a number: the adapter must refuse it
                     self.state.done = True
