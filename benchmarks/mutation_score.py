@@ -90,6 +90,7 @@ MODULES: dict[str, tuple[str, str, list[str]]] = {
                                  "test_formats_mutants.py")]),
     "inflight": ("rlvr.rollout.inflight", "rlvr/rollout/inflight.py", [U + "test_inflight_loop.py"]),
     "packing": ("rlvr.train.packing", "rlvr/train/packing.py", [U + "test_packing.py", U + "test_token_budget.py"]),
+    "tinker_losses": ("rlvr.algos.tinker_losses", "rlvr/algos/tinker_losses.py", [U + "test_tinker_losses.py"]),
 }
 
 _BINOPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult, ast.FloorDiv: ast.Div,
