@@ -160,10 +160,13 @@ def main(argv: list[str] | None = None) -> int:
 
     add_eval_parser(sub)  # rlvr eval MODEL --data SET ... (rlvr/eval_cli.py)
     add_plot_parser(sub)  # rlvr plot RUN_DIR [--out DIR] (rlvr/plot.py)
+    from rlvr.serve.cli import add_serve_parser
+
+    add_serve_parser(sub)  # rlvr serve [--model M] [--full] (rlvr/serve/)
     # overrides may come before or after flags (`train r.yaml --dry-run a.b=1` and `train r.yaml a.b=1 --dry-run`)
     args, extra = parser.parse_known_args(argv)
     if extra:
-        if args.command != "train" or any(x.startswith("-") or "=" not in x for x in extra):
+        if args.command not in ("train", "serve") or any(x.startswith("-") or "=" not in x for x in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = list(args.overrides) + extra
     from rlvr.console import CONSOLE_ENV, setup_console

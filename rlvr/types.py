@@ -44,6 +44,10 @@ class SamplingConfig:
     top_k: int = -1
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
+    stop: tuple[str, ...] = ()
+    """Stop strings: generation ends once the text holds one (the tokens that completed it are kept)."""
+    ignore_eos: bool = False
+    """Generate past the eos token (only ``max_new_tokens`` and the stops above end a sample)."""
 
 
 @dataclass(frozen=True, kw_only=True)

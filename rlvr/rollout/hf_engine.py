@@ -44,7 +44,8 @@ class HFEngine:
         gen = torch.Generator(device="cpu").manual_seed(hf_generator_seed(sampling.seed, self.seed, self._calls))
         torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
         out: list[Completion] = []
-        stop = {self.eos_id, *sampling.stop_token_ids}
+        stop = {*(() if sampling.ignore_eos else (self.eos_id,)), *sampling.stop_token_ids}
+        strings = {"stop_strings": list(sampling.stop), "tokenizer": self.tok} if sampling.stop else {}
         for p in prompts:
             ids = torch.tensor([p.prompt_ids] * sampling.n, device=self.device)
             res = self.model.generate(
@@ -55,8 +56,9 @@ class HFEngine:
                 top_p=sampling.top_p,
                 top_k=sampling.top_k if sampling.top_k > 0 else 0,
                 max_new_tokens=p.max_new_tokens or sampling.max_new_tokens,  # a trajectory's budget may be less
-                eos_token_id=sorted(stop),
+                eos_token_id=sorted(stop) or None,
                 pad_token_id=self.pad_id,
+                **strings,
                 output_scores=True,
                 return_dict_in_generate=True,
             )
@@ -68,10 +70,11 @@ class HFEngine:
                 seq = new[j].tolist()
                 n = len(seq)
                 for k, t in enumerate(seq):
-                    if t in stop:
+                    if t in stop or (sampling.stop and _ends_with_stop(self.tok.decode(seq[: k + 1]), sampling.stop)):
                         n = k + 1
                         break
-                finished = n < len(seq) or (len(seq) > 0 and seq[n - 1] in stop)
+                finished = n < len(seq) or (len(seq) > 0 and (seq[n - 1] in stop or (
+                    bool(sampling.stop) and _ends_with_stop(self.tok.decode(seq[:n]), sampling.stop))))
                 out.append(
                     Completion(
                         prompt_index=p.index,
@@ -137,3 +140,9 @@ class HFEngine:
 
     def ping(self) -> bool:
         return True
+
+
+def _ends_with_stop(text: str, stops: tuple[str, ...]) -> bool:
+    """Whether ``text`` (the sample's tokens so far, decoded) holds one of the stop strings: the first token at
+    which it does is where the sample stops."""
+    return any(s in text for s in stops)

@@ -226,6 +226,9 @@ class VLLMEngine:
             top_k=sampling.top_k if sampling.top_k > 0 else 0,
             logprobs=0,
             stop_token_ids=list(sampling.stop_token_ids) or None,
+            stop=list(sampling.stop) or None,
+            include_stop_str_in_output=bool(sampling.stop),
+            ignore_eos=sampling.ignore_eos,
         )
         if self.loop is not None:
             return self._generate_in_flight(prompts, sampling, params)

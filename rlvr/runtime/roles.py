@@ -162,9 +162,13 @@ class Roles:
     :meth:`shutdown` runs before the error propagates: no actor, placement group or role thread outlives a
     failed start. Errors: :class:`RoleError`, or what a role's start raised."""
 
-    def __init__(self, recipe: Recipe, model_dir: str, run_dir: Path, executor: Any | None = None):
+    def __init__(self, recipe: Recipe, model_dir: str, run_dir: Path, executor: Any | None = None,
+                 trainer_cls: type | None = None):
+        """``trainer_cls``: the trainer ranks' class (None: :class:`rlvr.train.policy.PolicyWorker`; ``rlvr serve``
+        passes its subclass with the Tinker API's split update)."""
         r = recipe
         self.recipe = r
+        self.trainer_cls = trainer_cls
         env = role_env(r, run_dir, r.rollout.threads)
         self.ex = executor if executor is not None else default_executor(r, run_dir)
         self.reward: Handle | None = None  # set once spawned: what shutdown() closes
@@ -235,8 +239,9 @@ class Roles:
         from rlvr.train.policy import PolicyWorker
 
         r = self.recipe
+        cls = self.trainer_cls or PolicyWorker
         self.trainers: list[Handle] = [
-            self.ex.spawn(f"trainer{k}", PolicyWorker, r, model_dir, k, r.trainer.num_workers, resources=self.res["trainer"][k])
+            self.ex.spawn(f"trainer{k}", cls, r, model_dir, k, r.trainer.num_workers, resources=self.res["trainer"][k])
             for k in range(r.trainer.num_workers)
         ]
         self.rendezvous["trainer"] = self._rank0_address("the trainer's data-parallel group")

@@ -1,0 +1,178 @@
+"""A served training model: rlvr's roles (trainer ranks, vLLM or HF engines, the checked weight sync) for one
+``create_model``, and the sampling batcher that turns concurrent ``asample`` calls into batched engine calls.
+
+Weights on the engines: the newest ones saved for the sampler. ``save_weights_for_sampler`` pushes the trainer's
+weights through :meth:`rlvr.runtime.roles.Roles.sync` (checksums, read-back, the logprob probe: what ``rlvr train``
+checks), so the engines serve exactly what the trainer holds at that point. A sampler path of older weights is
+refused once newer ones are pushed (the engines hold one set of weights).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlvr.serve.futures import Futures, Result, UserError
+from rlvr.types import Prompt, SamplingConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SampleJob:
+    """One ``asample`` call: its request id, prompt tokens [L], G = ``n`` samples, and whether to score the prompt."""
+
+    rid: str
+    prompt_ids: list[int]
+    sampling: SamplingConfig
+    prompt_logprobs: bool
+    version: int
+
+
+@dataclass
+class ModelRun:
+    """One training model (a Tinker ``model_id``): its roles, its base model name, LoRA rank (0: full fine-tuning),
+    the policy version the trainer holds, the version the engines hold, its sampler checkpoints."""
+
+    model_id: str
+    session_id: str
+    base_model: str
+    lora_rank: int
+    roles: Any
+    state_dir: Path
+    timeout_s: float
+    trainer_version: int = 0
+    engine_version: int = 0
+    samplers: dict[str, int] = field(default_factory=dict)  # sampling session id or sampler path -> version
+    engine_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # -- training (run on the model's lane, in order) -------------------------------------------------------------
+    def call_trainers(self, method: str, *args: Any, what: str) -> Any:
+        """``method`` on every trainer rank (they all take part), rank 0's answer, within ``timeout_s``."""
+        calls = [t.call(method, *args) for t in self.roles.trainers]
+        return self.roles.get(calls, self.timeout_s, f"{what} (model {self.model_id})", None)[0]
+
+    def forward_backward(self, data, loss_fn: str, config, forward_only: bool) -> dict[str, Any]:
+        return self.call_trainers("forward_backward", data, loss_fn, config, forward_only,
+                                  what="forward" if forward_only else "forward_backward")
+
+    def optim_step(self, adam: dict[str, float]) -> dict[str, float]:
+        out = self.call_trainers("optim_step", adam["learning_rate"], adam["beta1"], adam["beta2"], adam["eps"],
+                                 adam.get("weight_decay", 0.0), adam.get("grad_clip_norm", 0.0), what="optim_step")
+        self.trainer_version += 1
+        return out
+
+    def push_to_engines(self) -> dict[str, float]:
+        """The trainer's weights onto every engine (the checked sync), unless they already hold them."""
+        if self.engine_version == self.trainer_version:
+            return {}
+        with self.engine_lock:
+            stats = self.roles.sync(self.trainer_version)
+            self.engine_version = self.trainer_version
+        return stats
+
+    def save_state(self, name: str) -> Path:
+        """Weights and optimizer state under ``state_dir/<model_id>/weights/<name>``, with ``serve.json`` (base
+        model, LoRA rank, version) so a later server can load it."""
+        out = self.state_dir / self.model_id / "weights" / name
+        self.call_trainers("save_state", str(out), what="save_weights")
+        (out / "serve.json").write_text(json.dumps({"base_model": self.base_model, "lora_rank": self.lora_rank,
+                                                    "version": self.trainer_version}))
+        return out
+
+    def load_state(self, folder: Path, optimizer: bool) -> int:
+        version = int(self.call_trainers("load_weights", str(folder), optimizer, what="load_weights"))
+        self.trainer_version = version
+        self.engine_version = -1  # the engines hold other weights now: the next sampler save pushes these
+        return version
+
+    # -- sampling --------------------------------------------------------------------------------------------------
+    def generate(self, jobs: list[SampleJob]) -> list[tuple[list, list[float | None] | None]]:
+        """One engine call per engine for ``jobs`` (same sampling settings): per job ([(tokens, logprobs, stop
+        reason)] x G, prompt logprobs [L] or None). Errors: ``UserError`` when a job's weights are no longer on the
+        engines."""
+        with self.engine_lock:
+            for j in jobs:
+                if j.version != self.engine_version:
+                    raise UserError(f"the sampler weights of policy version {j.version} were replaced on the engines "
+                                    f"by version {self.engine_version} (rlvr serve keeps the newest sampler weights): "
+                                    "save weights for the sampler again and sample from the new client")
+            engines = self.roles.engines
+            prompts = [Prompt(index=i, text="", prompt_ids=j.prompt_ids, gold="") for i, j in enumerate(jobs)]
+            shards = [list(range(k, len(jobs), len(engines))) for k in range(len(engines))]
+            calls = [(e, s) for e, s in zip(engines, shards) if s]
+            got = self.roles.get([e.call("generate", [prompts[i] for i in s], jobs[0].sampling) for e, s in calls],
+                                 self.timeout_s, f"sampling {len(jobs)} prompts (model {self.model_id})", None)
+            out: list[list] = [[] for _ in jobs]
+            for (_, s), comps in zip(calls, got):
+                for c in comps:
+                    out[c.prompt_index].append((c.token_ids, c.logprobs, c.finish_reason))
+            scored = [j for j in jobs if j.prompt_logprobs]
+            plp: dict[int, list[float | None]] = {}
+            if scored:
+                seqs = [j.prompt_ids for j in scored]
+                lps = self.roles.get([engines[0].call("sequence_logprobs", seqs, 1.0)], self.timeout_s,
+                                     f"prompt logprobs of {len(seqs)} prompts (model {self.model_id})", None)[0]
+                for j, lp in zip(scored, lps):
+                    plp[id(j)] = [None] + list(lp)
+        return [(o, plp.get(id(j))) for o, j in zip(out, jobs)]
+
+
+class SampleBatcher:
+    """Concurrent ``asample`` calls of one model, gathered into batched engine calls: a thread takes every job
+    queued (up to ``max_batch``), groups them by sampling settings and runs each group as one
+    :meth:`ModelRun.generate`; each job's result goes to its future (protobuf ``SampleResponse``)."""
+
+    def __init__(self, run: ModelRun, futures: Futures, max_batch: int = 256) -> None:
+        self.run, self.futures, self.max_batch = run, futures, max_batch
+        self.q: queue.Queue[SampleJob | None] = queue.Queue()
+        self.thread = threading.Thread(target=self._loop, name=f"serve-sample-{run.model_id}", daemon=True)
+        self.thread.start()
+
+    def put(self, job: SampleJob) -> None:
+        self.q.put(job)
+
+    def close(self) -> None:
+        self.q.put(None)
+
+    def _loop(self) -> None:
+        from rlvr.serve.wire import encode_sample_response
+
+        while True:
+            first = self.q.get()
+            if first is None:
+                return
+            jobs = [first]
+            time.sleep(0.005)  # let a burst of requests land: one engine call for all of them
+            while len(jobs) < self.max_batch:
+                try:
+                    nxt = self.q.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self.q.put(None)
+                    break
+                jobs.append(nxt)
+            groups: dict[SamplingConfig, list[SampleJob]] = {}
+            for j in jobs:
+                groups.setdefault(j.sampling, []).append(j)
+            for group in groups.values():
+                try:
+                    results = self.run.generate(group)
+                except (UserError, ValueError) as e:
+                    for j in group:
+                        self.futures.finish(j.rid, Result(error=str(e), category="user"))
+                    continue
+                except Exception as e:  # noqa: BLE001 - each caller is told; the server goes on
+                    log.exception("sampling on model %s failed", self.run.model_id)
+                    for j in group:
+                        self.futures.finish(j.rid, Result(error=f"{type(e).__name__}: {e}", category="server"))
+                    continue
+                for j, (seqs, plp) in zip(group, results):
+                    self.futures.finish(j.rid, Result(value=encode_sample_response(seqs, plp), proto=True))

@@ -1,0 +1,208 @@
+"""The trainer rank of ``rlvr serve``: rlvr's :class:`~rlvr.train.policy.PolicyWorker` with the Tinker API's split
+update (``forward_backward`` accumulates gradients, ``optim_step`` applies them with the caller's Adam settings).
+
+A Tinker datum is one sequence: ``tokens`` [N] (the model input) and its ``loss_fn_inputs``, each [N] and aligned
+with the input: position i of ``target_tokens`` is the token predicted after input token i (Tinker's "next-token
+alignment"; https://tinker-docs.thinkingmachines.ai/tinker/losses). The logprobs below are
+``log softmax(logits_i)[target_i]`` at temperature 1 (nats), whatever the targets are: they are gathered, not read
+off the shifted input.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlvr.train import lora
+from rlvr.train.policy import PolicyWorker
+
+log = logging.getLogger(__name__)
+
+Datum = tuple[list[int], dict[str, np.ndarray]]
+"""(input tokens [N], loss_fn_inputs: name -> array whose first dimension is N)."""
+
+
+class ServeTrainer(PolicyWorker):
+    """One trainer rank of a served model. Beside :class:`PolicyWorker`'s setup, sync and checkpoints it keeps the
+    gradient between calls: ``forward_backward`` adds the gradient of a summed loss, ``optim_step`` takes one AdamW
+    step with the caller's settings and clears it (Tinker's contract: gradients of several ``forward_backward``
+    calls add up until the next ``optim_step``)."""
+
+    def setup(self, master_addr: str, master_port: int) -> bool:
+        ok = super().setup(master_addr, master_port)
+        self.pending_datums = 0  # datums whose gradient is accumulated, not yet applied
+        return ok
+
+    # -- forward ---------------------------------------------------------------------------------------------------
+    def _datum_logprobs(self, batch: list[Datum], grad: bool) -> list[torch.Tensor]:
+        """Logprobs [N_i] (nats, temperature 1, float32) of each datum's ``target_tokens`` given its input tokens,
+        one right-padded forward over the ``b`` datums of ``batch`` ([b, S], S = longest input)."""
+        from rlvr.algos.logprobs import logprobs_and_entropy
+        from rlvr.models.heads import lean_output_head
+
+        lengths = [len(t) for t, _ in batch]
+        s = max(lengths)
+        ids = torch.zeros((len(batch), s), dtype=torch.long)
+        am = torch.zeros((len(batch), s), dtype=torch.long)
+        for i, (toks, _) in enumerate(batch):
+            ids[i, : len(toks)] = torch.tensor(toks, dtype=torch.long)
+            am[i, : len(toks)] = 1
+        mask = am.bool().to(self.device)  # [b, S]
+        targets = torch.cat([torch.as_tensor(inp["target_tokens"], dtype=torch.long) for _, inp in batch]).to(self.device)
+        if self.ds and self._forward_prologue is not None:
+            self._forward_prologue()
+        model = lora.inner(self.module)
+        head = lean_output_head(model)
+        with torch.set_grad_enabled(grad), self._autocast():
+            kw = {"input_ids": ids.to(self.device), "attention_mask": am.to(self.device), "use_cache": False}
+            if head is not None:
+                hidden = model.model(**kw).last_hidden_state[mask]  # [sum N_i, H]
+                logits = head(hidden)  # [sum N_i, V]
+            else:
+                logits = model(**kw).logits[mask]  # [sum N_i, V]
+            lp, _ = logprobs_and_entropy(logits, targets, 1.0)  # [sum N_i]
+        return list(torch.split(lp, lengths))
+
+    def _micro_batches(self, data: list[Datum]) -> list[list[int]]:
+        """Datum indices in micro-batches of ``trainer.micro_batch_size``, longest first (less padding)."""
+        order = sorted(range(len(data)), key=lambda i: -len(data[i][0]))
+        rows = max(1, self.recipe.trainer.micro_batch_size)
+        return [order[k : k + rows] for k in range(0, len(order), rows)]
+
+    def forward_backward(self, data: list[Datum], loss_fn: str, loss_fn_config: dict[str, float] | None,
+                         forward_only: bool = False) -> dict[str, Any]:
+        """The Tinker ``forward_backward`` (``forward`` with ``forward_only``) on ``data``: for each datum the
+        loss ``loss_fn`` (:func:`rlvr.algos.tinker_losses.tinker_loss`, a sum over its tokens); the gradient of the
+        sum over all datums is added to the accumulated one (not with ``forward_only``). Returns
+        ``{"outputs": [{"logprobs": [N_i] float32, ...}] in the order of data, "metrics": {name: value}}``: the
+        metrics are the sums over datums of each datum's (Tinker's ``name:sum`` convention).
+        Errors: ``ValueError`` for a bad datum or loss (nothing is accumulated then)."""
+        from rlvr.algos.tinker_losses import tinker_loss
+
+        for i, (toks, inp) in enumerate(data):
+            check_datum(i, toks, inp, self.vocab_size)
+        was = self.module.training
+        self.module.train(not forward_only)
+        outputs: list[dict[str, np.ndarray]] = [{} for _ in data]
+        metrics: dict[str, float] = {}
+        try:
+            for idx in self._micro_batches(data):
+                part = [data[i] for i in idx]
+                lps = self._datum_logprobs(part, grad=not forward_only)
+                total = None
+                for i, lp, (_, inp) in zip(idx, lps, part):
+                    tensors = {k: torch.as_tensor(np.asarray(v)).to(self.device) for k, v in inp.items()}
+                    loss, m = tinker_loss(loss_fn, lp, tensors, loss_fn_config)
+                    total = loss if total is None else total + loss
+                    for k, v in m.items():
+                        metrics[k] = metrics.get(k, 0.0) + float(v)
+                    outputs[i] = {"logprobs": lp.detach().float().cpu().numpy()}
+                if not forward_only and total is not None:
+                    self._backward(total)
+        finally:
+            self.module.train(was)
+        if not forward_only:
+            self.pending_datums += len(data)
+        return {"outputs": outputs, "metrics": metrics}
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        if self.ds:
+            self.engine.set_gradient_accumulation_boundary(False)
+            self.engine.backward(loss, scale_wrt_gas=False)
+        elif self.scaler is not None:
+            self.scaler.scale(loss).backward()
+        else:
+            loss.backward()
+
+    @property
+    def vocab_size(self) -> int:
+        return int(lora.inner(self.module).config.vocab_size)
+
+    # -- the update ------------------------------------------------------------------------------------------------
+    def optim_step(self, learning_rate: float, beta1: float, beta2: float, eps: float, weight_decay: float = 0.0,
+                   grad_clip_norm: float = 0.0) -> dict[str, float]:
+        """One AdamW step (decoupled weight decay, Loshchilov & Hutter 2019) on the accumulated gradient with the
+        caller's settings (Tinker's ``AdamParams``), then the gradient is cleared. ``grad_clip_norm`` > 0 clips the
+        global L2 norm to it (0: no clipping). A non-finite gradient norm skips the update (as ``rlvr train``
+        does). Returns ``{"grad_norm": norm before clipping, "applied": 1.0 or 0.0, "datums": how many datums'
+        gradients the step applied}``."""
+        for g in self.optimizer.param_groups:
+            g.update(lr=float(learning_rate), betas=(float(beta1), float(beta2)), eps=float(eps),
+                     weight_decay=float(weight_decay))
+        if self.ds:
+            gn, applied = self._ds_step(grad_clip_norm)
+        else:
+            if self.scaler is not None:
+                self.scaler.unscale_(self.optimizer)
+            limit = grad_clip_norm if grad_clip_norm > 0 else float("inf")
+            gn_t = torch.nn.utils.clip_grad_norm_([p for p in self.module.parameters() if p.requires_grad], limit)
+            gn, applied = float(gn_t), bool(torch.isfinite(gn_t))
+            if self.scaler is not None:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            elif applied:
+                self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        datums, self.pending_datums = self.pending_datums, 0
+        self.version += 1
+        return {"grad_norm": gn, "applied": float(applied), "datums": float(datums)}
+
+    def _ds_step(self, grad_clip_norm: float) -> tuple[float, bool]:
+        """DeepSpeed: a zero-loss backward at the accumulation boundary (what reduces the accumulated gradient under
+        ZeRO), then ``engine.step()`` applies it with the clipping norm set for this step."""
+        self.engine._config.gradient_clipping = float(grad_clip_norm)
+        if hasattr(self.optimizer, "clip_grad"):
+            self.optimizer.clip_grad = float(grad_clip_norm)
+        self.engine.set_gradient_accumulation_boundary(True)
+        lp = self._datum_logprobs([([0, 0], {"target_tokens": np.zeros(2, dtype=np.int64)})], grad=True)[0]
+        self.engine.backward(lp.sum() * 0.0, scale_wrt_gas=False)
+        self.engine.step()
+        gn = self.engine.get_global_grad_norm()
+        return (float(gn) if gn is not None else math.nan), bool(self.engine.was_step_applied())
+
+    def load_weights(self, ckpt_dir: str, optimizer: bool) -> int:
+        """Tinker's ``load_weights``: the weights of a :meth:`save_state` folder, with the optimizer state when
+        ``optimizer`` (exactly what was saved), else with a fresh AdamW state. Returns the policy version."""
+        if optimizer:
+            version = self.load_state(ckpt_dir)
+        else:
+            from pathlib import Path
+
+            if self.ds:
+                raise ValueError("load_weights without the optimizer state is not supported under DeepSpeed: load "
+                                 "with the optimizer (create_training_client_from_state_with_optimizer)")
+            state = torch.load(Path(ckpt_dir) / "torch_state.pt", map_location=self.device, weights_only=False)
+            if self.lora:
+                lora.load_adapter_state(self.module, state["model"])
+            else:
+                self.module.load_state_dict(state["model"])
+            self.optimizer.state.clear()
+            version = int(state["version"])
+        self.version = version
+        self.pending_datums = 0
+        return version
+
+
+def check_datum(i: int, tokens: list[int], inputs: dict[str, np.ndarray], vocab: int) -> None:
+    """Raise ``ValueError`` naming datum ``i`` and the fix when its input is not one the trainer can run: empty
+    input, ids outside the vocabulary, no ``target_tokens``, or a loss input whose first dimension is not N."""
+    n = len(tokens)
+    if n == 0:
+        raise ValueError(f"datum {i}: model_input is empty (give at least one token)")
+    lo, hi = min(tokens), max(tokens)
+    if lo < 0 or hi >= vocab:
+        raise ValueError(f"datum {i}: model_input has token id {lo if lo < 0 else hi}, outside the vocabulary [0, {vocab})")
+    if "target_tokens" not in inputs:
+        raise ValueError(f"datum {i}: loss_fn_inputs lacks 'target_tokens' ([N] int64, the token after each input token)")
+    for k, v in inputs.items():
+        a = np.asarray(v)
+        if a.ndim != 1 or a.shape[0] != n:
+            raise ValueError(f"datum {i}: loss_fn_inputs[{k!r}] has shape {list(a.shape)}; it must be [N] = [{n}], "
+                             "one value per input token (2-D inputs such as top-k targets are not supported)")
+    t = np.asarray(inputs["target_tokens"])
+    if t.size and (int(t.min()) < 0 or int(t.max()) >= vocab):
+        raise ValueError(f"datum {i}: target_tokens holds ids outside the vocabulary [0, {vocab})")
