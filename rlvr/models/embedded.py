@@ -193,6 +193,9 @@ EMBEDDED_MODELS: dict[str, Callable[[Path, Path], None]] = {
 }
 """Embedded model name -> builder ``(folder, cache_root)`` writing the model folder (see ``build_once``)."""
 
+UPSTREAM_NAMES: dict[str, str] = {"smollm2-135m-instruct": "HuggingFaceTB/SmolLM2-135M-Instruct"}
+"""The hub id an embedded model was made from (the name ``rlvr serve`` gives clients; tokenizer lookups by it)."""
+
 
 def embedded_model_path(name: str, root: Path | None = None) -> Path:
     """Local folder of embedded model ``name``, built on first use (see module docstring).

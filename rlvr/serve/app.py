@@ -33,7 +33,7 @@ SERVED = (
     "POST /api/v1/telemetry", "POST /api/v1/create_model", "POST /api/v1/get_info", "POST /api/v1/forward_backward",
     "POST /api/v1/optim_step", "POST /api/v1/save_weights", "POST /api/v1/save_weights_for_sampler",
     "POST /api/v1/load_weights", "POST /api/v1/unload_model", "POST /api/v1/create_sampling_session",
-    "POST /api/v1/asample", "POST /api/v1/retrieve_future",
+    "POST /api/v1/asample", "POST /api/v1/retrieve_future", "GET /api/v1/samplers/<id>",
 )
 """Every route this server answers (the rest: 404 naming the route)."""
 
@@ -100,6 +100,14 @@ def build_app(server: Server) -> Any:
         what = f"{request.method} {request.url.path}"
         return error(404, f"rlvr serve does not serve {what}; it serves: {', '.join(SERVED)}")
 
+    async def sampler(request: Request) -> Response:
+        if not authorised(request):
+            return error(401, "samplers: wrong or missing API key (the server was started with --api-key)")
+        try:
+            return JSONResponse(server.get_sampler(request.path_params["sampler_id"]))
+        except ApiError as e:
+            return error(e.status, e.message)
+
     s = server
     routes = [
         Route("/api/v1/healthz", route(lambda: {"status": "ok"}, "healthz", "get"), methods=["GET"]),
@@ -122,6 +130,7 @@ def build_app(server: Server) -> Any:
               methods=["POST"]),
         Route("/api/v1/asample", route(s.asample, "asample"), methods=["POST"]),
         Route("/api/v1/retrieve_future", route(s.retrieve, "retrieve_future"), methods=["POST"]),
+        Route("/api/v1/samplers/{sampler_id}", sampler, methods=["GET"]),
         Route("/{path:path}", not_served, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
     ]
     return Starlette(routes=routes)

@@ -40,7 +40,7 @@ class ApiError(Exception):
 class ServeOptions:
     """``rlvr serve``'s settings (its command-line options)."""
 
-    model: str = "embedded"
+    model: str = "smollm2-135m-instruct"
     """The base model: an embedded name, a local folder or a hub id (:func:`rlvr.models.resolve_model`)."""
     name: str = ""
     """The name clients ask for (``base_model``); "" : the model's own name (its folder's ``_name_or_path``)."""
@@ -58,8 +58,9 @@ class ServeOptions:
     """Deadline of one operation (a forward_backward, a sync, one engine call) and of a model's start."""
     poll_s: float = 10.0
     """How long one ``retrieve_future`` waits for a result before answering "try again"."""
-    session_timeout_s: float = 900.0
-    """A session with no heartbeat for this long is over: its models are unloaded (a client that disappeared)."""
+    session_timeout_s: float = 120.0
+    """A session with no heartbeat for this long is over: its models are unloaded (a client that disappeared; the
+    SDK sends one every 10 s while its process lives)."""
     max_models: int = 2
     """Training models held at once (each has its own trainer and engines)."""
     api_key: str = ""
@@ -105,7 +106,7 @@ class Server:
         self.sessions: dict[str, _Session] = {}
         self.models: dict[str, ModelRun] = {}
         self.batchers: dict[str, SampleBatcher] = {}
-        self.sampling: dict[str, tuple[str, int]] = {}  # sampling session id -> (model id, policy version)
+        self.sampling: dict[str, tuple[str, int, str | None]] = {}  # sampling session id -> (model, version, path)
         self.lock = threading.RLock()
         self.keeper = None  # the Ray executor kept for the server's life (models come and go; Ray stays up)
         self.recipe(0)  # the options make a valid recipe, or the server does not start
@@ -221,8 +222,8 @@ class Server:
             if len(self.models) >= self.opts.max_models:
                 raise ApiError(429, f"create_model: {len(self.models)} models are loaded, the server's limit "
                                     "(--max-models); unload one or wait for its session to end")
-        model_id = f"m-{uuid.uuid4().hex[:12]}"
         sid = req.session_id
+        model_id = self._new_model_id(sid, req.model_seq_id)
 
         def build() -> dict:
             self._start_model(sid, rank, model_id)
@@ -230,6 +231,17 @@ class Server:
 
         rid = self.futures.submit("create", "create_model", build)
         return {"request_id": rid, "model_id": model_id}
+
+    def _new_model_id(self, session_id: str, model_seq_id: int | None) -> str:
+        """``<session_id>:train:<model_seq_id>``: the id the SDK itself derives when it creates a model by loading
+        a checkpoint (``ServiceClient.create_training_client_from_state``). Errors: :class:`ApiError` 400 when a
+        model of that id is loaded."""
+        model_id = f"{session_id}:train:{model_seq_id if model_seq_id is not None else uuid.uuid4().hex[:8]}"
+        with self.lock:
+            if model_id in self.models:
+                raise ApiError(400, f"model {model_id} exists already (model_seq_id {model_seq_id} of session "
+                                    f"{session_id} was used)")
+        return model_id
 
     def _check_base(self, base_model: str | None) -> None:
         if base_model and base_model not in (self.name, self.opts.model):
@@ -312,7 +324,7 @@ class Server:
                     run.samplers[path] = version
                     return {"type": "save_weights_for_sampler", "path": path}
                 ssid = f"ss-{uuid.uuid4().hex[:12]}"
-                self.sampling[ssid] = (run.model_id, version)
+                self.sampling[ssid] = (run.model_id, version, None)
             return {"type": "save_weights_for_sampler", "sampling_session_id": ssid}
 
         return {"request_id": self.futures.submit(run.model_id, "save_weights_for_sampler", job),
@@ -344,7 +356,7 @@ class Server:
             raise ApiError(400, "load_weights: give model_id (load onto a model) or session_id (a new model from the "
                                 "checkpoint)")
         self._check_base(req.base_model or meta["base_model"])
-        model_id = f"m-{uuid.uuid4().hex[:12]}"
+        model_id = self._new_model_id(req.session_id, req.model_seq_id)
         rank = 0 if self.opts.full else int(meta["lora_rank"])
 
         def create_and_load() -> dict:
@@ -371,8 +383,16 @@ class Server:
         model_id, version = self._sampler_of(req.model_path, req.base_model)
         ssid = f"ss-{uuid.uuid4().hex[:12]}"
         with self.lock:
-            self.sampling[ssid] = (model_id, version)
+            self.sampling[ssid] = (model_id, version, req.model_path)
         return {"type": "create_sampling_session", "sampling_session_id": ssid}
+
+    def get_sampler(self, sampler_id: str) -> dict:
+        """``GET /api/v1/samplers/<id>``: the base model and sampler path of a sampling session."""
+        with self.lock:
+            target = self.sampling.get(sampler_id)
+        if target is None:
+            raise ApiError(404, f"unknown sampler {sampler_id!r}")
+        return {"sampler_id": sampler_id, "base_model": self.name, "model_path": target[2]}
 
     def _sampler_of(self, model_path: str | None, base_model: str | None) -> tuple[str, int]:
         """(model id, policy version) that a sampler path, or the base model, names."""
@@ -402,7 +422,7 @@ class Server:
                 target = self.sampling.get(req.sampling_session_id)
             if target is None:
                 raise ApiError(404, f"asample: unknown sampling_session_id {req.sampling_session_id!r}")
-            model_id, version = target
+            model_id, version = target[0], target[1]
         else:
             model_id, version = self._sampler_of(req.model_path, req.base_model)
         for field_name, value in (("topk_prompt_logprobs", req.topk_prompt_logprobs),
@@ -475,7 +495,12 @@ class Server:
 
 
 def model_name_of(model_dir: str, asked: str) -> str:
-    """The name a model folder was made from (its ``config.json`` ``_name_or_path``), else what was asked."""
+    """The name clients use for the model: an embedded model's hub id (``HuggingFaceTB/SmolLM2-135M-Instruct``),
+    a folder's ``config.json`` ``_name_or_path`` when it is a hub id, else what was asked."""
+    from rlvr.models.embedded import UPSTREAM_NAMES
+
+    if asked in UPSTREAM_NAMES:
+        return UPSTREAM_NAMES[asked]
     try:
         cfg = json.loads((Path(model_dir) / "config.json").read_text())
         name = str(cfg.get("_name_or_path") or "")

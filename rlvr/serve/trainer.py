@@ -52,7 +52,7 @@ class ServeTrainer(PolicyWorker):
             ids[i, : len(toks)] = torch.tensor(toks, dtype=torch.long)
             am[i, : len(toks)] = 1
         mask = am.bool().to(self.device)  # [b, S]
-        targets = torch.cat([torch.as_tensor(inp["target_tokens"], dtype=torch.long) for _, inp in batch]).to(self.device)
+        targets = torch.cat([torch.tensor(np.asarray(inp["target_tokens"]), dtype=torch.long) for _, inp in batch]).to(self.device)
         if self.ds and self._forward_prologue is not None:
             self._forward_prologue()
         model = lora.inner(self.module)
@@ -95,7 +95,7 @@ class ServeTrainer(PolicyWorker):
                 lps = self._datum_logprobs(part, grad=not forward_only)
                 total = None
                 for i, lp, (_, inp) in zip(idx, lps, part):
-                    tensors = {k: torch.as_tensor(np.asarray(v)).to(self.device) for k, v in inp.items()}
+                    tensors = {k: torch.tensor(np.asarray(v)).to(self.device) for k, v in inp.items()}  # a copy: Ray hands read-only arrays
                     loss, m = tinker_loss(loss_fn, lp, tensors, loss_fn_config)
                     total = loss if total is None else total + loss
                     for k, v in m.items():
