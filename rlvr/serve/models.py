@@ -47,6 +47,7 @@ class ModelRun:
     roles: Any
     state_dir: Path
     timeout_s: float
+    targets: tuple[str, ...] = ()  # the LoRA target modules (() : the recipe's default)
     trainer_version: int = 0
     engine_version: int = 0
     samplers: dict[str, int] = field(default_factory=dict)  # sampling session id or sampler path -> version
@@ -83,7 +84,7 @@ class ModelRun:
         out = self.state_dir / self.model_id / "weights" / name
         self.call_trainers("save_state", str(out), what="save_weights")
         (out / "serve.json").write_text(json.dumps({"base_model": self.base_model, "lora_rank": self.lora_rank,
-                                                    "version": self.trainer_version}))
+                                                    "targets": list(self.targets), "version": self.trainer_version}))
         return out
 
     def load_state(self, folder: Path, optimizer: bool) -> int:
@@ -129,8 +130,9 @@ class SampleBatcher:
     queued (up to ``max_batch``), groups them by sampling settings and runs each group as one
     :meth:`ModelRun.generate`; each job's result goes to its future (protobuf ``SampleResponse``)."""
 
-    def __init__(self, run: ModelRun, futures: Futures, max_batch: int = 256) -> None:
-        self.run, self.futures, self.max_batch = run, futures, max_batch
+    def __init__(self, run: ModelRun, futures: Futures, max_batch: int = 256, gap_s: float = 0.05,
+                 window_s: float = 0.5) -> None:
+        self.run, self.futures, self.max_batch, self.gap_s, self.window_s = run, futures, max_batch, gap_s, window_s
         self.q: queue.Queue[SampleJob | None] = queue.Queue()
         self.thread = threading.Thread(target=self._loop, name=f"serve-sample-{run.model_id}", daemon=True)
         self.thread.start()
@@ -149,10 +151,12 @@ class SampleBatcher:
             if first is None:
                 return
             jobs = [first]
-            time.sleep(0.005)  # let a burst of requests land: one engine call for all of them
+            # a burst of requests (a loop's group of asample calls) lands over tens of milliseconds: gather until
+            # none comes for `gap_s`, at most `window_s` after the first, so that one engine call serves them all
+            t_end = time.monotonic() + self.window_s
             while len(jobs) < self.max_batch:
                 try:
-                    nxt = self.q.get_nowait()
+                    nxt = self.q.get(timeout=max(0.0, min(self.gap_s, t_end - time.monotonic())))
                 except queue.Empty:
                     break
                 if nxt is None:

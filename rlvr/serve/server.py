@@ -56,7 +56,7 @@ class ServeOptions:
     """Recipe settings for each model's roles (``trainer.backend=deepspeed``, ``rollout.engine=hf``, ...)."""
     op_timeout_s: float = 900.0
     """Deadline of one operation (a forward_backward, a sync, one engine call) and of a model's start."""
-    poll_s: float = 10.0
+    poll_s: float = 30.0
     """How long one ``retrieve_future`` waits for a result before answering "try again"."""
     session_timeout_s: float = 120.0
     """A session with no heartbeat for this long is over: its models are unloaded (a client that disappeared; the
@@ -114,8 +114,9 @@ class Server:
         threading.Thread(target=self._reap, name="serve-reaper", daemon=True).start()
 
     # -- recipes and models ----------------------------------------------------------------------------------------
-    def recipe(self, lora_rank: int, model_id: str = "check") -> Any:
-        """The recipe of one model's roles: the server's options, then ``overrides``. Errors: ``RecipeError``."""
+    def recipe(self, lora_rank: int, model_id: str = "check", targets: tuple[str, ...] = ()) -> Any:
+        """The recipe of one model's roles: the server's options, the LoRA rank and target modules (``()``: the
+        recipe's default, attention and MLP), then ``overrides``. Errors: ``RecipeError``."""
         from rlvr.recipe import load_recipe
 
         half = max(1, self.opts.max_context // 2)
@@ -124,13 +125,15 @@ class Server:
                 "reward.num_workers=1", "metrics.progress=false", f"run.output_dir={self.state_dir}",
                 f"run.name={model_id}", "rollout.prompts_per_step=1", "rollout.samples_per_prompt=2",
                 f"timeouts.startup_s={self.opts.op_timeout_s}"]  # fmt: skip
+        if targets:
+            base.append(f"trainer.lora.target_modules=[{','.join(targets)}]")
         return load_recipe(None, base + list(self.opts.overrides))
 
-    def _start_model(self, session_id: str, lora_rank: int, model_id: str) -> ModelRun:
+    def _start_model(self, session_id: str, lora_rank: int, model_id: str, targets: tuple[str, ...] = ()) -> ModelRun:
         from rlvr.runtime.roles import Roles, default_executor
         from rlvr.serve.trainer import ServeTrainer
 
-        r = self.recipe(lora_rank, model_id)
+        r = self.recipe(lora_rank, model_id, targets)
         run_dir = self.state_dir / model_id
         run_dir.mkdir(parents=True, exist_ok=True)
         if r.run.executor == "ray" and self.keeper is None:
@@ -140,7 +143,8 @@ class Server:
         log.info("model %s ready in %.1fs (%s, %s trainer, %d %s engine(s))", model_id, time.perf_counter() - t0,
                  f"LoRA rank {lora_rank}" if lora_rank else "full fine-tuning", r.trainer.backend,
                  r.rollout.num_engines, r.rollout.engine)  # fmt: skip
-        run = ModelRun(model_id, session_id, self.name, lora_rank, roles, self.state_dir, self.opts.op_timeout_s)
+        run = ModelRun(model_id, session_id, self.name, lora_rank, roles, self.state_dir, self.opts.op_timeout_s,
+                       targets=targets)
         with self.lock:
             self.models[model_id] = run
             self.batchers[model_id] = SampleBatcher(run, self.futures)
@@ -218,6 +222,7 @@ class Server:
             raise ApiError(400, "create_model: no lora_config; this server trains LoRA adapters (start it with "
                                 "--full to serve full fine-tuning)")
         rank = 0 if self.opts.full else int(req.lora_config.rank)
+        targets = lora_targets(req.lora_config) if rank else ()
         with self.lock:
             if len(self.models) >= self.opts.max_models:
                 raise ApiError(429, f"create_model: {len(self.models)} models are loaded, the server's limit "
@@ -226,7 +231,7 @@ class Server:
         model_id = self._new_model_id(sid, req.model_seq_id)
 
         def build() -> dict:
-            self._start_model(sid, rank, model_id)
+            self._start_model(sid, rank, model_id, targets)
             return {"type": "create_model", "model_id": model_id}
 
         rid = self.futures.submit("create", "create_model", build)
@@ -360,7 +365,7 @@ class Server:
         rank = 0 if self.opts.full else int(meta["lora_rank"])
 
         def create_and_load() -> dict:
-            run = self._start_model(req.session_id, rank, model_id)
+            run = self._start_model(req.session_id, rank, model_id, tuple(meta.get("targets", ())) if rank else ())
             run.load_state(folder, req.optimizer)
             return {"type": "load_weights", "path": req.path, "model_id": model_id}
 
@@ -492,6 +497,22 @@ class Server:
         self.futures.close()
         if self.keeper is not None:
             self.keeper.shutdown()
+
+
+ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
+MLP = ("gate_proj", "up_proj", "down_proj")
+
+
+def lora_targets(cfg: Any) -> tuple[str, ...]:
+    """The adapters' target modules for Tinker's ``LoraConfig`` (``train_attn``, ``train_mlp``; Llama-family
+    module names). ``train_unembed`` is not applied: rlvr's LoRA adapts linear layers inside the blocks (and the
+    embedded model ties its output layer to its input embeddings). Errors: :class:`ApiError` 400 when neither is
+    trained."""
+    targets = (ATTENTION if cfg.train_attn else ()) + (MLP if cfg.train_mlp else ())
+    if not targets:
+        raise ApiError(400, "create_model: lora_config trains neither attention nor MLP layers (train_attn and "
+                            "train_mlp are both false): nothing to train")
+    return targets
 
 
 def model_name_of(model_dir: str, asked: str) -> str:
