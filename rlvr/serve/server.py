@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 import uuid
@@ -120,11 +121,14 @@ class Server:
         from rlvr.recipe import load_recipe
 
         half = max(1, self.opts.max_context // 2)
+        # sampling and training take turns in a loop like the cookbook's: each may use every core (up to 8)
+        threads = min(8, os.cpu_count() or 1)
         base = [f"model.path={self.opts.model}", f"trainer.lora.rank={lora_rank}",
                 f"data.max_prompt_tokens={self.opts.max_context - half}", f"rollout.max_new_tokens={half}",
                 "reward.num_workers=1", "metrics.progress=false", f"run.output_dir={self.state_dir}",
                 f"run.name={model_id}", "rollout.prompts_per_step=1", "rollout.samples_per_prompt=2",
-                f"timeouts.startup_s={self.opts.op_timeout_s}"]  # fmt: skip
+                f"timeouts.startup_s={self.opts.op_timeout_s}", f"trainer.threads={threads}",
+                f"rollout.threads={threads}"]  # fmt: skip
         if targets:
             base.append(f"trainer.lora.target_modules=[{','.join(targets)}]")
         return load_recipe(None, base + list(self.opts.overrides))
