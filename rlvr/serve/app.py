@@ -34,6 +34,7 @@ SERVED = (
     "POST /api/v1/optim_step", "POST /api/v1/save_weights", "POST /api/v1/save_weights_for_sampler",
     "POST /api/v1/load_weights", "POST /api/v1/unload_model", "POST /api/v1/create_sampling_session",
     "POST /api/v1/asample", "POST /api/v1/retrieve_future", "GET /api/v1/samplers/<id>",
+    "POST /api/v1/sessions/<id>/finish",
 )
 """Every route this server answers (the rest: 404 naming the route)."""
 
@@ -46,7 +47,9 @@ def build_app(server: Server) -> Any:
     from starlette.routing import Route
 
     def error(status: int, message: str) -> JSONResponse:
-        return JSONResponse({"error": message, "detail": message}, status_code=status)
+        # a 429 here is the server's model limit, not a rate limit: the SDK would retry it for a minute
+        headers = {"x-should-retry": "false"} if status == 429 else None
+        return JSONResponse({"error": message, "detail": message}, status_code=status, headers=headers)
 
     async def json_body(request: Request, route: str) -> dict:
         raw = await request.body()
@@ -108,6 +111,11 @@ def build_app(server: Server) -> Any:
         except ApiError as e:
             return error(e.status, e.message)
 
+    async def finish(request: Request) -> Response:
+        if not authorised(request):
+            return error(401, "sessions/finish: wrong or missing API key (the server was started with --api-key)")
+        return JSONResponse(server.finish_session(request.path_params["session_id"]))
+
     s = server
     routes = [
         Route("/api/v1/healthz", route(lambda: {"status": "ok"}, "healthz", "get"), methods=["GET"]),
@@ -131,6 +139,7 @@ def build_app(server: Server) -> Any:
         Route("/api/v1/asample", route(s.asample, "asample"), methods=["POST"]),
         Route("/api/v1/retrieve_future", route(s.retrieve, "retrieve_future"), methods=["POST"]),
         Route("/api/v1/samplers/{sampler_id}", sampler, methods=["GET"]),
+        Route("/api/v1/sessions/{session_id}/finish", finish, methods=["POST"]),
         Route("/{path:path}", not_served, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
     ]
     return Starlette(routes=routes)

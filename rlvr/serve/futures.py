@@ -88,6 +88,13 @@ class Futures:
             self._entries[rid] = _Entry(kind, time.monotonic())
         return rid
 
+    def drop_lane(self, lane: str) -> None:
+        """Let ``lane``'s thread end once its queued jobs have run (an unloaded model's lane)."""
+        with self._lock:
+            pool = self._lanes.pop(lane, None)
+        if pool is not None:
+            pool.shutdown(wait=False)
+
     def _run(self, rid: str, entry: _Entry, fn: Callable[[], Any]) -> None:
         try:
             out = fn()

@@ -33,6 +33,7 @@ class SampleJob:
     sampling: SamplingConfig
     prompt_logprobs: bool
     version: int
+    prompt_logprobs_last_n: int | None = None
 
 
 @dataclass
@@ -55,9 +56,19 @@ class ModelRun:
 
     # -- training (run on the model's lane, in order) -------------------------------------------------------------
     def call_trainers(self, method: str, *args: Any, what: str) -> Any:
-        """``method`` on every trainer rank (they all take part), rank 0's answer, within ``timeout_s``."""
+        """``method`` on every trainer rank (they all take part), rank 0's answer, within ``timeout_s``. Errors: a
+        ``ValueError`` the trainer raised (bad input: a datum, a loss) as :class:`UserError` with its message; any
+        other failure as the executor's ``RoleError``."""
+        from rlvr.runtime.executors import RoleError
+
         calls = [t.call(method, *args) for t in self.roles.trainers]
-        return self.roles.get(calls, self.timeout_s, f"{what} (model {self.model_id})", None)[0]
+        try:
+            return self.roles.get(calls, self.timeout_s, f"{what} (model {self.model_id})", None)[0]
+        except RoleError as e:
+            bad = user_cause(e)
+            if bad is not None:
+                raise UserError(str(bad)) from e
+            raise
 
     def forward_backward(self, data, loss_fn: str, config, forward_only: bool) -> dict[str, Any]:
         return self.call_trainers("forward_backward", data, loss_fn, config, forward_only,
@@ -99,11 +110,9 @@ class ModelRun:
         reason)] x G, prompt logprobs [L] or None). Errors: ``UserError`` when a job's weights are no longer on the
         engines."""
         with self.engine_lock:
-            for j in jobs:
-                if j.version != self.engine_version:
-                    raise UserError(f"the sampler weights of policy version {j.version} were replaced on the engines "
-                                    f"by version {self.engine_version} (rlvr serve keeps the newest sampler weights): "
-                                    "save weights for the sampler again and sample from the new client")
+            stale = [j for j in jobs if j.version != self.engine_version]
+            if stale:
+                raise StaleSampler(stale, self.engine_version)
             engines = self.roles.engines
             prompts = [Prompt(index=i, text="", prompt_ids=j.prompt_ids, gold="") for i, j in enumerate(jobs)]
             shards = [list(range(k, len(jobs), len(engines))) for k in range(len(engines))]
@@ -121,8 +130,37 @@ class ModelRun:
                 lps = self.roles.get([engines[0].call("sequence_logprobs", seqs, 1.0)], self.timeout_s,
                                      f"prompt logprobs of {len(seqs)} prompts (model {self.model_id})", None)[0]
                 for j, lp in zip(scored, lps):
-                    plp[id(j)] = [None] + list(lp)
+                    full: list[float | None] = [None] + list(lp)
+                    if j.prompt_logprobs_last_n is not None:  # only the last N scored, the rest None (the SDK's rule)
+                        keep = len(full) - j.prompt_logprobs_last_n
+                        full = [None] * keep + full[keep:]
+                    plp[id(j)] = full
         return [(o, plp.get(id(j))) for o, j in zip(out, jobs)]
+
+
+class StaleSampler(UserError):
+    """Jobs whose sampler weights are no longer on the engines (:meth:`ModelRun.generate`)."""
+
+    def __init__(self, jobs: list[SampleJob], now: int) -> None:
+        self.jobs = jobs
+        super().__init__(f"the sampler weights of policy version {jobs[0].version} were replaced on the engines by "
+                         f"version {now} (rlvr serve keeps the newest sampler weights): save weights for the sampler "
+                         "again and sample from the new client")
+
+
+def user_cause(e: BaseException) -> BaseException | None:
+    """The ``ValueError`` behind a role call's failure (the local executor chains it; Ray wraps it in a
+    ``RayTaskError`` whose ``cause`` it is), or None: the caller's bad input rather than a server fault."""
+    seen = 0
+    c: BaseException | None = e.__cause__
+    while c is not None and seen < 8:
+        inner = getattr(c, "cause", None)
+        if isinstance(inner, ValueError):
+            return inner
+        if isinstance(c, ValueError):
+            return c
+        c, seen = c.__cause__, seen + 1
+    return None
 
 
 class SampleBatcher:
@@ -134,14 +172,38 @@ class SampleBatcher:
                  window_s: float = 0.5) -> None:
         self.run, self.futures, self.max_batch, self.gap_s, self.window_s = run, futures, max_batch, gap_s, window_s
         self.q: queue.Queue[SampleJob | None] = queue.Queue()
+        self.closed = False
         self.thread = threading.Thread(target=self._loop, name=f"serve-sample-{run.model_id}", daemon=True)
         self.thread.start()
 
     def put(self, job: SampleJob) -> None:
+        """Queue ``job``. Errors: :class:`UserError` once the model is unloaded (its batcher closed)."""
+        if self.closed:
+            raise UserError(f"model {self.run.model_id} is unloaded: its sampling sessions have ended")
         self.q.put(job)
 
     def close(self) -> None:
+        """Stop taking jobs; the queued ones fail with a message saying the model was unloaded."""
+        self.closed = True
         self.q.put(None)
+
+    def _fail(self, jobs: list[SampleJob], e: BaseException) -> None:
+        user = isinstance(e, (UserError, ValueError)) or user_cause(e) is not None
+        if not user:
+            log.error("sampling on model %s failed: %s: %s", self.run.model_id, type(e).__name__, e)
+        for j in jobs:
+            self.futures.finish(j.rid, Result(error=f"{type(e).__name__}: {e}", category="user" if user else "server"))
+
+    def _drain(self) -> None:
+        """Fail whatever is still queued after :meth:`close` (a client waiting on it is told, not left polling)."""
+        while True:
+            try:
+                j = self.q.get_nowait()
+            except queue.Empty:
+                return
+            if j is not None:
+                self.futures.finish(j.rid, Result(error=f"model {self.run.model_id} was unloaded before this sample "
+                                                        "ran", category="user"))
 
     def _loop(self) -> None:
         from rlvr.serve.wire import encode_sample_response
@@ -149,6 +211,7 @@ class SampleBatcher:
         while True:
             first = self.q.get()
             if first is None:
+                self._drain()
                 return
             jobs = [first]
             # a burst of requests (a loop's group of asample calls) lands over tens of milliseconds: gather until
@@ -169,14 +232,23 @@ class SampleBatcher:
             for group in groups.values():
                 try:
                     results = self.run.generate(group)
+                except StaleSampler as e:  # those jobs fail; the others of the group are sampled
+                    for j in e.jobs:
+                        self.futures.finish(j.rid, Result(error=str(e), category="user"))
+                    group = [j for j in group if j not in e.jobs]
+                    if not group:
+                        continue
+                    try:
+                        results = self.run.generate(group)
+                    except Exception as e2:  # noqa: BLE001 - each caller is told; the server goes on
+                        self._fail(group, e2)
+                        continue
                 except (UserError, ValueError) as e:
                     for j in group:
                         self.futures.finish(j.rid, Result(error=str(e), category="user"))
                     continue
                 except Exception as e:  # noqa: BLE001 - each caller is told; the server goes on
-                    log.exception("sampling on model %s failed", self.run.model_id)
-                    for j in group:
-                        self.futures.finish(j.rid, Result(error=f"{type(e).__name__}: {e}", category="server"))
+                    self._fail(group, e)
                     continue
                 for j, (seqs, plp) in zip(group, results):
                     self.futures.finish(j.rid, Result(value=encode_sample_response(seqs, plp), proto=True))

@@ -107,6 +107,7 @@ class Server:
         self.sessions: dict[str, _Session] = {}
         self.models: dict[str, ModelRun] = {}
         self.batchers: dict[str, SampleBatcher] = {}
+        self.building: set[str] = set()  # model ids being built: they count against --max-models
         self.sampling: dict[str, tuple[str, int, str | None]] = {}  # sampling session id -> (model, version, path)
         self.lock = threading.RLock()
         self.keeper = None  # the Ray executor kept for the server's life (models come and go; Ray stays up)
@@ -152,9 +153,35 @@ class Server:
         with self.lock:
             self.models[model_id] = run
             self.batchers[model_id] = SampleBatcher(run, self.futures)
-            if session_id in self.sessions:
-                self.sessions[session_id].models.append(model_id)
+            session = self.sessions.get(session_id)
+            if session is not None:
+                session.models.append(model_id)
+        if session is None:  # the session ended (its client went away) while the model was built
+            self.unload(model_id)
+            raise UserError(f"session {session_id} ended while model {model_id} was being built (no heartbeat for "
+                            f"{self.opts.session_timeout_s:.0f}s): the model was unloaded")
         return run
+
+    def _reserve(self, session_id: str, model_id: str, route: str) -> None:
+        """Count ``model_id`` against ``--max-models`` from now (its build runs later). Errors: :class:`ApiError`
+        404 for an unknown session (its model could never be unloaded), 429 when the server holds its limit."""
+        with self.lock:
+            if session_id not in self.sessions:
+                raise ApiError(404, f"{route}: unknown session {session_id!r} (create one first: a ServiceClient "
+                                    "does; sessions end after --session-timeout-s without a heartbeat)")
+            held = len(self.models) + len(self.building)
+            if held >= self.opts.max_models:
+                raise ApiError(429, f"{route}: {held} models are loaded or being built, the server's limit "
+                                    "(--max-models); unload one or wait for its session to end")
+            self.building.add(model_id)
+
+    def _build(self, session_id: str, rank: int, model_id: str, targets: tuple[str, ...]) -> ModelRun:
+        """:meth:`_start_model` for a reserved ``model_id``; the reservation ends whatever happens."""
+        try:
+            return self._start_model(session_id, rank, model_id, targets)
+        finally:
+            with self.lock:
+                self.building.discard(model_id)
 
     def model(self, model_id: str) -> ModelRun:
         with self.lock:
@@ -174,6 +201,7 @@ class Server:
         if run is not None:
             run.roles.shutdown()
             log.info("model %s unloaded", model_id)
+        self.futures.drop_lane(model_id)
 
     # -- sessions ------------------------------------------------------------------------------------------------
     def create_session(self, body: dict) -> dict:
@@ -194,6 +222,15 @@ class Server:
                                     "without a heartbeat, or never created)")
             s.last_seen = time.monotonic()
         return {"type": "session_heartbeat"}
+
+    def finish_session(self, sid: str) -> dict:
+        """``POST /api/v1/sessions/<id>/finish`` (``ServiceClient.close()``): the session ends and its models are
+        unloaded now. An unknown session is no error (closing twice)."""
+        with self.lock:
+            s = self.sessions.pop(sid, None)
+        for m in s.models if s is not None else []:
+            threading.Thread(target=self.unload, args=(m,), name=f"serve-unload-{m}", daemon=True).start()
+        return {}
 
     def _touch(self, sid: str | None) -> None:
         with self.lock:
@@ -227,15 +264,12 @@ class Server:
                                 "--full to serve full fine-tuning)")
         rank = 0 if self.opts.full else int(req.lora_config.rank)
         targets = lora_targets(req.lora_config) if rank else ()
-        with self.lock:
-            if len(self.models) >= self.opts.max_models:
-                raise ApiError(429, f"create_model: {len(self.models)} models are loaded, the server's limit "
-                                    "(--max-models); unload one or wait for its session to end")
         sid = req.session_id
         model_id = self._new_model_id(sid, req.model_seq_id)
+        self._reserve(sid, model_id, "create_model")
 
         def build() -> dict:
-            self._start_model(sid, rank, model_id, targets)
+            self._build(sid, rank, model_id, targets)
             return {"type": "create_model", "model_id": model_id}
 
         rid = self.futures.submit("create", "create_model", build)
@@ -367,9 +401,10 @@ class Server:
         self._check_base(req.base_model or meta["base_model"])
         model_id = self._new_model_id(req.session_id, req.model_seq_id)
         rank = 0 if self.opts.full else int(meta["lora_rank"])
+        self._reserve(req.session_id, model_id, "load_weights")
 
         def create_and_load() -> dict:
-            run = self._start_model(req.session_id, rank, model_id, tuple(meta.get("targets", ())) if rank else ())
+            run = self._build(req.session_id, rank, model_id, tuple(meta.get("targets", ())) if rank else ())
             run.load_state(folder, req.optimizer)
             return {"type": "load_weights", "path": req.path, "model_id": model_id}
 
@@ -447,8 +482,17 @@ class Server:
         self._touch(run.session_id)
         rid = self.futures.open("sample")
         with self.lock:
-            batcher = self.batchers[model_id]
-        batcher.put(SampleJob(rid, prompt, sampling, bool(req.prompt_logprobs), version))
+            batcher = self.batchers.get(model_id)
+        if batcher is None:
+            raise ApiError(404, f"asample: model {model_id} is unloaded")
+        last_n = req.prompt_logprobs_last_n
+        if last_n is not None and not (req.prompt_logprobs and 1 <= last_n <= len(prompt) - 1):
+            raise ApiError(400, f"asample: prompt_logprobs_last_n={last_n} needs prompt_logprobs and must lie in "
+                                f"[1, {len(prompt) - 1}] (the prompt's length - 1)")
+        try:
+            batcher.put(SampleJob(rid, prompt, sampling, bool(req.prompt_logprobs), version, last_n))
+        except UserError as e:
+            self.futures.finish(rid, Result(error=str(e), category="user"))
         # one id per requested sample, in the response's order (the SDK stamps them on the sequences)
         return {"request_id": rid, "sample_sequence_ids": [f"{rid}-{k}" for k in range(sampling.n)]}
 

@@ -85,6 +85,13 @@ class ServeTrainer(PolicyWorker):
 
         for i, (toks, inp) in enumerate(data):
             check_datum(i, toks, inp, self.vocab_size)
+            # the loss's own checks (keys, shapes, values, config) on every datum before any forward: a bad datum
+            # fails the call with no gradient of the others accumulated
+            try:
+                tinker_loss(loss_fn, torch.zeros(len(toks)), {k: torch.tensor(np.asarray(v)) for k, v in inp.items()},
+                            loss_fn_config)
+            except ValueError as e:
+                raise ValueError(f"datum {i}: {e}") from None
         was = self.module.training
         self.module.train(not forward_only)
         outputs: list[dict[str, np.ndarray]] = [{} for _ in data]

@@ -148,7 +148,7 @@ def ref():
 
 
 def close(client) -> None:
-    """End a ServiceClient (its session's finish route is not served yet: see the xfail test)."""
+    """End a ServiceClient."""
     with contextlib.suppress(Exception):
         client.close("success").result(timeout=10)
 
@@ -345,9 +345,6 @@ def test_concurrent_samples_each_get_their_own_result(tc, sampler):
             np.testing.assert_allclose(s.logprobs, got, atol=1e-4)
 
 
-@pytest.mark.xfail(strict=True, reason="asample ignores prompt_logprobs_last_n (server.py asample): every prompt "
-                                       "position is scored, and the SDK then raises RuntimeError ('the server "
-                                       "returned prompt logprobs before that suffix')")
 def test_prompt_logprobs_last_n(sampler):
     got = sampler.compute_logprobs(types.ModelInput.from_ints(PROMPT), prompt_logprobs_last_n=2).result()
     assert got[:-2] == [None] * (len(PROMPT) - 2)
@@ -478,8 +475,6 @@ def test_unknown_and_refused_losses_name_the_losses(srv, tc):
     assert "stable_reinforce" in str(e.value) and "ppo" in str(e.value)
 
 
-@pytest.mark.xfail(strict=True, reason="the trainer's ValueError reaches Futures._run wrapped in RoleError (a "
-                                       "RuntimeError), so a bad datum or loss is reported as category 'server'")
 def test_bad_inputs_are_user_errors(srv, tc):
     mid = tc.get_info().model_id
     for data, loss in (([datum(TOKS2, [1.0] * 3)], "cross_entropy"), (DATA[:1], "nonsense")):
@@ -513,9 +508,6 @@ def test_after_a_failed_future_the_next_requests_succeed(srv, tc, ref):
     assert tc.optim_step(types.AdamParams(learning_rate=1e-3)).result().metrics["datums"] == 1.0
 
 
-@pytest.mark.xfail(strict=True, reason="trainer.py forward_backward checks each datum's loss inputs in tinker_loss, "
-                                       "micro-batch by micro-batch: a bad datum in a later micro-batch fails the "
-                                       "request after earlier micro-batches' gradients were accumulated")
 def test_a_failed_forward_backward_leaves_no_gradient(tc):
     # 8 good datums (one micro-batch: trainer.micro_batch_size is 8, longest first), then one with a NaN weight
     good = [datum(seq(10, k)) for k in range(8)]
@@ -531,9 +523,6 @@ def test_a_failed_forward_backward_leaves_no_gradient(tc):
         np.testing.assert_array_equal(x, y)
 
 
-@pytest.mark.xfail(strict=True, reason="models.py ModelRun.generate raises UserError for the whole batch when any "
-                                       "job's sampler version is stale, so a current request batched with a stale "
-                                       "one fails too")
 def test_a_stale_sampler_request_does_not_fail_a_current_one_batched_with_it(srv, tc, sampler):
     from rlvr.serve.models import SampleJob
     from rlvr.types import SamplingConfig
@@ -685,8 +674,6 @@ def test_lora_targets_follow_train_attn_and_train_mlp(srv, sc):
         srv.server.unload(mid)
 
 
-@pytest.mark.xfail(strict=True, reason="server.py create_model checks --max-models against the models already "
-                                       "built, not those still building: quick create_model calls all pass the check")
 def test_max_models_counts_models_still_building(srv, sc):
     assert len(srv.server.models) == 1  # model A
     before = set(srv.server.models)
@@ -762,8 +749,6 @@ def test_a_killed_client_leaves_the_server_serving_and_its_model_is_unloaded(srv
     assert all(mid not in s.models for s in srv2.server.sessions.values())
 
 
-@pytest.mark.xfail(strict=True, reason="server.py create_model accepts a session_id it never made; _start_model "
-                                       "then attaches the model to no session, so no reaper ever unloads it")
 def test_create_model_for_an_unknown_session_is_refused(srv2):
     before = set(srv2.server.models)
     try:
@@ -778,8 +763,6 @@ def test_create_model_for_an_unknown_session_is_refused(srv2):
             srv2.server.unload(m)
 
 
-@pytest.mark.xfail(strict=True, reason="ServiceClient.close(status) posts /api/v1/sessions/<id>/finish, which app.py "
-                                       "does not serve (404): the session and its models stay until the timeout")
 def test_closing_a_client_ends_its_session(srv):
     other = tinker.ServiceClient(base_url=srv.url)
     sid = other.holder.get_session_id()
