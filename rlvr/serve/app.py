@@ -145,6 +145,39 @@ def build_app(server: Server) -> Any:
     return Starlette(routes=routes)
 
 
+class Background:
+    """A server in this process, behind uvicorn in a daemon thread on ``127.0.0.1:<port>`` (0: a free one): for
+    notebooks, scripts and tests that drive it with the SDK. ``url``: its base URL; :meth:`stop` ends it and unloads
+    its models. Errors: ``RuntimeError`` when uvicorn has not started within ``start_s`` seconds."""
+
+    def __init__(self, opts: Any, port: int = 0, start_s: float = 30.0) -> None:
+        import socket
+        import threading
+        import time
+
+        import uvicorn
+
+        self.server = Server(opts)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        self.uv = uvicorn.Server(uvicorn.Config(build_app(self.server), log_level="warning", lifespan="off"))
+        self.thread = threading.Thread(target=self.uv.run, kwargs={"sockets": [sock]}, daemon=True, name="uvicorn")
+        self.thread.start()
+        deadline = time.monotonic() + start_s
+        while not self.uv.started:
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"rlvr serve (in the background) did not start within {start_s:.0f}s")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.uv.should_exit = True
+        self.thread.join(10)
+        self.server.close()
+
+
 def serve(opts: Any) -> None:
     """Run ``rlvr serve`` until interrupted (Ctrl-C / SIGTERM): every model's roles are stopped on the way out."""
     import uvicorn

@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -34,7 +33,7 @@ httpx = pytest.importorskip("httpx")
 
 from tinker import types  # noqa: E402
 
-from rlvr.serve.app import SERVED, build_app  # noqa: E402
+from rlvr.serve.app import SERVED, Background  # noqa: E402
 from rlvr.serve.futures import Futures, Result  # noqa: E402
 from rlvr.serve.server import ServeOptions, Server  # noqa: E402
 
@@ -49,23 +48,12 @@ HERE = Path(__file__).resolve().parent
 
 
 # ----------------------------------------------------------------------------------------------- servers
-class Running:
-    """A :class:`Server` behind uvicorn on 127.0.0.1:<free port>, in a daemon thread."""
+class Running(Background):
+    """A :class:`Server` behind uvicorn on 127.0.0.1:<free port>, in a daemon thread, with raw HTTP helpers."""
 
     def __init__(self, state_dir: Path, **opts) -> None:
-        self.server = Server(ServeOptions(model="tiny-random", state_dir=str(state_dir), max_context=MAX_CONTEXT,
-                                          overrides=OVERRIDES, **opts))
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        self.uv = uvicorn.Server(uvicorn.Config(build_app(self.server), log_level="warning", lifespan="off"))
-        self.thread = threading.Thread(target=self.uv.run, kwargs={"sockets": [sock]}, daemon=True, name="uvicorn")
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.uv.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.02)
+        super().__init__(ServeOptions(model="tiny-random", state_dir=str(state_dir), max_context=MAX_CONTEXT,
+                                      overrides=OVERRIDES, **opts))
         self.http = httpx.Client(base_url=self.url, timeout=30)
 
     def post(self, route: str, body=None, *, content: bytes | None = None, headers=None) -> httpx.Response:
@@ -88,9 +76,7 @@ class Running:
 
     def stop(self) -> None:
         self.http.close()
-        self.uv.should_exit = True
-        self.thread.join(10)
-        self.server.close()
+        super().stop()
 
 
 @pytest.fixture(scope="module", autouse=True)
