@@ -40,38 +40,47 @@ class ServeTrainer(PolicyWorker):
     # -- forward ---------------------------------------------------------------------------------------------------
     def _datum_logprobs(self, batch: list[Datum], grad: bool) -> list[torch.Tensor]:
         """Logprobs [N_i] (nats, temperature 1, float32) of each datum's ``target_tokens`` given its input tokens,
-        one right-padded forward over the ``b`` datums of ``batch`` ([b, S], S = longest input)."""
+        one forward over the ``b`` datums of ``batch``: packed end to end (``trainer.packing``, as ``rlvr train``'s
+        forward: :func:`rlvr.train.packing.forward_inputs`) or right-padded. Each datum gets one extra input token
+        (id 0) after its last, so that the shifted frame of the forward (position t predicts what follows token t)
+        covers all N_i of its positions; causal attention keeps it out of every position before it."""
         from rlvr.algos.logprobs import logprobs_and_entropy
         from rlvr.models.heads import lean_output_head
+        from rlvr.train.packing import forward_inputs
 
         lengths = [len(t) for t, _ in batch]
-        s = max(lengths)
+        s = max(lengths) + 1
         ids = torch.zeros((len(batch), s), dtype=torch.long)
         am = torch.zeros((len(batch), s), dtype=torch.long)
+        mask = torch.zeros((len(batch), s - 1), dtype=torch.bool)  # [b, S-1]: the datums' N_i positions
         for i, (toks, _) in enumerate(batch):
             ids[i, : len(toks)] = torch.tensor(toks, dtype=torch.long)
-            am[i, : len(toks)] = 1
-        mask = am.bool().to(self.device)  # [b, S]
+            am[i, : len(toks) + 1] = 1
+            mask[i, : len(toks)] = True
+        inputs = forward_inputs(ids, am, self.packing)
+        kw = {k: v.to(self.device) for k, v in inputs.kwargs.items()}
+        at = inputs.index[mask].to(self.device)  # [sum N_i]: each position's place in the flattened output
         targets = torch.cat([torch.tensor(np.asarray(inp["target_tokens"]), dtype=torch.long) for _, inp in batch]).to(self.device)
         if self.ds and self._forward_prologue is not None:
             self._forward_prologue()
         model = lora.inner(self.module)
         head = lean_output_head(model)
         with torch.set_grad_enabled(grad), self._autocast():
-            kw = {"input_ids": ids.to(self.device), "attention_mask": am.to(self.device), "use_cache": False}
             if head is not None:
-                hidden = model.model(**kw).last_hidden_state[mask]  # [sum N_i, H]
+                hidden = model.model(**kw, use_cache=False).last_hidden_state.flatten(0, 1)[at]  # [sum N_i, H]
                 logits = head(hidden)  # [sum N_i, V]
             else:
-                logits = model(**kw).logits[mask]  # [sum N_i, V]
+                logits = model(**kw, use_cache=False).logits.flatten(0, 1)[at]  # [sum N_i, V]
             lp, _ = logprobs_and_entropy(logits, targets, 1.0)  # [sum N_i]
         return list(torch.split(lp, lengths))
 
     def _micro_batches(self, data: list[Datum]) -> list[list[int]]:
-        """Datum indices in micro-batches of ``trainer.micro_batch_size``, longest first (less padding)."""
-        order = sorted(range(len(data)), key=lambda i: -len(data[i][0]))
-        rows = max(1, self.recipe.trainer.micro_batch_size)
-        return [order[k : k + rows] for k in range(0, len(order), rows)]
+        """Datum indices in micro-batches, longest first (less padding): ``trainer.micro_batch_size`` datums each,
+        or by the token budget ``trainer.max_tokens_per_micro_batch`` (:func:`rlvr.train.packing.split_micro_batches`,
+        what ``rlvr train`` does)."""
+        lengths = [len(t) + 1 for t, _ in data]
+        order = sorted(range(len(data)), key=lambda i: -lengths[i])
+        return self._split(order, lengths, max(1, self.recipe.trainer.micro_batch_size))
 
     def forward_backward(self, data: list[Datum], loss_fn: str, loss_fn_config: dict[str, float] | None,
                          forward_only: bool = False) -> dict[str, Any]:
