@@ -148,6 +148,27 @@ _CUSTOM = (
 )
 
 
+POSITIONWISE: frozenset[str] = frozenset({"cross_entropy", "importance_sampling", "ppo", "cispo", "dro"})
+"""Losses whose sum is one term per position, each depending on that position alone: several datums' [N_i]
+inputs end to end ([sum N_i]) give the sum of their losses in one call. Not ``gspo``: its sequence ratio is a
+mean over the datum's positions."""
+
+
+def trained_positions(name: str, inputs: Mapping[str, Tensor]) -> Tensor:
+    """[N] bool: the positions whose term can have a non-zero gradient with respect to ``target_logprobs`` (the
+    others' terms are 0 or constant: the trainer may compute their logprobs without gradient). ``cross_entropy``:
+    weight != 0; ``importance_sampling``, ``ppo``, ``cispo``, ``gspo``: advantage != 0 (each position's gradient is
+    its advantage times a factor; gspo's sequence ratio enters detached); ``dro``: every position (its penalty
+    beta/2 (lp - q)^2 applies where the advantage is 0). Multi-target [N, K] inputs: a position is trained when any
+    of its K is. Errors: ``ValueError`` as :func:`required_inputs`."""
+    key = {"cross_entropy": "weights", "dro": None}.get(_known(name), "advantages")
+    n = inputs["target_tokens"].shape[0]
+    if key is None:
+        return torch.ones(n, dtype=torch.bool)
+    nz = inputs[key] != 0
+    return nz.reshape(n, -1).any(dim=1)
+
+
 def _known(name: str) -> str:
     """``name`` if this module computes it, else ``ValueError`` (stable_reinforce, custom, unknown)."""
     if name == "stable_reinforce":

@@ -38,12 +38,17 @@ class ServeTrainer(PolicyWorker):
         return ok
 
     # -- forward ---------------------------------------------------------------------------------------------------
-    def _datum_logprobs(self, batch: list[Datum], grad: bool) -> list[torch.Tensor]:
+    def _datum_logprobs(self, batch: list[Datum], grad: bool, trained: torch.Tensor | None = None) -> list[torch.Tensor]:
         """Logprobs [N_i] (nats, temperature 1, float32) of each datum's ``target_tokens`` given its input tokens,
         one forward over the ``b`` datums of ``batch``: packed end to end (``trainer.packing``, as ``rlvr train``'s
         forward: :func:`rlvr.train.packing.forward_inputs`) or right-padded. Each datum gets one extra input token
         (id 0) after its last, so that the shifted frame of the forward (position t predicts what follows token t)
-        covers all N_i of its positions; causal attention keeps it out of every position before it."""
+        covers all N_i of its positions; causal attention keeps it out of every position before it.
+
+        ``trained``: [sum N_i] bool, the positions whose loss term has a gradient
+        (:func:`rlvr.algos.tinker_losses.trained_positions`; None: all). The output layer runs with gradient on
+        those rows only and without on the rest (prompt positions, weight 0): as ``rlvr train`` runs it on response
+        tokens only, for a model with a 49k vocabulary most of the cost of the rows it skips."""
         from rlvr.algos.logprobs import logprobs_and_entropy
         from rlvr.models.heads import lean_output_head
         from rlvr.train.packing import forward_inputs
@@ -66,12 +71,20 @@ class ServeTrainer(PolicyWorker):
         model = lora.inner(self.module)
         head = lean_output_head(model)
         with torch.set_grad_enabled(grad), self._autocast():
-            if head is not None:
-                hidden = model.model(**kw, use_cache=False).last_hidden_state.flatten(0, 1)[at]  # [sum N_i, H]
-                logits = head(hidden)  # [sum N_i, V]
-            else:
+            if head is None:  # the model's own full forward
                 logits = model(**kw, use_cache=False).logits.flatten(0, 1)[at]  # [sum N_i, V]
-            lp, _ = logprobs_and_entropy(logits, targets, 1.0)  # [sum N_i]
+                lp, _ = logprobs_and_entropy(logits, targets, 1.0)  # [sum N_i]
+            else:
+                hidden = model.model(**kw, use_cache=False).last_hidden_state.flatten(0, 1)[at]  # [sum N_i, H]
+                if not grad or trained is None or bool(trained.all()):
+                    lp, _ = logprobs_and_entropy(head(hidden), targets, 1.0)  # [sum N_i]
+                else:
+                    on = trained.to(self.device)
+                    lp_on, _ = logprobs_and_entropy(head(hidden[on]), targets[on], 1.0)  # [T], with gradient
+                    with torch.no_grad():
+                        lp_off, _ = logprobs_and_entropy(head(hidden[~on]), targets[~on], 1.0)  # [sum N_i - T]
+                    lp = torch.zeros(len(targets), dtype=lp_on.dtype, device=self.device)
+                    lp = lp.masked_scatter(~on, lp_off.to(lp.dtype)).masked_scatter(on, lp_on)
         return list(torch.split(lp, lengths))
 
     def _micro_batches(self, data: list[Datum]) -> list[list[int]]:
@@ -90,7 +103,7 @@ class ServeTrainer(PolicyWorker):
         ``{"outputs": [{"logprobs": [N_i] float32, ...}] in the order of data, "metrics": {name: value}}``: the
         metrics are the sums over datums of each datum's (Tinker's ``name:sum`` convention).
         Errors: ``ValueError`` for a bad datum or loss (nothing is accumulated then)."""
-        from rlvr.algos.tinker_losses import tinker_loss
+        from rlvr.algos.tinker_losses import POSITIONWISE, tinker_loss, trained_positions
 
         for i, (toks, inp) in enumerate(data):
             check_datum(i, toks, inp, self.vocab_size)
@@ -108,14 +121,22 @@ class ServeTrainer(PolicyWorker):
         try:
             for idx in self._micro_batches(data):
                 part = [data[i] for i in idx]
-                lps = self._datum_logprobs(part, grad=not forward_only)
+                # a copy of each input: Ray hands read-only arrays
+                tensors = [{k: torch.tensor(np.asarray(v)) for k, v in inp.items()} for _, inp in part]
+                trained = torch.cat([trained_positions(loss_fn, t) for t in tensors])
+                lps = self._datum_logprobs(part, grad=not forward_only, trained=trained)
+                if loss_fn in POSITIONWISE:  # one call for the micro-batch: a sum of per-position terms
+                    groups = [(torch.cat(lps), {k: torch.cat([t[k] for t in tensors]).to(self.device)
+                                                for k in tensors[0]})]  # fmt: skip
+                else:
+                    groups = [(lp, {k: v.to(self.device) for k, v in t.items()}) for lp, t in zip(lps, tensors)]
                 total = None
-                for i, lp, (_, inp) in zip(idx, lps, part):
-                    tensors = {k: torch.tensor(np.asarray(v)).to(self.device) for k, v in inp.items()}  # a copy: Ray hands read-only arrays
-                    loss, m = tinker_loss(loss_fn, lp, tensors, loss_fn_config)
+                for lp, x in groups:
+                    loss, m = tinker_loss(loss_fn, lp, x, loss_fn_config)
                     total = loss if total is None else total + loss
                     for k, v in m.items():
                         metrics[k] = metrics.get(k, 0.0) + float(v)
+                for i, lp in zip(idx, lps):
                     outputs[i] = {"logprobs": lp.detach().float().cpu().numpy()}
                 if not forward_only and total is not None:
                     self._backward(total)

@@ -445,3 +445,43 @@ def test_bad_config_values():
             {"clip_low_threshold": 0.9, "clip_high_threshold": 0.5})
     _raises(r"loss_fn_config\['beta'\] must be >= 0", "dro", *_dro_datum(), {"beta": -0.01})
     _raises("loss_fn_config must be a dict", "ppo", lp, inputs, [("clip_low_threshold", 0.9)])
+
+
+def test_trained_positions_by_hand():
+    """Which positions carry a gradient: weights != 0 (cross_entropy), advantages != 0 (the policy-gradient losses,
+    gspo included), every position (dro: its penalty acts where the advantage is 0)."""
+    from rlvr.algos.tinker_losses import POSITIONWISE, trained_positions
+
+    tt = torch.tensor([5, 6, 7, 8])
+    ce = {"target_tokens": tt, "weights": torch.tensor([0.0, 0.0, 1.0, -0.5])}
+    assert trained_positions("cross_entropy", ce).tolist() == [False, False, True, True]
+    rl = {"target_tokens": tt, "logprobs": torch.zeros(4), "advantages": torch.tensor([0.0, 2.0, 0.0, -1.0])}
+    for name in ("importance_sampling", "ppo", "cispo"):
+        assert trained_positions(name, rl).tolist() == [False, True, False, True], name
+    assert trained_positions("gspo", {**rl, "sequence_ratio_mask": torch.ones(4)}).tolist() == [False, True, False, True]
+    assert trained_positions("dro", rl).tolist() == [True, True, True, True]
+    multi = {"target_tokens": torch.zeros(3, 2, dtype=torch.long), "weights": torch.tensor([[0.0, 1.0], [0.0, 0.0], [2.0, 0.0]])}
+    assert trained_positions("cross_entropy", multi).tolist() == [True, False, True]
+    assert POSITIONWISE == {"cross_entropy", "importance_sampling", "ppo", "cispo", "dro"}
+    with pytest.raises(ValueError, match="stable_reinforce"):
+        trained_positions("stable_reinforce", rl)
+
+
+def test_a_positionwise_loss_of_datums_end_to_end_is_the_sum_of_theirs():
+    """The trainer's one call per micro-batch: for every POSITIONWISE loss, [N1 + N2] inputs end to end give the sum
+    of the two datums' losses, and gspo (a mean over each datum) does not."""
+    from rlvr.algos.tinker_losses import POSITIONWISE
+
+    g = torch.Generator().manual_seed(3)
+    def datum(n):
+        return {"target_tokens": torch.arange(n), "logprobs": -torch.rand(n, generator=g),
+                "advantages": torch.randn(n, generator=g), "weights": torch.rand(n, generator=g),
+                "sequence_ratio_mask": torch.ones(n)}
+    a, b = datum(3), datum(5)
+    lpa, lpb = -torch.rand(3, generator=g), -torch.rand(5, generator=g)
+    for name in sorted(POSITIONWISE | {"gspo"}):
+        keys = required_inputs(name)
+        one = lambda lp, d: tinker_loss(name, lp, {k: d[k] for k in keys}, None)[0]  # noqa: E731
+        both = tinker_loss(name, torch.cat([lpa, lpb]), {k: torch.cat([a[k], b[k]]) for k in keys}, None)[0]
+        same = torch.isclose(both, one(lpa, a) + one(lpb, b), atol=1e-6)
+        assert bool(same) is (name in POSITIONWISE), name
