@@ -11,15 +11,17 @@ def add_serve_parser(sub) -> None:
     from rlvr.serve.server import ServeOptions
 
     d = ServeOptions()
-    p = sub.add_parser("serve", help="serve the Tinker training API (tinker SDK, tinker-cookbook loops) on a local model")
-    p.add_argument("--model", default=d.model, help="the base model: smollm2-135m-instruct (embedded, the default), "
-                   "tiny-random, a local folder or a hub id")
-    p.add_argument("--name", default=d.name, help="the name clients give as base_model (default: the model's own, "
-                   "e.g. HuggingFaceTB/SmolLM2-135M-Instruct)")
+    p = sub.add_parser("serve", help="serve the Tinker training API (tinker SDK, tinker-cookbook loops) on a local model",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       description="The Tinker training API on rlvr's trainer and engines (docs/serve.md).")
+    p.add_argument("--model", default=d.model, help="the base model: an embedded one (smollm2-135m-instruct, "
+                   "tiny-random), a local folder or a hub id")
+    p.add_argument("--name", default=d.name, help="the name clients give as base_model; empty: the model's own, "
+                   "e.g. HuggingFaceTB/SmolLM2-135M-Instruct")
     p.add_argument("--full", action="store_true", help="train every weight (full fine-tuning) instead of the LoRA "
                    "adapters a client asks for")
-    p.add_argument("--host", default=d.host, help="address to listen on (default: localhost only)")
-    p.add_argument("--port", type=int, default=d.port)
+    p.add_argument("--host", default=d.host, help="address to listen on (127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=d.port, help="port to listen on")
     p.add_argument("--state-dir", default=d.state_dir, help="checkpoints (tinker://... paths) and role logs")
     p.add_argument("--max-context", type=int, default=d.max_context, help="longest sequence, in tokens, a model "
                    "samples or trains on")
@@ -28,8 +30,8 @@ def add_serve_parser(sub) -> None:
                    "model's start, seconds")
     p.add_argument("--session-timeout-s", type=float, default=d.session_timeout_s, help="a session silent for this "
                    "long has its models unloaded")
-    p.add_argument("--api-key", default=d.api_key, help="require this key from clients (default: any)")
-    p.add_argument("overrides", nargs="*", help="recipe settings of each model's roles, e.g. trainer.backend=deepspeed "
+    p.add_argument("--api-key", default=d.api_key, help="require this key from clients; empty: any key")
+    p.add_argument("overrides", nargs="*", default=[], help="recipe settings of each model's roles, e.g. trainer.backend=deepspeed "
                    "rollout.engine=hf model.dtype=float32 trainer.micro_batch_size=8")
     p.set_defaults(fn=cmd_serve)
 

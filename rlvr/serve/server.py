@@ -61,7 +61,8 @@ class ServeOptions:
     """How long one ``retrieve_future`` waits for a result before answering "try again"."""
     session_timeout_s: float = 120.0
     """A session with no heartbeat for this long is over: its models are unloaded (a client that disappeared; the
-    SDK sends one every 10 s while its process lives)."""
+    SDK sends one every 10 s while its process lives), at the reaper's next look (every min(30 s, a quarter of
+    this))."""
     max_models: int = 2
     """Training models held at once (each has its own trainer and engines)."""
     api_key: str = ""
@@ -295,7 +296,13 @@ class Server:
         run = self.model(str(body.get("model_id", "")))
         return {"type": "get_info", "model_id": run.model_id, "model_name": run.base_model,
                 "is_lora": run.lora_rank > 0, "lora_rank": run.lora_rank or None,
-                "model_data": {"arch": "causal_lm", "model_name": run.base_model, "tokenizer_id": run.base_model}}
+                "model_data": {"arch": "causal_lm", "model_name": run.base_model, "tokenizer_id": self.tokenizer_id}}
+
+    @property
+    def tokenizer_id(self) -> str:
+        """What the SDK's ``get_tokenizer()`` loads: the model folder itself when the server listens on this
+        machine only (its clients share the disk, and need no hub), else the model's name."""
+        return self.model_dir if self.opts.host in ("127.0.0.1", "localhost", "::1") else self.name
 
     def forward_backward(self, body: bytes, encoding: str | None) -> dict:
         from rlvr.serve.wire import WireError, decode_forward_backward, encode_forward_backward_output
@@ -306,6 +313,11 @@ class Server:
             raise ApiError(400, str(e)) from e
         run = self.model(call.model_id)
         self._touch(run.session_id)
+        for i, (tokens, _) in enumerate(call.data):
+            if len(tokens) > self.opts.max_context:
+                raise ApiError(400, f"forward_backward: datum {i} has {len(tokens)} input tokens, over the server's "
+                                    f"--max-context {self.opts.max_context} (cut the datum, or start the server with a "
+                                    "larger --max-context)")
 
         def job() -> Result:
             out = run.forward_backward(call.data, call.loss_fn, call.loss_fn_config, call.forward_only)
@@ -539,7 +551,10 @@ class Server:
         return res
 
     def close(self) -> None:
+        """Unload every model (their roles stop) and stop Ray if the server started it."""
         self._stop.set()
+        if self.models:
+            log.info("rlvr serve: stopping; unloading %d model(s)", len(self.models))
         for model_id in list(self.models):
             self.unload(model_id)
         self.futures.close()
