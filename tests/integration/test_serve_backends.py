@@ -8,9 +8,14 @@ the torch backend's numbers, and a vLLM engine serves what the trainer holds aft
 - vLLM (float32, tiny-random, local executor): the engine's prompt logprobs (``compute_logprobs``) equal the
   trainer's ``forward`` logprobs before and after an update pushed by ``save_weights_for_sampler`` (the checked
   sync), and differ between the two; a sampler whose weights were replaced is refused with a message saying so.
+
+Each case runs in a child process (``in_child.call_in_child``): DeepSpeed, and vLLM in this process, leave
+torch.distributed state behind that a later test's trainer would trip on.
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -39,10 +44,12 @@ def _datum() -> types.Datum:
                        loss_fn_inputs={"target_tokens": TOKENS[1:], "weights": [1.0] * (len(TOKENS) - 1)})
 
 
-def _after_one_step(tmp_path, *overrides: str, full: bool) -> tuple[np.ndarray, np.ndarray, bool]:
-    """(logprobs before, logprobs after one cross_entropy step at lr 1e-2, whether the model is LoRA)."""
-    bg = Background(ServeOptions(model="tiny-random", state_dir=str(tmp_path), max_context=64, full=full,
-                                 overrides=BASE + ("rollout.engine=hf",) + overrides))
+def after_one_step(state_dir: str, overrides: list[str], full: bool) -> tuple[list, list, bool]:
+    """(logprobs before, logprobs after one cross_entropy step at lr 1e-2, whether the model is LoRA); run in a
+    child process."""
+    os.environ.setdefault("TINKER_API_KEY", "tml-test")
+    bg = Background(ServeOptions(model="tiny-random", state_dir=state_dir, max_context=64, full=full,
+                                 overrides=BASE + ("rollout.engine=hf",) + tuple(overrides)))
     try:
         sc = tinker.ServiceClient(base_url=bg.url)
         tc = sc.create_lora_training_client(base_model="tiny-random", rank=4).result()
@@ -52,15 +59,22 @@ def _after_one_step(tmp_path, *overrides: str, full: bool) -> tuple[np.ndarray, 
         after = tc.forward([_datum()], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].to_numpy()
         lora = bool(tc.get_info().is_lora)
         sc.close("success").result(timeout=30)
-        return before, after, lora
+        return before.tolist(), after.tolist(), lora
     finally:
         bg.stop()
 
 
 @pytest.mark.parametrize("full", [False, True], ids=["lora", "full"])
 def test_deepspeed_takes_the_step_the_torch_backend_takes(tmp_path, full):
-    b_t, a_t, lora_t = _after_one_step(tmp_path / "torch", "trainer.backend=torch", full=full)
-    b_d, a_d, lora_d = _after_one_step(tmp_path / "ds", "trainer.backend=deepspeed", full=full)
+    from in_child import call_in_child
+
+    def run(backend: str):
+        b, a, lora = call_in_child("test_serve_backends", "after_one_step", str(tmp_path / backend),
+                                   [f"trainer.backend={backend}"], full, timeout_s=300)
+        return np.array(b), np.array(a), lora
+
+    b_t, a_t, lora_t = run("torch")
+    b_d, a_d, lora_d = run("deepspeed")
     assert lora_t is lora_d is (not full)
     np.testing.assert_allclose(b_d, b_t, atol=1e-6)
     assert np.abs(a_t - b_t).max() > 1e-3  # the step moved the model (cross_entropy: the targets' logprobs rise)
@@ -69,29 +83,44 @@ def test_deepspeed_takes_the_step_the_torch_backend_takes(tmp_path, full):
 
 
 def test_vllm_serves_what_the_trainer_holds_after_each_sampler_save(tmp_path):
-    bg = Background(ServeOptions(model="tiny-random", state_dir=str(tmp_path), max_context=64, full=True,
+    from in_child import call_in_child
+
+    got = call_in_child("test_serve_backends", "vllm_case", str(tmp_path), timeout_s=400)
+    engine0, trainer0, engine1, trainer1 = (np.array(got[k]) for k in ("engine0", "trainer0", "engine1", "trainer1"))
+    np.testing.assert_allclose(engine0, trainer0, atol=2e-4)
+    assert np.abs(engine1 - engine0).max() > 1e-3  # the update reached the engine
+    np.testing.assert_allclose(engine1, trainer1, atol=2e-4)
+    assert got["lengths"] and all(1 <= n <= 4 for n in got["lengths"]) and len(got["lengths"]) == 3
+    assert "replaced on the engines" in got["old_sampler_error"]
+
+
+def vllm_case(state_dir: str) -> dict:
+    """The vLLM case's measurements (in a child process): the engine's and the trainer's logprobs of TOKENS before
+    and after one step pushed by save_weights_for_sampler, three samples' lengths, the old sampler's error."""
+    os.environ.setdefault("TINKER_API_KEY", "tml-test")
+    bg = Background(ServeOptions(model="tiny-random", state_dir=state_dir, max_context=64, full=True,
                                  overrides=BASE + ("rollout.engine=vllm", "rollout.kv_cache_gib=0.25")))
     try:
         sc = tinker.ServiceClient(base_url=bg.url)
         tc = sc.create_lora_training_client(base_model="tiny-random", rank=4).result()
         prompt = types.ModelInput.from_ints(TOKENS)
+        out: dict = {}
         s0 = tc.save_weights_and_get_sampling_client().result()
-        engine0 = np.array(s0.compute_logprobs(prompt).result()[1:], dtype=np.float64)
-        trainer0 = tc.forward([_datum()], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].to_numpy()
-        np.testing.assert_allclose(engine0, trainer0, atol=2e-4)
-
+        out["engine0"] = s0.compute_logprobs(prompt).result()[1:]
+        out["trainer0"] = tc.forward([_datum()], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].tolist()
         tc.forward_backward([_datum()], "cross_entropy").result()
         tc.optim_step(types.AdamParams(learning_rate=1e-2, eps=1e-8)).result()
         s1 = tc.save_weights_and_get_sampling_client().result()  # the checked sync to the engine
-        engine1 = np.array(s1.compute_logprobs(prompt).result()[1:], dtype=np.float64)
-        trainer1 = tc.forward([_datum()], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].to_numpy()
-        assert np.abs(engine1 - engine0).max() > 1e-3
-        np.testing.assert_allclose(engine1, trainer1, atol=2e-4)
-
+        out["engine1"] = s1.compute_logprobs(prompt).result()[1:]
+        out["trainer1"] = tc.forward([_datum()], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].tolist()
         seqs = s1.sample(prompt, 3, types.SamplingParams(max_tokens=4, seed=3)).result().sequences
-        assert len(seqs) == 3 and all(1 <= len(s.tokens) <= 4 for s in seqs)
-        with pytest.raises(Exception, match="replaced on the engines"):
+        out["lengths"] = [len(x.tokens) for x in seqs]
+        try:
             s0.sample(prompt, 1, types.SamplingParams(max_tokens=2)).result()
+            out["old_sampler_error"] = ""
+        except Exception as e:  # noqa: BLE001 - the refusal's text is what the test checks
+            out["old_sampler_error"] = str(e)
         sc.close("success").result(timeout=30)
+        return out
     finally:
         bg.stop()

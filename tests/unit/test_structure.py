@@ -122,10 +122,10 @@ def test_rewards_environments_and_tools_do_not_reach_up_into_the_runtime():
     assert up == set()
 
 
-ABOVE_THE_RUNTIME = {"rlvr", "rlvr.cli", "rlvr.eval_run", "rlvr.evaluate", "rlvr.serve.server"}
+ABOVE_THE_RUNTIME = {"rlvr", "rlvr.cli", "rlvr.eval_run", "rlvr.evaluate", "rlvr.serve.server", "rlvr.serve.models"}
 """The entry points that sit over rlvr.runtime and import it: ``rlvr.train`` (rlvr/__init__.py), ``rlvr train``
 (rlvr/cli.py), ``rlvr eval`` (rlvr/evaluate.py: the pass@k of validation; rlvr/eval_run.py: a run folder's policy),
-``rlvr serve`` (rlvr/serve/server.py: each training model's roles).
+``rlvr serve`` (rlvr/serve/server.py and models.py: each training model's roles).
 rlvr/eval_cli.py and rlvr/verify_cli.py sit up there too but need nothing of the runtime."""
 
 
