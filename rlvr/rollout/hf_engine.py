@@ -70,11 +70,12 @@ class HFEngine:
                 seq = new[j].tolist()
                 n = len(seq)
                 for k, t in enumerate(seq):
-                    if t in stop or (sampling.stop and _ends_with_stop(self.tok.decode(seq[: k + 1]), sampling.stop)):
+                    if t in stop:
                         n = k + 1
                         break
-                finished = n < len(seq) or (len(seq) > 0 and (seq[n - 1] in stop or (
-                    bool(sampling.stop) and _ends_with_stop(self.tok.decode(seq[:n]), sampling.stop))))
+                at = _stop_string_end(self.tok, seq[:n], sampling.stop) if sampling.stop else None
+                n = at if at is not None else n
+                finished = at is not None or n < len(seq) or (len(seq) > 0 and seq[n - 1] in stop)
                 out.append(
                     Completion(
                         prompt_index=p.index,
@@ -142,7 +143,17 @@ class HFEngine:
         return True
 
 
-def _ends_with_stop(text: str, stops: tuple[str, ...]) -> bool:
-    """Whether ``text`` (the sample's tokens so far, decoded) holds one of the stop strings: the first token at
-    which it does is where the sample stops."""
-    return any(s in text for s in stops)
+def _stop_string_end(tok, ids: list[int], stops: tuple[str, ...]) -> int | None:
+    """The length of the shortest prefix of ``ids`` whose text holds one of the stop strings (the sample stops
+    with the token that completes it), or None. Holding a stop string only grows with the prefix, so a binary
+    search finds it in O(log T) decodes (not one decode per token)."""
+    if not any(s in tok.decode(ids) for s in stops):
+        return None
+    lo, hi = 1, len(ids)  # the answer lies in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if any(s in tok.decode(ids[:mid]) for s in stops):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo

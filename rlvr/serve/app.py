@@ -69,14 +69,17 @@ def build_app(server: Server) -> Any:
         return given == key
 
     def route(fn, name: str, kind: str = "json"):
+        """A handler calling ``fn`` with the JSON body (``json``), the raw body and its encoding (``proto``), or the
+        URL's path parameters alone (``path``; a body is ignored)."""
+
         async def handler(request: Request) -> Response:
             if not authorised(request):
                 return error(401, f"{name}: wrong or missing API key (the server was started with --api-key)")
             try:
                 if kind == "proto":
                     out = fn(await request.body(), request.headers.get("content-encoding"))
-                elif kind == "get":
-                    out = fn()
+                elif kind == "path":
+                    out = fn(**request.path_params)
                 else:
                     out = fn(await json_body(request, name))
                 if hasattr(out, "__await__"):
@@ -103,23 +106,10 @@ def build_app(server: Server) -> Any:
         what = f"{request.method} {request.url.path}"
         return error(404, f"rlvr serve does not serve {what}; it serves: {', '.join(SERVED)}")
 
-    async def sampler(request: Request) -> Response:
-        if not authorised(request):
-            return error(401, "samplers: wrong or missing API key (the server was started with --api-key)")
-        try:
-            return JSONResponse(server.get_sampler(request.path_params["sampler_id"]))
-        except ApiError as e:
-            return error(e.status, e.message)
-
-    async def finish(request: Request) -> Response:
-        if not authorised(request):
-            return error(401, "sessions/finish: wrong or missing API key (the server was started with --api-key)")
-        return JSONResponse(server.finish_session(request.path_params["session_id"]))
-
     s = server
     routes = [
-        Route("/api/v1/healthz", route(lambda: {"status": "ok"}, "healthz", "get"), methods=["GET"]),
-        Route("/api/v1/get_server_capabilities", route(s.capabilities, "get_server_capabilities", "get"), methods=["GET"]),
+        Route("/api/v1/healthz", route(lambda: {"status": "ok"}, "healthz", "path"), methods=["GET"]),
+        Route("/api/v1/get_server_capabilities", route(s.capabilities, "get_server_capabilities", "path"), methods=["GET"]),
         Route("/api/v1/client/config", route(lambda b: CLIENT_CONFIG, "client/config"), methods=["POST"]),
         Route("/api/v1/client/dynamic_config", route(lambda b: {}, "client/dynamic_config"), methods=["POST"]),
         Route("/api/v1/create_session", route(s.create_session, "create_session"), methods=["POST"]),
@@ -138,8 +128,9 @@ def build_app(server: Server) -> Any:
               methods=["POST"]),
         Route("/api/v1/asample", route(s.asample, "asample"), methods=["POST"]),
         Route("/api/v1/retrieve_future", route(s.retrieve, "retrieve_future"), methods=["POST"]),
-        Route("/api/v1/samplers/{sampler_id}", sampler, methods=["GET"]),
-        Route("/api/v1/sessions/{session_id}/finish", finish, methods=["POST"]),
+        Route("/api/v1/samplers/{sampler_id}", route(s.get_sampler, "samplers", "path"), methods=["GET"]),
+        Route("/api/v1/sessions/{session_id}/finish", route(s.finish_session, "sessions/finish", "path"),
+              methods=["POST"]),
         Route("/{path:path}", not_served, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
     ]
     return Starlette(routes=routes)

@@ -55,11 +55,9 @@ class Futures:
         self._lock = threading.Lock()
 
     def submit(self, lane: str, kind: str, fn: Callable[[], Any]) -> str:
-        rid = f"{kind}-{uuid.uuid4().hex[:16]}"
-        entry = _Entry(kind, time.monotonic())
+        rid = self.open(kind)
         with self._lock:
-            self._expire()
-            self._entries[rid] = entry
+            entry = self._entries[rid]
             pool = self._lanes.get(lane)
             if pool is None:
                 pool = self._lanes[lane] = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"serve-{lane}")

@@ -187,12 +187,35 @@ class SampleBatcher:
         self.closed = True
         self.q.put(None)
 
+    def _run_group(self, group: list[SampleJob]) -> None:
+        """One engine call for ``group`` (same sampling settings); each job's result or error goes to its future.
+        Jobs whose sampler weights were replaced fail alone: the others are sampled."""
+        from rlvr.serve.wire import encode_sample_response
+
+        try:
+            results = self.run.generate(group)
+        except StaleSampler as e:
+            self._fail(e.jobs, e)
+            rest = [j for j in group if j not in e.jobs]
+            if rest:
+                self._run_group(rest)
+            return
+        except Exception as e:  # noqa: BLE001 - each caller is told; the server goes on
+            self._fail(group, e)
+            return
+        for j, (seqs, plp) in zip(group, results):
+            self.futures.finish(j.rid, Result(value=encode_sample_response(seqs, plp), proto=True))
+
     def _fail(self, jobs: list[SampleJob], e: BaseException) -> None:
-        user = isinstance(e, (UserError, ValueError)) or user_cause(e) is not None
+        """Fail ``jobs`` with ``e``: category ``user`` for the caller's bad input (its message as it is), else
+        ``server`` (logged)."""
+        direct = isinstance(e, (UserError, ValueError))
+        user = direct or user_cause(e) is not None
         if not user:
             log.error("sampling on model %s failed: %s: %s", self.run.model_id, type(e).__name__, e)
+        msg = str(e) if direct else f"{type(e).__name__}: {e}"
         for j in jobs:
-            self.futures.finish(j.rid, Result(error=f"{type(e).__name__}: {e}", category="user" if user else "server"))
+            self.futures.finish(j.rid, Result(error=msg, category="user" if user else "server"))
 
     def _drain(self) -> None:
         """Fail whatever is still queued after :meth:`close` (a client waiting on it is told, not left polling)."""
@@ -206,8 +229,6 @@ class SampleBatcher:
                                                         "ran", category="user"))
 
     def _loop(self) -> None:
-        from rlvr.serve.wire import encode_sample_response
-
         while True:
             first = self.q.get()
             if first is None:
@@ -230,25 +251,4 @@ class SampleBatcher:
             for j in jobs:
                 groups.setdefault(j.sampling, []).append(j)
             for group in groups.values():
-                try:
-                    results = self.run.generate(group)
-                except StaleSampler as e:  # those jobs fail; the others of the group are sampled
-                    for j in e.jobs:
-                        self.futures.finish(j.rid, Result(error=str(e), category="user"))
-                    group = [j for j in group if j not in e.jobs]
-                    if not group:
-                        continue
-                    try:
-                        results = self.run.generate(group)
-                    except Exception as e2:  # noqa: BLE001 - each caller is told; the server goes on
-                        self._fail(group, e2)
-                        continue
-                except (UserError, ValueError) as e:
-                    for j in group:
-                        self.futures.finish(j.rid, Result(error=str(e), category="user"))
-                    continue
-                except Exception as e:  # noqa: BLE001 - each caller is told; the server goes on
-                    self._fail(group, e)
-                    continue
-                for j, (seqs, plp) in zip(group, results):
-                    self.futures.finish(j.rid, Result(value=encode_sample_response(seqs, plp), proto=True))
+                self._run_group(group)

@@ -224,11 +224,11 @@ class Server:
             s.last_seen = time.monotonic()
         return {"type": "session_heartbeat"}
 
-    def finish_session(self, sid: str) -> dict:
+    def finish_session(self, session_id: str) -> dict:
         """``POST /api/v1/sessions/<id>/finish`` (``ServiceClient.close()``): the session ends and its models are
         unloaded now. An unknown session is no error (closing twice)."""
         with self.lock:
-            s = self.sessions.pop(sid, None)
+            s = self.sessions.pop(session_id, None)
         for m in s.models if s is not None else []:
             threading.Thread(target=self.unload, args=(m,), name=f"serve-unload-{m}", daemon=True).start()
         return {}

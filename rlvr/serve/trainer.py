@@ -11,7 +11,6 @@ off the shifted input.
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
 import numpy as np
@@ -105,13 +104,14 @@ class ServeTrainer(PolicyWorker):
         Errors: ``ValueError`` for a bad datum or loss (nothing is accumulated then)."""
         from rlvr.algos.tinker_losses import POSITIONWISE, tinker_loss, trained_positions
 
-        for i, (toks, inp) in enumerate(data):
+        # each datum's inputs as tensors, once (copies: Ray hands read-only arrays)
+        inputs = [{k: torch.tensor(np.asarray(v)) for k, v in inp.items()} for _, inp in data]
+        for i, ((toks, inp), x) in enumerate(zip(data, inputs)):
             check_datum(i, toks, inp, self.vocab_size)
             # the loss's own checks (keys, shapes, values, config) on every datum before any forward: a bad datum
             # fails the call with no gradient of the others accumulated
             try:
-                tinker_loss(loss_fn, torch.zeros(len(toks)), {k: torch.tensor(np.asarray(v)) for k, v in inp.items()},
-                            loss_fn_config)
+                tinker_loss(loss_fn, torch.zeros(len(toks)), x, loss_fn_config)
             except ValueError as e:
                 raise ValueError(f"datum {i}: {e}") from None
         was = self.module.training
@@ -121,8 +121,7 @@ class ServeTrainer(PolicyWorker):
         try:
             for idx in self._micro_batches(data):
                 part = [data[i] for i in idx]
-                # a copy of each input: Ray hands read-only arrays
-                tensors = [{k: torch.tensor(np.asarray(v)) for k, v in inp.items()} for _, inp in part]
+                tensors = [inputs[i] for i in idx]
                 trained = torch.cat([trained_positions(loss_fn, t) for t in tensors])
                 lps = self._datum_logprobs(part, grad=not forward_only, trained=trained)
                 if loss_fn in POSITIONWISE:  # one call for the micro-batch: a sum of per-position terms
@@ -170,25 +169,14 @@ class ServeTrainer(PolicyWorker):
         for g in self.optimizer.param_groups:
             g.update(lr=float(learning_rate), betas=(float(beta1), float(beta2)), eps=float(eps),
                      weight_decay=float(weight_decay))
-        if self.ds:
-            gn, applied = self._ds_step(grad_clip_norm)
-        else:
-            if self.scaler is not None:
-                self.scaler.unscale_(self.optimizer)
-            limit = grad_clip_norm if grad_clip_norm > 0 else float("inf")
-            gn_t = torch.nn.utils.clip_grad_norm_([p for p in self.module.parameters() if p.requires_grad], limit)
-            gn, applied = float(gn_t), bool(torch.isfinite(gn_t))
-            if self.scaler is not None:
-                self.scaler.step(self.optimizer)
-                self.scaler.update()
-            elif applied:
-                self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
+        if self.ds:  # the update happens in engine.step() at the accumulation boundary
+            self._ds_boundary_step(grad_clip_norm)
+        gn, applied = self._optimizer_step(grad_clip_norm)  # rlvr train's: clip, skip a non-finite step, clear
         datums, self.pending_datums = self.pending_datums, 0
         self.version += 1
         return {"grad_norm": gn, "applied": float(applied), "datums": float(datums)}
 
-    def _ds_step(self, grad_clip_norm: float) -> tuple[float, bool]:
+    def _ds_boundary_step(self, grad_clip_norm: float) -> None:
         """DeepSpeed: a zero-loss backward at the accumulation boundary (what reduces the accumulated gradient under
         ZeRO), then ``engine.step()`` applies it with the clipping norm set for this step."""
         self.engine._config.gradient_clipping = float(grad_clip_norm)
@@ -198,8 +186,6 @@ class ServeTrainer(PolicyWorker):
         lp = self._datum_logprobs([([0, 0], {"target_tokens": np.zeros(2, dtype=np.int64)})], grad=True)[0]
         self.engine.backward(lp.sum() * 0.0, scale_wrt_gas=False)
         self.engine.step()
-        gn = self.engine.get_global_grad_norm()
-        return (float(gn) if gn is not None else math.nan), bool(self.engine.was_step_applied())
 
     def load_weights(self, ckpt_dir: str, optimizer: bool) -> int:
         """Tinker's ``load_weights``: the weights of a :meth:`save_state` folder, with the optimizer state when

@@ -132,9 +132,6 @@ def encode_sample_response(sequences: list[tuple[list[int], list[float], str]],
         s.tokens = np.asarray(tokens, dtype=np.int32).tobytes()
         s.logprobs = np.asarray(logprobs, dtype=np.float32).tobytes()
     if prompt_logprobs is not None:
-        msg.prompt_logprobs = np.asarray([math_nan(x) for x in prompt_logprobs], dtype=np.float32).tobytes()
+        msg.prompt_logprobs = np.asarray([np.nan if x is None else x for x in prompt_logprobs], dtype=np.float32).tobytes()
     return msg.SerializeToString()
 
-
-def math_nan(x: float | None) -> float:
-    return float("nan") if x is None else float(x)

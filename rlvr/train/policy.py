@@ -604,21 +604,21 @@ class PolicyWorker:
         loss, div = dph_term(self.dph_fn, lp, ref_lp, m, self.algo.dph_coef, total, weight)
         return loss, ({mn.TRAIN_DPH_DIV: (float(div.detach().sum()), float(m.sum()))} if mine else {})
 
-    def _optimizer_step(self) -> tuple[float, bool]:
-        """Finish one optimizer step: (gradient L2 norm before clipping, whether the update was applied).
+    def _optimizer_step(self, grad_clip: float | None = None) -> tuple[float, bool]:
+        """Finish one optimizer step: (gradient L2 norm before clipping, whether applied); torch clips to ``grad_clip``.
 
         DeepSpeed: the last micro-batch's ``engine.step()`` was the accumulation boundary (micro-batches per rank
         == gradient_accumulation_steps), so the update is already done or skipped; "applied" is
         ``engine.was_step_applied()``, never inferred from the norm (``get_global_grad_norm()`` can be stale or
-        None after a skipped step, depending on the ZeRO stage and DeepSpeed version). torch: a NaN/inf norm skips.
-        """
-        tr = self.recipe.trainer
+        None after a skipped step, depending on the ZeRO stage and DeepSpeed version). torch: a NaN/inf norm skips;
+        ``grad_clip`` None is ``trainer.grad_clip``, <= 0 no clipping (``rlvr serve`` passes the caller's)."""
         if self.ds:
             gn = self.engine.get_global_grad_norm()
             return (float(gn) if gn is not None else float("nan")), bool(self.engine.was_step_applied())
+        clip = self.recipe.trainer.grad_clip if grad_clip is None else grad_clip
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-        gn = torch.nn.utils.clip_grad_norm_(self.module.parameters(), tr.grad_clip if tr.grad_clip > 0 else float("inf"))
+        gn = torch.nn.utils.clip_grad_norm_(self.module.parameters(), clip if clip > 0 else float("inf"))
         applied = bool(torch.isfinite(gn))
         if self.scaler is not None:  # skips a non-finite step itself and lowers the loss scale
             self.scaler.step(self.optimizer)
