@@ -484,7 +484,9 @@ class AlgorithmConfig:
 
 
 
-LORA_PROJECTIONS: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+LORA_ATTENTION: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+LORA_MLP: tuple[str, ...] = ("gate_proj", "up_proj", "down_proj")
+LORA_PROJECTIONS: tuple[str, ...] = LORA_ATTENTION + LORA_MLP
 """The attention and MLP projections of Llama/Qwen/Mistral-style models: ``trainer.lora.target_modules``'s default."""
 
 

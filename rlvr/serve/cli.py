@@ -37,14 +37,14 @@ def add_serve_parser(sub) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from dataclasses import fields
+
     from rlvr.config import RecipeError
     from rlvr.serve.app import serve
     from rlvr.serve.server import ServeOptions
 
-    opts = ServeOptions(model=args.model, name=args.name, full=args.full, host=args.host, port=args.port,
-                        state_dir=args.state_dir, max_context=args.max_context, max_models=args.max_models,
-                        op_timeout_s=args.op_timeout_s, session_timeout_s=args.session_timeout_s,
-                        api_key=args.api_key, overrides=tuple(args.overrides))
+    given = {f.name: getattr(args, f.name) for f in fields(ServeOptions) if hasattr(args, f.name)}  # each flag's field
+    opts = ServeOptions(**{**given, "overrides": tuple(args.overrides)})
     try:
         serve(opts)
     except RecipeError as e:

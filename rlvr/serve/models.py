@@ -165,8 +165,9 @@ def user_cause(e: BaseException) -> BaseException | None:
 
 class SampleBatcher:
     """Concurrent ``asample`` calls of one model, gathered into batched engine calls: a thread takes every job
-    queued (up to ``max_batch``), groups them by sampling settings and runs each group as one
-    :meth:`ModelRun.generate`; each job's result goes to its future (protobuf ``SampleResponse``)."""
+    queued (up to ``max_batch`` jobs), groups them by sampling settings and runs each group as one
+    :meth:`ModelRun.generate`; each job's result goes to its future (protobuf ``SampleResponse``). A batch gathers
+    until no job has come for ``gap_s`` seconds, or ``window_s`` seconds after its first job."""
 
     def __init__(self, run: ModelRun, futures: Futures, max_batch: int = 256, gap_s: float = 0.05,
                  window_s: float = 0.5) -> None:

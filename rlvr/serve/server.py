@@ -29,6 +29,11 @@ from rlvr.types import SamplingConfig
 log = logging.getLogger(__name__)
 
 
+MAX_THREADS = 8
+"""Torch threads of each model's trainer and of each engine: every core, at most this many (sampling and training
+take turns in a loop like the cookbook's, so each may use all of them)."""
+
+
 class ApiError(Exception):
     """An HTTP error answer: ``status`` and a message for the caller."""
 
@@ -122,13 +127,14 @@ class Server:
         recipe's default, attention and MLP), then ``overrides``. Errors: ``RecipeError``."""
         from rlvr.recipe import load_recipe
 
+        # --max-context split into the recipe's prompt and sampled-token limits: the engines' context is their sum,
+        # which one request may share between its prompt and its samples in any proportion
         half = max(1, self.opts.max_context // 2)
-        # sampling and training take turns in a loop like the cookbook's: each may use every core (up to 8)
-        threads = min(8, os.cpu_count() or 1)
+        threads = min(MAX_THREADS, os.cpu_count() or 1)
         base = [f"model.path={self.opts.model}", f"trainer.lora.rank={lora_rank}",
                 f"data.max_prompt_tokens={self.opts.max_context - half}", f"rollout.max_new_tokens={half}",
                 "reward.num_workers=1", "metrics.progress=false", f"run.output_dir={self.state_dir}",
-                f"run.name={model_id}", "rollout.prompts_per_step=1", "rollout.samples_per_prompt=2",
+                f"run.name={model_id}", "rollout.prompts_per_step=1", "rollout.samples_per_prompt=2",  # unread here
                 f"timeouts.startup_s={self.opts.op_timeout_s}", f"trainer.threads={threads}",
                 f"rollout.threads={threads}"]  # fmt: skip
         if targets:
@@ -336,10 +342,8 @@ class Server:
                                 "rlvr serve runs AdamW (send AdamParams)")
         adam = req.optim_params.model_dump()
 
-        def job() -> dict:
-            m = run.optim_step(adam)
-            return {"type": "optim_step", "metrics": {"grad_norm": m["grad_norm"], "applied": m["applied"],
-                                                      "datums": m["datums"]}}  # fmt: skip
+        def job() -> dict:  # metrics: the trainer's grad_norm, applied, datums
+            return {"type": "optim_step", "metrics": run.optim_step(adam)}
 
         return {"request_id": self.futures.submit(run.model_id, "optim_step", job), "model_id": run.model_id}
 
@@ -492,7 +496,6 @@ class Server:
         sampling = self._sampling_config(req, len(prompt))
         run = self.model(model_id)
         self._touch(run.session_id)
-        rid = self.futures.open("sample")
         with self.lock:
             batcher = self.batchers.get(model_id)
         if batcher is None:
@@ -501,6 +504,7 @@ class Server:
         if last_n is not None and not (req.prompt_logprobs and 1 <= last_n <= len(prompt) - 1):
             raise ApiError(400, f"asample: prompt_logprobs_last_n={last_n} needs prompt_logprobs and must lie in "
                                 f"[1, {len(prompt) - 1}] (the prompt's length - 1)")
+        rid = self.futures.open("sample")  # after the checks: a refused request leaves no future nobody finishes
         try:
             batcher.put(SampleJob(rid, prompt, sampling, bool(req.prompt_logprobs), version, last_n))
         except UserError as e:
@@ -562,16 +566,14 @@ class Server:
             self.keeper.shutdown()
 
 
-ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
-MLP = ("gate_proj", "up_proj", "down_proj")
-
-
 def lora_targets(cfg: Any) -> tuple[str, ...]:
     """The adapters' target modules for Tinker's ``LoraConfig`` (``train_attn``, ``train_mlp``; Llama-family
     module names). ``train_unembed`` is not applied: rlvr's LoRA adapts linear layers inside the blocks (and the
     embedded model ties its output layer to its input embeddings). Errors: :class:`ApiError` 400 when neither is
     trained."""
-    targets = (ATTENTION if cfg.train_attn else ()) + (MLP if cfg.train_mlp else ())
+    from rlvr.config_sections import LORA_ATTENTION, LORA_MLP
+
+    targets = (LORA_ATTENTION if cfg.train_attn else ()) + (LORA_MLP if cfg.train_mlp else ())
     if not targets:
         raise ApiError(400, "create_model: lora_config trains neither attention nor MLP layers (train_attn and "
                             "train_mlp are both false): nothing to train")

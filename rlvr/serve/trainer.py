@@ -22,7 +22,7 @@ from rlvr.train.policy import PolicyWorker
 log = logging.getLogger(__name__)
 
 Datum = tuple[list[int], dict[str, np.ndarray]]
-"""(input tokens [N], loss_fn_inputs: name -> array whose first dimension is N)."""
+"""(input tokens [N], loss_fn_inputs: name -> array or tensor whose first dimension is N)."""
 
 
 class ServeTrainer(PolicyWorker):
@@ -64,7 +64,7 @@ class ServeTrainer(PolicyWorker):
         inputs = forward_inputs(ids, am, self.packing)
         kw = {k: v.to(self.device) for k, v in inputs.kwargs.items()}
         at = inputs.index[mask].to(self.device)  # [sum N_i]: each position's place in the flattened output
-        targets = torch.cat([torch.tensor(np.asarray(inp["target_tokens"]), dtype=torch.long) for _, inp in batch]).to(self.device)
+        targets = torch.cat([torch.as_tensor(inp["target_tokens"], dtype=torch.long) for _, inp in batch]).to(self.device)
         if self.ds and self._forward_prologue is not None:
             self._forward_prologue()
         model = lora.inner(self.module)
@@ -120,8 +120,8 @@ class ServeTrainer(PolicyWorker):
         metrics: dict[str, float] = {}
         try:
             for idx in self._micro_batches(data):
-                part = [data[i] for i in idx]
                 tensors = [inputs[i] for i in idx]
+                part = [(data[i][0], inputs[i]) for i in idx]  # the inputs as the tensors made above
                 trained = torch.cat([trained_positions(loss_fn, t) for t in tensors])
                 lps = self._datum_logprobs(part, grad=not forward_only, trained=trained)
                 if loss_fn in POSITIONWISE:  # one call for the micro-batch: a sum of per-position terms

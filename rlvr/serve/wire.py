@@ -37,7 +37,7 @@ _NP = {1: np.float32, 2: np.int64, 3: np.int32}  # DTYPE_FLOAT32, DTYPE_INT64, D
 def _tensor(msg, where: str) -> np.ndarray:
     dtype = _NP.get(int(msg.dtype))
     if dtype is None:
-        raise WireError(f"{where}: tensor dtype {int(msg.dtype)} is not float32 or int64")
+        raise WireError(f"{where}: tensor dtype {int(msg.dtype)} is not float32, int64 or int32")
     if msg.HasField("sparse_csr"):
         raise WireError(f"{where}: sparse tensors are not supported (send a dense [N] tensor)")
     arr = np.frombuffer(msg.dense, dtype=dtype)
