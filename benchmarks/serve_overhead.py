@@ -30,9 +30,10 @@ says so when another job holds it, and waits):
   each phase splits into the roles' busy time and the rest (HTTP, the futures' polling, the sampling batcher's
   gather window, Ray's transfers).
 
-Step 1 of each (warm-up: vLLM's first batch, the first optimizer step) is dropped; the figures are medians of
-the rest. A's ``timing/step_s`` runs from the rollout's start to the sync's end (the metrics line and the
-progress bar after it are not in it; RUN/timeline.jsonl's step starts give the full interval, printed beside).
+The first ``--drop`` steps of each (default 1, the warm-up: vLLM's first batch, the first optimizer step) are
+dropped; the figures are medians of the rest. A's ``timing/step_s`` runs from the rollout's start to the sync's
+end (the metrics line and the progress bar after it are not in it; RUN/timeline.jsonl's step starts give the full
+interval, printed beside).
 
 Run (about 7 min on 2 idle cores, plus any wait for the lock):
 
@@ -80,7 +81,6 @@ import fcntl
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -100,6 +100,15 @@ SYNC_METHODS = ("send_weights", "receive_weights", "loaded_blocks", "probe_logpr
 and load, then both score the probe)."""
 A_TIMING = ("timing/step_s", "timing/rollout_s", "timing/reward_s", "timing/train_s", "timing/train_wait_s",
             "timing/sync_s", "sync/seconds", "response/length_mean", "train/tokens", "reward/mean")
+SERVER_START_S = 300
+"""How long B's server may take to answer /api/v1/healthz (it starts its roles first)."""
+FOREIGN_CPU_WARN_S = 2.0
+"""CPU seconds that processes outside this run may use in a kept step before the report warns (2 cores)."""
+CPU_TABLE_MIN_S = 0.05
+"""The CPU table's rows: processes with a median of at least this many CPU seconds in one of its columns."""
+ADAM_EPS = 1e-8
+"""B's AdamParams eps: torch.optim.AdamW's default, which rlvr train's AdamW uses (rlvr/train/policy.py passes
+no eps)."""
 
 
 # ------------------------------------------------------------------------------------------------------ plumbing
@@ -119,12 +128,6 @@ def cpu_lock():
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def med(xs: list[float]) -> float:
@@ -253,6 +256,8 @@ class CpuWatch:
 
 # ----------------------------------------------------------------------------------------------------- A: train
 def run_a(steps: int, work: Path) -> dict:
+    from rlvr.metrics.timeline import TIMELINE_FILE, read_timeline
+
     out = work / "a"
     cmd = [PY, "-m", "rlvr.cli", "train", RECIPE, f"run.steps={steps}", "validation.every_steps=0",
            "checkpoint.every_steps=0", "metrics.samples_every=0", "run.save_final=false", f"run.output_dir={out}"]
@@ -265,8 +270,8 @@ def run_a(steps: int, work: Path) -> dict:
     metrics_file = next(out.rglob("metrics.jsonl"))
     rows = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
     rows = [r for r in rows if r.get("step", 0) >= 1 and "timing/step_s" in r]
-    tl_file = metrics_file.parent / "timeline.jsonl"
-    timeline = [json.loads(line) for line in tl_file.read_text().splitlines() if line.strip()]
+    tl_file = metrics_file.parent / TIMELINE_FILE
+    timeline = read_timeline(tl_file)
     # the timeline's times are relative to the loop's start; its last line was written as the last step ended
     origin = tl_file.stat().st_mtime - max(x["end"] for x in timeline)
     per = []
@@ -340,6 +345,8 @@ def serve_child(spans_path: str, argv: list[str]) -> int:
 
 
 def start_server(work: Path, overrides: list[str]) -> tuple[subprocess.Popen, str, Path]:
+    from rlvr.hardware import free_port
+
     port = free_port()
     spans = work / "b_spans.json"
     argv = ["serve", "--full", "--port", str(port), "--state-dir", str(work / "b_state"), *overrides]
@@ -348,7 +355,7 @@ def start_server(work: Path, overrides: list[str]) -> tuple[subprocess.Popen, st
     proc = subprocess.Popen([PY, __file__, "--serve-child", str(spans), "--", *argv], cwd=ROOT, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 300
+    deadline = time.time() + SERVER_START_S
     while time.time() < deadline:
         if proc.poll() is not None:
             raise SystemExit(f"B: the server exited (rc {proc.returncode}); see {work / 'b_server.log'}")
@@ -357,7 +364,7 @@ def start_server(work: Path, overrides: list[str]) -> tuple[subprocess.Popen, st
                 if resp.status == 200:
                     return proc, url, spans
         time.sleep(0.5)
-    raise SystemExit("B: the server did not answer /api/v1/healthz within 300 s")
+    raise SystemExit(f"B: the server did not answer /api/v1/healthz within {SERVER_START_S} s")
 
 
 def stop_server(proc: subprocess.Popen) -> None:
@@ -396,6 +403,7 @@ def run_b(url: str, r, steps: int) -> dict:
 
     from rlvr.algos.advantages import GRPOSettings, grpo
     from rlvr.data import PromptSampler
+    from rlvr.models.embedded import UPSTREAM_NAMES
 
     os.environ.setdefault("TINKER_API_KEY", "tml-bench")
     prompts, tok, verifier = load_data(r)
@@ -406,12 +414,13 @@ def run_b(url: str, r, steps: int) -> dict:
     pl = r.algorithm.policy_loss.settings
     ppo_cfg = {"clip_low_threshold": 1.0 - pl.clip_low, "clip_high_threshold": 1.0 + pl.clip_high}
     tr = r.trainer
-    adam = types.AdamParams(learning_rate=tr.lr, beta1=tr.betas[0], beta2=tr.betas[1], eps=1e-8,
+    adam = types.AdamParams(learning_rate=tr.lr, beta1=tr.betas[0], beta2=tr.betas[1], eps=ADAM_EPS,
                             weight_decay=tr.weight_decay, grad_clip_norm=tr.grad_clip)
     t = time.time()
     sc = tinker.ServiceClient(base_url=url)
     # --full: every weight trained, whatever rank is asked; the server starts the model's roles now
-    tc = sc.create_lora_training_client(base_model="HuggingFaceTB/SmolLM2-135M-Instruct", rank=8).result()
+    # the name rlvr serve gives the recipe's embedded model (HuggingFaceTB/SmolLM2-135M-Instruct)
+    tc = sc.create_lora_training_client(base_model=UPSTREAM_NAMES[r.model.path], rank=8).result()
     print(f"B: training client ready in {time.time() - t:.1f}s (the server started its roles)", flush=True)
     per = []
     for step in range(1, steps + 1):
@@ -448,7 +457,7 @@ def run_b(url: str, r, steps: int) -> dict:
         m["tokens"] = {  # what the serve trainer computes (ServeTrainer: right-padded micro-batches, longest first)
             "datum_tokens": sum(lens),
             "padded_tokens": sum(len(lens[k : k + mbs]) * lens[k] for k in range(0, len(lens), mbs)),
-            "head_rows": sum(lens), "response_tokens": n_resp, "datums": len(lens)}
+            "response_tokens": n_resp, "datums": len(lens)}
         t3 = time.time()
         fb = tc.forward_backward(datums, "ppo", ppo_cfg)
         op = tc.optim_step(adam)
@@ -475,17 +484,16 @@ def attach_spans(b: dict, spans: list[dict]) -> None:
     """Per B step and phase: the roles' busy seconds inside the client's phase window."""
     for m in b["steps"]:
         k = m["marks"]
+        gen = [s for s in spans if s["method"] == "generate" and k["t1"] <= s["start"] < k["t2"]]  # sampling's
         m["busy"] = {
             "save": union_in(spans, k["t0"], k["t1"]),  # send/receive_weights, probes (the sync)
             "save_methods": sorted({s["method"] for s in spans if k["t0"] <= s["start"] < k["t1"]}),
             "save_trainer": spans_in(spans, k["t0"], k["t1"], "trainer"),
             "save_engine": spans_in(spans, k["t0"], k["t1"], "engine"),
             "sample": spans_in(spans, k["t1"], k["t2"], "engine", ("generate",)),
-            "sample_calls": sum(1 for s in spans if s["method"] == "generate" and k["t1"] <= s["start"] < k["t2"]),
-            "sample_first_start": min((s["start"] - k["t1"] for s in spans
-                                       if s["method"] == "generate" and k["t1"] <= s["start"] < k["t2"]), default=None),
-            "sample_last_end": max((k["t2"] - s["end"] for s in spans
-                                    if s["method"] == "generate" and k["t1"] <= s["start"] < k["t2"]), default=None),
+            "sample_calls": len(gen),
+            "sample_first_start": min((s["start"] - k["t1"] for s in gen), default=None),
+            "sample_last_end": max((k["t2"] - s["end"] for s in gen), default=None),
             "forward_backward": spans_in(spans, k["t3"], k["t4"], "trainer", ("forward_backward",)),
             "optim_step": spans_in(spans, k["t3"], k["t4"], "trainer", ("optim_step",)),
             "any_role": union_in(spans, k["t0"], k["t4"]),
@@ -495,6 +503,8 @@ def attach_spans(b: dict, spans: list[dict]) -> None:
 # -------------------------------------------------------------------------------------------------------- report
 def report(a: dict | None, b: dict | None, drop: int, watch: CpuWatch | None = None) -> dict:
     out: dict = {}
+    ka = [s for s in a["steps"] if s["step"] > drop] if a is not None else []  # the kept (measured) steps
+    kb = [s for s in b["steps"] if s["step"] > drop] if b is not None else []
     if watch is not None:  # CPU seconds others used in each step (2 cores: up to 2 per second)
         for s in (a or {}).get("steps", []):
             s["foreign_cpu_s"] = watch.foreign(*s["wall"]) if "wall" in s else None
@@ -505,11 +515,11 @@ def report(a: dict | None, b: dict | None, drop: int, watch: CpuWatch | None = N
             s["cpu_step"] = watch.by_label(s["marks"]["t0"], s["marks"]["t4"])
             s["cpu_update"] = watch.by_label(s["marks"]["t3"], s["marks"]["t4"])
     if a is not None:
-        kept = [s for s in a["steps"] if s["step"] > drop]
-        out["a"] = {k: med([s[k] for s in kept if s.get(k) is not None]) for k in A_TIMING}
-        out["a"]["interval_s"] = med([s["interval_s"] for s in kept if "interval_s" in s])
-        out["a"]["busy"] = {k: med([s["busy"][k] for s in kept if "busy" in s]) for k in kept[0].get("busy", {})}
-        print("\nA, rlvr train (per step; step 1 is warm-up, dropped):")
+        out["a"] = {k: med([s[k] for s in ka if s.get(k) is not None]) for k in A_TIMING}
+        out["a"]["interval_s"] = med([s["interval_s"] for s in ka if "interval_s" in s])
+        out["a"]["busy"] = {k: med([s["busy"][k] for s in ka if "busy" in s]) for k in ka[0].get("busy", {})}
+        print(f"\nA, rlvr train (per step; first {drop} step(s) dropped as warm-up; interval: to the next step's "
+              "start, so the last step has none and its median covers one step fewer):")
         print(f"{'step':>4} {'step_s':>7} {'rollout':>7} {'reward':>6} {'train':>6} {'t_wait':>6} {'sync':>5} "
               f"{'interval':>8} {'resp tok':>8} {'others cpu':>10}")
         for s in a["steps"]:
@@ -522,14 +532,14 @@ def report(a: dict | None, b: dict | None, drop: int, watch: CpuWatch | None = N
               f"{x['timing/train_s']:6.2f} {x['timing/train_wait_s']:6.2f} {x['timing/sync_s']:5.2f} "
               f"{x['interval_s']:8.2f} {x['response/length_mean']:8.1f}")
     if b is not None:
-        kept = [s for s in b["steps"] if s["step"] > drop]
         keys = ("step_s", "save_s", "sample_s", "submit_s", "prep_s", "train_s", "fb_wait_s", "optim_after_fb_s",
                 "response_length_mean")
-        out["b"] = {k: med([s[k] for s in kept]) for k in keys}
-        if kept and "busy" in kept[0]:
-            out["b"]["busy"] = {k: med([s["busy"][k] for s in kept if s["busy"][k] is not None])
-                                for k in kept[0]["busy"] if k != "save_methods"}
-        print("\nB, the cookbook's loop through rlvr serve (per step, client wall clock; step 1 dropped):")
+        out["b"] = {k: med([s[k] for s in kb]) for k in keys}
+        if kb and "busy" in kb[0]:
+            out["b"]["busy"] = {k: med([s["busy"][k] for s in kb if s["busy"][k] is not None])
+                                for k in kb[0]["busy"] if k != "save_methods"}
+        print(f"\nB, the cookbook's loop through rlvr serve (per step, client wall clock; first {drop} step(s) "
+              "dropped):")
         print(f"{'step':>4} {'step_s':>7} {'save':>6} {'sample':>6} {'prep':>5} {'train':>6} {'fb':>6} "
               f"{'optim':>5} {'resp tok':>8} {'others cpu':>10}")
         for s in b["steps"]:
@@ -561,15 +571,12 @@ def report(a: dict | None, b: dict | None, drop: int, watch: CpuWatch | None = N
             print(f"{'phase':<48} {'B wall':>7} {'B busy':>7} {'A wall':>7} {'A busy':>7}")
             for name, bw, bb, aw, ab in rows:
                 print(f"{name:<48} {bw:7.2f} {bb:7.2f} {aw:7.2f} {ab:7.2f}")
-            print(f"B: {yb['sample_calls']:.0f} engine call(s) per sampling phase, the first starting "
+            print(f"B: {yb['sample_calls']:.0f} engine call(s) per sampling phase (median), the first starting "
                   f"{yb['sample_first_start']:.2f}s after the phase began, the last ending "
                   f"{yb['sample_last_end']:.2f}s "
                   f"before the client had every result; forward_backward {yb['forward_backward']:.2f}s + optim_step "
                   f"{yb['optim_step']:.2f}s busy; some role busy {yb['any_role']:.2f}s of the {y['step_s']:.2f}s step")
     if a is not None and b is not None and watch is not None:
-        ka = [s for s in a["steps"] if s["step"] > drop]
-        kb = [s for s in b["steps"] if s["step"] > drop]
-
         def cpu(rows: list[dict], key: str) -> dict[str, float]:
             labels = {k for s in rows for k in s.get(key, {})}
             return {k: med([s.get(key, {}).get(k, 0.0) for s in rows]) for k in labels}
@@ -577,7 +584,7 @@ def report(a: dict | None, b: dict | None, drop: int, watch: CpuWatch | None = N
         table = {"b_update": cpu(kb, "cpu_update"), "a_update": cpu(ka, "cpu_update"),
                  "b_step": cpu(kb, "cpu_step"), "a_step": cpu(ka, "cpu_step")}
         out["cpu_by_process"] = table
-        labels = sorted({k for t in table.values() for k, v in t.items() if v >= 0.05},
+        labels = sorted({k for t in table.values() for k, v in t.items() if v >= CPU_TABLE_MIN_S},
                         key=lambda k: -max(t.get(k, 0.0) for t in table.values()))
         print("\nCPU seconds by process (medians per step; 2 cores), during the update and the whole step:")
         print(f"{'process':<40} {'B update':>8} {'A update':>8} {'B step':>7} {'A step':>7}")
@@ -585,8 +592,7 @@ def report(a: dict | None, b: dict | None, drop: int, watch: CpuWatch | None = N
             print(f"{k[:40]:<40} {table['b_update'].get(k, 0.0):8.2f} {table['a_update'].get(k, 0.0):8.2f} "
                   f"{table['b_step'].get(k, 0.0):7.2f} {table['a_step'].get(k, 0.0):7.2f}")
     if b is not None:
-        kept = [s for s in b["steps"] if s["step"] > drop]
-        tk = {k: med([s["tokens"][k] for s in kept]) for k in kept[0]["tokens"]}
+        tk = {k: med([s["tokens"][k] for s in kb]) for k in kb[0]["tokens"]}
         out.setdefault("b", {})["tokens"] = tk
         print(f"B's update per step (medians): {tk['datum_tokens']:.0f} datum tokens ({tk['padded_tokens']:.0f} "
               f"positions if right-padded in micro-batches, longest first), {tk['response_tokens']:.0f} of them "
@@ -594,8 +600,6 @@ def report(a: dict | None, b: dict | None, drop: int, watch: CpuWatch | None = N
     if a is not None and b is not None:
         # the samples differ (A's and B's engines draw their own), so the work differs: per token, and B's update
         # scaled to A's token count
-        ka = [s for s in a["steps"] if s["step"] > drop]
-        kb = [s for s in b["steps"] if s["step"] > drop]
         a_ms = med([s["timing/train_s"] / s["train/tokens"] * 1e3 for s in ka])
         # a datum is its sequence less the last token: + 1 a datum is A's count (prompt + response)
         b_tok = [s["tokens"]["datum_tokens"] + s["tokens"]["datums"] for s in kb]
@@ -608,10 +612,10 @@ def report(a: dict | None, b: dict | None, drop: int, watch: CpuWatch | None = N
               f"+ optim_step wall / datum tokens + 1 a sequence): {b_ms / a_ms:.3f}x")
         print(f"B's step with its update scaled to A's median {a_tok:.0f} tokens: median {med(adjusted):.2f}s, "
               f"{out['ratio_token_matched']:.3f}x A's")
-        busy = [s["step"] for s in ka + kb if (s.get("foreign_cpu_s") or 0.0) > 2.0]
+        busy = [s["step"] for s in ka + kb if (s.get("foreign_cpu_s") or 0.0) > FOREIGN_CPU_WARN_S]
         if busy:
-            print(f"WARNING: other processes used > 2 CPU seconds in steps {busy} (column 'others cpu'): the "
-                  "comparison is disturbed; run it again on an idle machine")
+            print(f"WARNING: other processes used > {FOREIGN_CPU_WARN_S:g} CPU seconds in steps {busy} (column "
+                  "'others cpu'): the comparison is disturbed; run it again on an idle machine")
     return out
 
 
@@ -652,7 +656,8 @@ def main() -> None:
             if args.url:
                 b = run_b(args.url, r, args.steps)
             else:
-                proc, url, spans_file = start_server(work, serve_overrides(r))
+                overrides = serve_overrides(r)
+                proc, url, spans_file = start_server(work, overrides)
                 try:
                     b = run_b(url, r, args.steps)
                 finally:
@@ -661,7 +666,7 @@ def main() -> None:
                     attach_spans(b, json.loads(spans_file.read_text()))
                 else:
                     print(f"B: no spans written (see {work / 'b_server.log'})")
-                b["overrides"] = serve_overrides(r)
+                b["overrides"] = overrides
         watch.stop()
     summary = report(a, b, args.drop, watch)
     summary["code"] = code_version()

@@ -59,7 +59,7 @@ if [[ ! -x $vpy ]]; then
   echo "creating $venv"
   "$py" -m venv "$venv" || die "'$py -m venv $venv' failed (Debian/Ubuntu: apt-get install python3-venv)"
 fi
-want_versions="tinker_cookbook 0.5.8 tinker 0.38.0"
+want_versions="tinker_cookbook ${COOKBOOK#*==} tinker ${TINKER#*==}"  # what the check below prints
 have_versions=$("$vpy" - <<'EOF' 2>/dev/null || true
 from importlib.metadata import version
 import torch, math_verify  # noqa: F401  (importable, not just listed)
@@ -95,8 +95,9 @@ elif [[ -x .venv/bin/python ]]; then
 else
   die "no rlvr .venv here (run scripts/setup.sh) and RLVR_SMOLLM2_DIR is not set: the tokenizer files come from one of them"
 fi
-tok_files=(tokenizer.json tokenizer_config.json chat_template.jinja config.json generation_config.json)
-for f in tokenizer.json tokenizer_config.json chat_template.jinja; do
+required_tok_files=(tokenizer.json tokenizer_config.json chat_template.jinja)
+tok_files=("${required_tok_files[@]}" config.json generation_config.json)
+for f in "${required_tok_files[@]}"; do
   [[ -f $model_dir/$f ]] || die "$model_dir has no $f: not a SmolLM2-135M-Instruct folder"
 done
 # The snapshot folder of a hub cache is named after a commit; this one is named after the files' content instead

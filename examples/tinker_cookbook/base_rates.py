@@ -6,9 +6,10 @@
 Samples SmolLM2-135M-Instruct locally with transformers (temperature 1, as the recipes sample),
 on the recipes' own prompts built by the ``smollm2`` renderer, and scores with the recipes'
 own reward code:
-- math_rl ``env=arithmetic``: ArithmeticEnv's few-shot prompt, x, y in [0, 100], ``max_tokens``
-  new tokens; correct = last integer equals x + y; format = the stop token came within max_tokens
-  (reward = correct + 0.1 * (format - 1), ProblemEnv's formula);
+- math_rl ``env=arithmetic``: ArithmeticEnv's few-shot prompt and question, x, y in [0, 100],
+  ``max_tokens`` new tokens; correct = ArithmeticEnv.check_answer (last integer equals x + y);
+  format = the stop token came within max_tokens (reward = correct + format_coef * (format - 1),
+  ProblemEnv's formula, ArithmeticEnv's format_coef 0.1);
 - rl_loop: its GSM8K prompt (strawberry few-shot, boxed-answer suffix), ``get_reward``.
 A baseline for reading the recipes' reward curves; the server's sampler may differ in numerics.
 """
@@ -16,7 +17,6 @@ A baseline for reading the recipes' reward curves; the server's sampler may diff
 from __future__ import annotations
 
 import argparse
-import re
 import time
 
 import numpy as np
@@ -26,13 +26,15 @@ import torch
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model-dir", required=True, help="the model folder (rlvr's embedded SmolLM2)")
-    ap.add_argument("--arithmetic", type=int, default=40, help="arithmetic problems (x4 samples)")
+    ap.add_argument("--arithmetic", type=int, default=40, help="arithmetic problems (x --samples each)")
     ap.add_argument("--arithmetic-max-tokens", type=int, default=5)
-    ap.add_argument("--gsm8k", type=int, default=8, help="GSM8K questions (x4 samples)")
+    ap.add_argument("--gsm8k", type=int, default=8, help="GSM8K questions (x --samples each)")
     ap.add_argument("--gsm8k-max-tokens", type=int, default=256)
+    ap.add_argument("--samples", type=int, default=4, help="samples per problem or question")
     args = ap.parse_args()
 
     import datasets
+    from rlvr_smollm2_hook import MODEL_NAME, RENDERER_NAME
     from tinker_cookbook import renderers
     from tinker_cookbook.recipes.math_rl.arithmetic_env import ArithmeticEnv
     from tinker_cookbook.recipes.rl_loop import get_reward
@@ -40,8 +42,8 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
-    tok = get_tokenizer("HuggingFaceTB/SmolLM2-135M-Instruct")
-    r = renderers.get_renderer("smollm2", tok)
+    tok = get_tokenizer(MODEL_NAME)
+    r = renderers.get_renderer(RENDERER_NAME, tok)
     stop = r.get_stop_sequences()[0]
     model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.float32).eval()
 
@@ -68,19 +70,23 @@ def main() -> None:
     rng = np.random.RandomState(0)
     t = time.time()
     correct = fmt = n = 0
-    for _ in range(args.arithmetic):
-        x, y = rng.randint(0, 101), rng.randint(0, 101)
-        convo = ArithmeticEnv.standard_fewshot_prefix() + [{"role": "user", "content": f"What is {x} + {y}?"}]
-        for s in sample(r.build_generation_prompt(convo).to_ints(), 4, args.arithmetic_max_tokens):
-            m = re.findall(r"-?\d+", text(s).replace(",", ""))
-            correct += bool(m) and int(m[-1]) == x + y
+    # the recipe's own problems (x, y drawn as ArithmeticDataset draws them, here from seed 0): its question, answer
+    # check and format_coef
+    fewshot = ArithmeticEnv.standard_fewshot_prefix()
+    envs = [
+        ArithmeticEnv(rng.randint(0, 101), rng.randint(0, 101), r, convo_prefix=fewshot) for _ in range(args.arithmetic)
+    ]
+    for env in envs:
+        convo = env.convo_prefix + [{"role": "user", "content": env.get_question()}]
+        for s in sample(r.build_generation_prompt(convo).to_ints(), args.samples, args.arithmetic_max_tokens):
+            correct += env.check_answer(text(s))
             fmt += stop in s
             n += 1
     if n:
         print(
             f"arithmetic (x, y in [0, 100], {args.arithmetic_max_tokens} new tokens): correct {correct}/{n} = "
             f"{correct / n:.3f}, stop token in time {fmt}/{n} = {fmt / n:.3f}, "
-            f"mean reward {(correct + 0.1 * (fmt - n)) / n:+.3f} ({time.time() - t:.0f} s)"
+            f"mean reward {(correct + envs[0].format_coef * (fmt - n)) / n:+.3f} ({time.time() - t:.0f} s)"
         )
 
     suffix = " Provide a numerical answer without units, written inside \\boxed{}."
@@ -97,7 +103,7 @@ def main() -> None:
     rewards, lengths = [], []
     for i in range(args.gsm8k):
         prompt = r.build_generation_prompt(prefix + [{"role": "user", "content": ds[i]["question"] + suffix}]).to_ints()
-        for s in sample(prompt, 4, args.gsm8k_max_tokens):
+        for s in sample(prompt, args.samples, args.gsm8k_max_tokens):
             rewards.append(get_reward(text(s), ds[i]["answer"]))
             lengths.append(len(s))
     if rewards:

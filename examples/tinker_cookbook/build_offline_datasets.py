@@ -39,11 +39,16 @@ def _sha(paths: list[Path]) -> str:
     return h.hexdigest()[:16]
 
 
+def _cache_entry(cache: Path, repo_id: str, config: str, hash_name: str) -> Path:
+    """``cache/<org>___<name>/<config>/0.0.0/<hash_name>``: where the ``cache`` builder looks for a dataset."""
+    org, name = repo_id.split("/")
+    return cache / f"{org}___{name}" / config / "0.0.0" / hash_name
+
+
 def _install(built: Path, cache: Path, repo_id: str, config: str, hash_name: str, description: str) -> Path:
     """Move a prepared builder folder into the layout the ``cache`` builder reads."""
-    org, name = repo_id.split("/")
-    target_root = cache / f"{org}___{name}"
-    target = target_root / config / "0.0.0" / hash_name
+    target = _cache_entry(cache, repo_id, config, hash_name)
+    target_root = target.parents[2]  # <org>___<name>
     info_path = built / "dataset_info.json"
     info = json.loads(info_path.read_text())
     info["description"] = description
@@ -69,6 +74,27 @@ def _build(builder_cls, tmp: Path, dataset_name: str, config: str, data_files: d
     return Path(b.cache_dir)
 
 
+def _write_substitute_split(src: Path, out: Path, split: str) -> None:
+    """GSM8K rows of ``src`` as no_robots-schema chats (the labelled SUBSTITUTE), one JSON line each, to ``out``."""
+    with open(src) as f, open(out, "w") as g:
+        for i, line in enumerate(f):
+            row = json.loads(line)
+            g.write(
+                json.dumps(
+                    {
+                        "prompt": row["question"],
+                        "prompt_id": f"gsm8k-{split}-{i}",
+                        "messages": [
+                            {"content": row["question"], "role": "user"},
+                            {"content": row["answer"], "role": "assistant"},
+                        ],
+                        "category": "gsm8k-substitute",
+                    }
+                )
+                + "\n"
+            )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gsm8k-dir", required=True, type=Path, help="folder with train.jsonl and test.jsonl")
@@ -88,7 +114,7 @@ def main() -> int:
     sha = _sha(src)
 
     gsm8k_hash = f"rlvr-local-{sha}"
-    if (cache / "openai___gsm8k" / "main" / "0.0.0" / gsm8k_hash / "dataset_info.json").is_file():
+    if (_cache_entry(cache, "openai/gsm8k", "main", gsm8k_hash) / "dataset_info.json").is_file():
         print(f"openai/gsm8k (main): up to date in {cache}")
     else:
         feats = datasets.Features({"question": datasets.Value("string"), "answer": datasets.Value("string")})
@@ -109,7 +135,7 @@ def main() -> int:
 
     if args.no_robots_substitute:
         nr_hash = f"SUBSTITUTE-gsm8k-{sha}"
-        if (cache / "HuggingFaceH4___no_robots" / "default" / "0.0.0" / nr_hash / "dataset_info.json").is_file():
+        if (_cache_entry(cache, "HuggingFaceH4/no_robots", "default", nr_hash) / "dataset_info.json").is_file():
             print(f"HuggingFaceH4/no_robots: SUBSTITUTE up to date in {cache}")
         else:
             feats = datasets.Features(
@@ -124,23 +150,7 @@ def main() -> int:
                 files = {}
                 for split, path in (("train", src[0]), ("test", src[1])):
                     out = Path(tmp) / f"{split}.jsonl"
-                    with open(path) as f, open(out, "w") as g:
-                        for i, line in enumerate(f):
-                            row = json.loads(line)
-                            g.write(
-                                json.dumps(
-                                    {
-                                        "prompt": row["question"],
-                                        "prompt_id": f"gsm8k-{split}-{i}",
-                                        "messages": [
-                                            {"content": row["question"], "role": "user"},
-                                            {"content": row["answer"], "role": "assistant"},
-                                        ],
-                                        "category": "gsm8k-substitute",
-                                    }
-                                )
-                                + "\n"
-                            )
+                    _write_substitute_split(path, out, split)
                     files[split] = str(out)
                 built = _build(Json, Path(tmp) / "b", "no_robots", "default", files, feats)
                 target = _install(

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import sys
 
+from rlvr_smollm2_hook import MODEL_NAME, RENDERER_NAME
 from tinker_cookbook import renderers
 from tinker_cookbook.tokenizer_utils import get_tokenizer
 
-MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 CONVERSATIONS = {
     "user+assistant": [
         {"role": "user", "content": "What is 2+3?"},
@@ -35,7 +35,7 @@ CONVERSATIONS = {
         {"role": "assistant", "content": "43"},
     ],
 }
-RENDERERS = ["smollm2", "qwen3_instruct", "qwen3", "role_colon", "llama3"]
+RENDERERS = [RENDERER_NAME, "qwen3_instruct", "qwen3", "role_colon", "llama3"]
 
 
 def _ids(x):
@@ -51,7 +51,7 @@ def _diff(tok, a: list[int], b: list[int]) -> str:
 
 
 def main() -> int:
-    tok = get_tokenizer(MODEL)
+    tok = get_tokenizer(MODEL_NAME)
     smollm2_ok = True
     for rname in RENDERERS:
         try:
@@ -69,7 +69,7 @@ def main() -> int:
                 sup = r.build_supervised_example(convo)[0].to_ints()
             except Exception as e:
                 print(f"  {cname:30s} error: {type(e).__name__}: {str(e)[:120]}")
-                smollm2_ok &= rname != "smollm2"
+                smollm2_ok &= rname != RENDERER_NAME
                 continue
             g = "equal" if gen == ref_gen else _diff(tok, ref_gen, gen)
             if sup == ref_sup:
@@ -79,7 +79,7 @@ def main() -> int:
             else:
                 s = _diff(tok, ref_sup, sup)
             print(f"  {cname:30s} prompt: {g}\n  {'':30s} supervised: {s}")
-            if rname == "smollm2" and gen != ref_gen:
+            if rname == RENDERER_NAME and gen != ref_gen:
                 smollm2_ok = False
     return 0 if smollm2_ok else 1
 

@@ -6,7 +6,9 @@
 #   and HF_HUB_OFFLINE / HF_DATASETS_OFFLINE / TRANSFORMERS_OFFLINE=1 so nothing tries the Hub;
 # - TINKER_API_KEY: the SDK refuses to start without a key that starts with "tml-" (a local server ignores it);
 # - TINKER_BASE_URL: the SDK's fallback when a client is made without base_url (the recipes pass base_url=...).
-# Override any of them by exporting it before sourcing (TINKER_VENV for another venv folder).
+# TINKER_API_KEY and TINKER_BASE_URL keep a value exported before sourcing; HF_HOME is always set, to
+# TINKER_CLIENT_HF_HOME when that is exported (else the venv's cache); the offline flags and
+# HF_HUB_DISABLE_TELEMETRY are always set to 1. TINKER_VENV names another venv folder.
 _rlvr_root="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")/../.." && pwd)"
 _rlvr_venv="${TINKER_VENV:-$_rlvr_root/.venv-tinker}"
 case "$_rlvr_venv" in /*) ;; *) _rlvr_venv="$_rlvr_root/$_rlvr_venv" ;; esac

@@ -7,8 +7,9 @@ sequence of requests they make can be written down. Used to derive the call
 list in README.md ("What the recipes call"); kept to re-check it when the SDK
 or the cookbook changes.
 
-Run it with the client venv (it imports the SDK's protobuf module and the
-tokenizer from the prepared Hugging Face cache):
+Run it with the client venv (it imports the SDK's protobuf module, the model
+name from rlvr_smollm2_hook, and the tokenizer from the prepared Hugging Face
+cache):
 
     source examples/tinker_cookbook/env.sh
     python examples/tinker_cookbook/trace_stub.py --port 8765 --log /tmp/trace.jsonl
@@ -31,6 +32,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
+from rlvr_smollm2_hook import MODEL_NAME
 from tinker.proto import tinker_public_pb2 as pb
 
 _lock = threading.Lock()
@@ -94,6 +96,11 @@ def _forward_backward(body: bytes, forward_only: bool) -> tuple[dict, dict]:
     return summary, _future("proto", out.SerializeToString(), model_id=msg.model_id)
 
 
+def _prompt_len(req: dict) -> int:
+    """Tokens in a JSON request's ``prompt`` (its chunks' ``tokens``)."""
+    return sum(len(c.get("tokens", [])) for c in req["prompt"]["chunks"])
+
+
 def _sample(req: dict) -> dict:
     n = req.get("num_samples", 1)
     seqs = []
@@ -108,14 +115,13 @@ def _sample(req: dict) -> dict:
         )
     resp = pb.SampleResponse(sequences=seqs)
     if req.get("prompt_logprobs"):
-        plen = sum(len(c.get("tokens", [])) for c in req["prompt"]["chunks"])
-        lp = np.full(plen, -1.0, np.float32)
+        lp = np.full(_prompt_len(req), -1.0, np.float32)
         lp[0] = np.nan
         resp.prompt_logprobs = lp.tobytes()
     return _future("proto", resp.SerializeToString(), sample_sequence_ids=[uuid.uuid4().hex for _ in range(n)])
 
 
-def _route(method: str, path: str, headers, body: bytes) -> tuple[int, str, bytes, dict, dict]:
+def _route(path: str, headers, body: bytes) -> tuple[int, str, bytes, dict, dict]:
     """Returns status, content type, body, request summary, reply summary."""
     ctype = headers.get("Content-Type", "")
     req: dict = {}
@@ -123,7 +129,7 @@ def _route(method: str, path: str, headers, body: bytes) -> tuple[int, str, byte
         req = json.loads(body)
     summary: dict = {k: v for k, v in req.items() if k not in ("prompt", "events")}
     if "prompt" in req:
-        summary["prompt_len"] = sum(len(c.get("tokens", [])) for c in req["prompt"]["chunks"])
+        summary["prompt_len"] = _prompt_len(req)
     if "events" in req:
         summary["events"] = [e.get("event_name") or e.get("event") for e in req["events"]][:10]
 
@@ -142,15 +148,13 @@ def _route(method: str, path: str, headers, body: bytes) -> tuple[int, str, byte
     if p == "/api/v1/telemetry":
         return ok({"status": "accepted"})
     if p == "/api/v1/get_server_capabilities":
-        return ok({"supported_models": [{"model_name": "HuggingFaceTB/SmolLM2-135M-Instruct"}]})
+        return ok({"supported_models": [{"model_name": MODEL_NAME}]})
     if p == "/api/v1/create_model":
         model_id = f"{req['session_id']}:train:{req['model_seq_id']}"
         _models[model_id] = {"base_model": req["base_model"], "lora_config": req.get("lora_config")}
         return ok(_future("json", {"type": "create_model", "model_id": model_id}, model_id=model_id))
     if p == "/api/v1/get_info":
-        m = _models.get(
-            req["model_id"], {"base_model": "HuggingFaceTB/SmolLM2-135M-Instruct", "lora_config": {"rank": 8}}
-        )
+        m = _models.get(req["model_id"], {"base_model": MODEL_NAME, "lora_config": {"rank": 8}})
         return ok(
             {
                 "type": "get_info",
@@ -191,7 +195,7 @@ def _route(method: str, path: str, headers, body: bytes) -> tuple[int, str, byte
         if req.get("session_id") is not None:
             mid = f"{req['session_id']}:train:{req['model_seq_id']}"
             _models[mid] = {
-                "base_model": req.get("base_model") or "HuggingFaceTB/SmolLM2-135M-Instruct",
+                "base_model": req.get("base_model") or MODEL_NAME,
                 "lora_config": {"rank": 8},
             }
         else:
@@ -203,11 +207,11 @@ def _route(method: str, path: str, headers, body: bytes) -> tuple[int, str, byte
         return ok({"type": "create_sampling_session", "sampling_session_id": sid})
     if p.startswith("/api/v1/samplers/"):
         sid = p.rsplit("/", 1)[-1]
-        s = _samplers.get(sid, {"base_model": "HuggingFaceTB/SmolLM2-135M-Instruct", "model_path": None})
+        s = _samplers.get(sid, {"base_model": MODEL_NAME, "model_path": None})
         return ok(
             {
                 "sampler_id": sid,
-                "base_model": s["base_model"] or "HuggingFaceTB/SmolLM2-135M-Instruct",
+                "base_model": s["base_model"] or MODEL_NAME,
                 "model_path": s["model_path"],
             }
         )
@@ -233,7 +237,7 @@ class _Handler(BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(n) if n else b""
         try:
-            status, ctype, out, req_summary, reply = _route(self.command, self.path, self.headers, body)
+            status, ctype, out, req_summary, reply = _route(self.path, self.headers, body)
         except Exception as e:  # a trace tool: report and answer 500
             status, ctype, out, req_summary, reply = (
                 500,
@@ -271,7 +275,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--port", type=int, default=8765)
     ap.add_argument("--log", default="-", help="JSON-lines log file (default: stderr)")
-    ap.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct", help="tokenizer for the canned replies")
+    ap.add_argument("--model", default=MODEL_NAME, help="tokenizer for the canned replies")
     args = ap.parse_args()
     if args.log != "-":
         _log_file = open(args.log, "a")
