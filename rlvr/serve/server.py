@@ -119,7 +119,11 @@ class Server:
         self.keeper = None  # the Ray executor kept for the server's life (models come and go; Ray stays up)
         self.recipe(0)  # the options make a valid recipe, or the server does not start
         self._stop = threading.Event()
-        threading.Thread(target=self._reap, name="serve-reaper", daemon=True).start()
+        # threads that unload models (a session's finish, the reaper): close() waits for them, so that no model's
+        # roles are still stopping when the process exits (an interpreter that exits while a daemon thread is
+        # inside an in-process vLLM engine's shutdown aborts: "terminate called without an active exception")
+        self._unloaders: list[threading.Thread] = []
+        self._background(self._reap, "serve-reaper")
 
     # -- recipes and models ----------------------------------------------------------------------------------------
     def recipe(self, lora_rank: int, model_id: str = "check", targets: tuple[str, ...] = ()) -> Any:
@@ -236,13 +240,20 @@ class Server:
         with self.lock:
             s = self.sessions.pop(session_id, None)
         for m in s.models if s is not None else []:
-            threading.Thread(target=self.unload, args=(m,), name=f"serve-unload-{m}", daemon=True).start()
+            self._background(self.unload, f"serve-unload-{m}", m)
         return {}
 
     def _touch(self, sid: str | None) -> None:
         with self.lock:
             if sid in self.sessions:
                 self.sessions[sid].last_seen = time.monotonic()
+
+    def _background(self, fn: Any, name: str, *args: Any) -> None:
+        """Run ``fn(*args)`` on a daemon thread that :meth:`close` waits for."""
+        t = threading.Thread(target=fn, args=args, name=name, daemon=True)
+        with self.lock:
+            self._unloaders = [u for u in self._unloaders if u.is_alive()] + [t]
+        t.start()
 
     def _reap(self) -> None:
         """Sessions without a heartbeat for ``session_timeout_s`` end, and their models are unloaded."""
@@ -555,12 +566,21 @@ class Server:
         return res
 
     def close(self) -> None:
-        """Unload every model (their roles stop) and stop Ray if the server started it."""
+        """Unload every model (their roles stop), wait for the unloads already under way (a finished session's, the
+        reaper's; within ``op_timeout_s`` in all), and stop Ray if the server started it."""
         self._stop.set()
         if self.models:
             log.info("rlvr serve: stopping; unloading %d model(s)", len(self.models))
         for model_id in list(self.models):
             self.unload(model_id)
+        deadline = time.monotonic() + self.opts.op_timeout_s
+        with self.lock:
+            pending = list(self._unloaders)
+        for t in pending:
+            t.join(max(0.0, deadline - time.monotonic()))
+            if t.is_alive():
+                log.warning("rlvr serve: %s still running after %.0fs (--op-timeout-s); exiting anyway", t.name,
+                            self.opts.op_timeout_s)
         self.futures.close()
         if self.keeper is not None:
             self.keeper.shutdown()
